@@ -1,0 +1,41 @@
+"""agentrl_sdk: train LLM agents written as LangGraph graphs with reinforcement learning."""
+
+from agentrl_sdk.chat import ChatTemplate, TokenChatModel
+from agentrl_sdk.config import ChatConfig, RolloutConfig
+from agentrl_sdk.errors import AgentRLError, ContextBudgetExceeded, EngineError, NoEngineError
+from agentrl_sdk.graph import ToolNode, chat_model, frozen, tools_condition, trainable
+from agentrl_sdk.rollout import arollout, arollout_batch, rollout
+from agentrl_sdk.types import (
+    GenerateResult,
+    LLMCall,
+    SamplingParams,
+    Segment,
+    Trajectory,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentRLError",
+    "ChatConfig",
+    "ChatTemplate",
+    "ContextBudgetExceeded",
+    "EngineError",
+    "GenerateResult",
+    "LLMCall",
+    "NoEngineError",
+    "RolloutConfig",
+    "SamplingParams",
+    "Segment",
+    "TokenChatModel",
+    "ToolNode",
+    "Trajectory",
+    "__version__",
+    "arollout",
+    "arollout_batch",
+    "chat_model",
+    "frozen",
+    "rollout",
+    "tools_condition",
+    "trainable",
+]

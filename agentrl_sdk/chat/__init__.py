@@ -1,0 +1,23 @@
+"""Token-exact chat: the LangChain chat model, its token ledger, templates and tool parsers."""
+
+from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
+from agentrl_sdk.chat.ledger import PromptPlan, TokenLedger
+from agentrl_sdk.chat.model import TokenChatModel
+from agentrl_sdk.chat.recorder import PendingCall, RolloutRecorder
+from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.chat.tool_parsers import HermesToolParser, ParsedResponse, ToolParser
+
+__all__ = [
+    "ChatTemplate",
+    "HermesToolParser",
+    "NodeTag",
+    "ParsedResponse",
+    "PendingCall",
+    "PromptPlan",
+    "RolloutRecorder",
+    "TokenChatModel",
+    "TokenLedger",
+    "ToolParser",
+    "current_node",
+    "current_recorder",
+]

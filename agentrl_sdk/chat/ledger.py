@@ -1,0 +1,185 @@
+"""The token ledger: the exact ids of every call in a rollout, arranged into trainable segments.
+
+A call whose messages extend an earlier call's messages (plus that call's reply) reuses the
+earlier prompt and *generated* ids as its prefix and templates only the new messages. So the
+tokens trained on are the tokens sampled, even when the template would re-render the reply
+differently (compact JSON, stripped whitespace). When the history does not extend, or the
+template would rewrite it, the ledger starts a new segment and records why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.messages import tools_key
+from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.types import GenerateResult, LLMCall, Segment, SegmentStart
+
+
+@dataclass
+class _Conversation:
+    """What a segment's last call saw, plus its reply: the prefix a follow-up must extend."""
+
+    node: NodeTag
+    messages: list[dict[str, Any]]
+    tools_key: str
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    """How the next call's prompt is built: extend a segment, or start one and say why."""
+
+    node: NodeTag
+    messages: list[dict[str, Any]]
+    tools_key: str
+    prompt_ids: list[int]
+    segment_index: int | None = None
+    observation_ids: list[int] = field(default_factory=list)
+    start_reason: SegmentStart | None = None
+
+
+class TokenLedger:
+    """Segments and calls of one rollout. Not thread-safe; one rollout runs on one event loop.
+
+    Args:
+        template: The chat template used to render new messages.
+    """
+
+    def __init__(self, template: ChatTemplate) -> None:
+        self.template = template
+        self.segments: list[Segment] = []
+        self.calls: list[LLMCall] = []
+        self._conversations: list[_Conversation] = []
+
+    def plan(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, node: NodeTag
+    ) -> PromptPlan:
+        """Decide the prompt ids for a call with ``messages`` and ``tools`` from ``node``.
+
+        The segment it extends (if any) is reserved until `commit` or `release`, so two
+        concurrent calls never extend the same segment.
+        """
+        key = tools_key(tools)
+        index, reason = self._find_extension(messages, node)
+        if index is not None:
+            conv = self._conversations[index]
+            delta = self._delta(conv, messages, tools, key)
+            if delta is not None:
+                segment = self.segments[index]
+                closing = self.template.closing_text(segment.response_ids)
+                observation = self.template.encode(closing + delta)
+                conv.busy = True
+                return PromptPlan(
+                    node=node,
+                    messages=messages,
+                    tools_key=key,
+                    prompt_ids=segment.prompt_ids + segment.response_ids + observation,
+                    segment_index=index,
+                    observation_ids=observation,
+                )
+            reason = "template_not_prefix_preserving"
+        text = self.template.render(messages, tools, add_generation_prompt=True)
+        return PromptPlan(
+            node=node,
+            messages=messages,
+            tools_key=key,
+            prompt_ids=self.template.encode(text),
+            start_reason=reason,
+        )
+
+    def commit(
+        self, plan: PromptPlan, result: GenerateResult, reply: dict[str, Any], request_id: str
+    ) -> LLMCall:
+        """Record the engine's answer to ``plan`` and the reply message built from it."""
+        n = len(result.token_ids)
+        if plan.segment_index is None:
+            segment = Segment(
+                node=plan.node.name,
+                policy=plan.node.policy,
+                trained=plan.node.trained,
+                started_because=plan.start_reason or "first_call",
+                prompt_ids=list(plan.prompt_ids),
+            )
+            self.segments.append(segment)
+            self._conversations.append(_Conversation(plan.node, [], plan.tools_key))
+            index = len(self.segments) - 1
+        else:
+            index = plan.segment_index
+            segment = self.segments[index]
+            _append(segment, plan.observation_ids, mask=0, logprobs=None, version=-1)
+        _append(segment, result.token_ids, mask=1, logprobs=result.logprobs,
+                version=result.policy_version)
+        segment.num_calls += 1
+        conv = self._conversations[index]
+        conv.messages = [*plan.messages, reply]
+        conv.tools_key = plan.tools_key
+        conv.busy = False
+        call = LLMCall(
+            node=plan.node.name,
+            policy=plan.node.policy,
+            turn=sum(c.node == plan.node.name for c in self.calls),
+            trained=plan.node.trained,
+            prompt_ids=list(plan.prompt_ids),
+            response_ids=list(result.token_ids),
+            response_logprobs=list(result.logprobs),
+            finish_reason=result.finish_reason,
+            policy_version=result.policy_version,
+            segment_index=index,
+            request_id=request_id,
+        )
+        self.calls.append(call)
+        return call
+
+    def release(self, plan: PromptPlan) -> None:
+        """Give back a segment reserved by `plan` when the call failed."""
+        if plan.segment_index is not None:
+            self._conversations[plan.segment_index].busy = False
+
+    def _find_extension(
+        self, messages: list[dict[str, Any]], node: NodeTag
+    ) -> tuple[int | None, SegmentStart]:
+        """The newest segment whose conversation ``messages`` extends, else why there is none."""
+        edited = False
+        for index in reversed(range(len(self._conversations))):
+            conv = self._conversations[index]
+            seen = conv.messages
+            if conv.busy or len(messages) <= len(seen):
+                continue
+            if messages[: len(seen)] == seen:
+                if conv.node != node:
+                    return None, "node_changed"
+                return index, "first_call"
+            # The earlier prompt is still there but the reply after it is not ours.
+            if conv.node == node and messages[: len(seen) - 1] == seen[:-1]:
+                edited = True
+        if edited:
+            return None, "history_edited"
+        return None, "new_conversation" if self.segments else "first_call"
+
+    def _delta(
+        self,
+        conv: _Conversation,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        key: str,
+    ) -> str | None:
+        """Text the template adds for the new messages, or None if it rewrites history."""
+        if key != conv.tools_key:
+            return None
+        before = self.template.render(conv.messages, tools, add_generation_prompt=False)
+        after = self.template.render(messages, tools, add_generation_prompt=True)
+        if not after.startswith(before):
+            return None
+        return after[len(before) :]
+
+
+def _append(
+    segment: Segment, ids: list[int], *, mask: int, logprobs: list[float] | None, version: int
+) -> None:
+    segment.response_ids.extend(ids)
+    segment.response_mask.extend([mask] * len(ids))
+    segment.response_logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+    segment.response_versions.extend([version] * len(ids))

@@ -1,0 +1,78 @@
+"""Convert LangChain messages and tools to the OpenAI-style dicts chat templates render."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+_ROLES: dict[type, str] = {
+    SystemMessage: "system",
+    HumanMessage: "user",
+    AIMessage: "assistant",
+    ToolMessage: "tool",
+}
+
+
+def message_text(message: BaseMessage) -> str:
+    """The text of a message; content blocks that are not text are dropped."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") == "text":
+            parts.append(block.get("text", ""))
+    return "".join(parts)
+
+
+def to_template_message(
+    message: BaseMessage, clip: Callable[[str], str] | None = None
+) -> dict[str, Any]:
+    """One message as the dict a chat template renders.
+
+    Args:
+        message: A LangChain message.
+        clip: Applied to tool-message content (observation truncation by tokens).
+    """
+    if isinstance(message, ChatMessage):
+        role = message.role
+    else:
+        role = next((r for cls, r in _ROLES.items() if isinstance(message, cls)), None)
+        if role is None:
+            raise TypeError(f"cannot template a {type(message).__name__}")
+    out: dict[str, Any] = {"role": role, "content": message_text(message)}
+    if isinstance(message, AIMessage) and message.tool_calls:
+        out["tool_calls"] = [
+            {"type": "function", "function": {"name": c["name"], "arguments": c["args"]}}
+            for c in message.tool_calls
+        ]
+    if isinstance(message, ToolMessage):
+        out["tool_call_id"] = message.tool_call_id
+        if message.name:
+            out["name"] = message.name
+        if clip is not None:
+            out["content"] = clip(out["content"])
+    return out
+
+
+def to_openai_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
+    """LangChain tools, pydantic models, functions or dicts as OpenAI tool schemas."""
+    return [convert_to_openai_tool(t) for t in tools]
+
+
+def tools_key(tools: list[dict[str, Any]] | None) -> str:
+    """A canonical string for a tool list, to notice when the bound tools change."""
+    return json.dumps(tools or [], sort_keys=True)

@@ -1,0 +1,187 @@
+"""`TokenChatModel`: a LangChain chat model that talks token ids to the engine and records them."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.tool import invalid_tool_call, tool_call
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from pydantic import ConfigDict, Field
+
+from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
+from agentrl_sdk.chat.messages import to_openai_tools, to_template_message
+from agentrl_sdk.chat.recorder import PendingCall, RolloutRecorder
+from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.chat.tool_parsers import TOOL_PARSERS, ParsedResponse
+from agentrl_sdk.config import ChatConfig
+from agentrl_sdk.errors import NoEngineError
+
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
+
+
+class TokenChatModel(BaseChatModel):
+    """A chat model whose every call is token-exact and recorded in the rollout's ledger.
+
+    Inside a rollout (``sdk.rollout`` / ``sdk.train``) the engine, tokenizer and limits come
+    from the rollout, and every call lands in its token ledger. Outside a rollout it needs
+    its own ``engine`` and ``tokenizer`` and behaves like any chat model.
+
+    Sampling fields left as None use the rollout's sampling configuration.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    engine: Any = Field(None, description="Engine used outside rollouts (an `Engine`).")
+    tokenizer: Any = Field(None, description="Tokenizer with a chat template, outside rollouts.")
+    chat: ChatConfig = Field(default_factory=ChatConfig, description="Limits outside rollouts.")
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    model_name: str = "agentrl-token-model"
+
+    @property
+    def _llm_type(self) -> str:
+        return "agentrl-token"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.model_name, **self._overrides()}
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools; they are rendered by the chat template into every prompt.
+
+        ``tool_choice`` is recorded but not enforced: the engine does not constrain decoding.
+        """
+        return super().bind(tools=to_openai_tools(tools), tool_choice=tool_choice, **kwargs)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        recorder = current_recorder.get() or self._standalone_recorder()
+        node = current_node.get() or NodeTag(
+            name=_graph_node(run_manager) or "llm", trained=recorder.default_trainable
+        )
+        dicts = [to_template_message(m, recorder.clip_observation) for m in messages]
+        overrides = self._overrides()
+        if stop:
+            overrides["stop_token_ids"] = _stop_ids(recorder.template, stop)
+        pending = await recorder.generate(dicts, kwargs.get("tools"), node, overrides)
+        message = self._reply(recorder, pending)
+        recorder.commit(pending, to_template_message(message))
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return _run_sync(self._agenerate(messages, stop, run_manager, **kwargs))
+
+    def _overrides(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in _SAMPLING_FIELDS if getattr(self, k) is not None}
+
+    def _standalone_recorder(self) -> RolloutRecorder:
+        if self.engine is None or self.tokenizer is None:
+            raise NoEngineError(
+                "TokenChatModel was called outside a rollout without an engine and tokenizer: "
+                "run the graph with sdk.rollout(...) or pass engine= and tokenizer="
+            )
+        return RolloutRecorder(
+            self.engine, ChatTemplate(self.tokenizer), chat=self.chat,
+            rollout_id=f"call-{uuid.uuid4().hex[:12]}",
+        )
+
+    def _reply(self, recorder: RolloutRecorder, pending: PendingCall) -> AIMessage:
+        """The AIMessage LangGraph sees: parsed from the generated ids, for control flow only."""
+        result = pending.result
+        ids = result.token_ids
+        if result.finish_reason == "stop" and ids:
+            ids = ids[:-1]  # the end-of-turn token is not content
+        parser = TOOL_PARSERS[recorder.chat.tool_parser]()
+        parsed: ParsedResponse = parser.parse(recorder.template.decode(ids))
+        recorder.metrics["tool_calls"] += len(parsed.tool_calls)
+        recorder.metrics["malformed_tool_calls"] += len(parsed.invalid_tool_calls)
+        prompt_len = len(pending.plan.prompt_ids)
+        return AIMessage(
+            content=parsed.content,
+            tool_calls=[
+                tool_call(name=c.name, args=c.args, id=_call_id()) for c in parsed.tool_calls
+            ],
+            invalid_tool_calls=[
+                invalid_tool_call(name=c.name, args=c.args, id=_call_id(), error=c.error)
+                for c in parsed.invalid_tool_calls
+            ],
+            response_metadata={
+                "model_name": self.model_name,
+                "finish_reason": result.finish_reason,
+                "policy_version": result.policy_version,
+                "request_id": pending.request_id,
+                "segment_started": pending.plan.start_reason,
+            },
+            usage_metadata={
+                "input_tokens": prompt_len,
+                "output_tokens": len(result.token_ids),
+                "total_tokens": prompt_len + len(result.token_ids),
+            },
+        )
+
+
+def _graph_node(run_manager: Any) -> str | None:
+    metadata = getattr(run_manager, "metadata", None) or {}
+    return metadata.get("langgraph_node")
+
+
+def _stop_ids(template: ChatTemplate, stop: list[str]) -> tuple[int, ...]:
+    ids = []
+    for text in stop:
+        encoded = template.encode(text)
+        if len(encoded) != 1:
+            raise ValueError(
+                f"stop string {text!r} is {len(encoded)} tokens; the token engine stops on "
+                "single tokens only (pass a special token such as '<|im_end|>')"
+            )
+        ids.append(encoded[0])
+    return tuple(ids)
+
+
+def _call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` for a synchronous caller, with the caller's context variables."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # Called synchronously from inside an event loop: run on a helper thread, not nested.
+    ctx = contextvars.copy_context()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(ctx.run, asyncio.run, coro).result()

@@ -1,0 +1,144 @@
+"""`RolloutRecorder`: the per-rollout side of every LLM call — ledger, engine routing, counters."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import zlib
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.ledger import PromptPlan, TokenLedger
+from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.config import ChatConfig
+from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
+from agentrl_sdk.types import GenerateResult, LLMCall, SamplingParams
+
+if TYPE_CHECKING:
+    from agentrl_sdk.engines.base import Engine
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """An engine answer not yet recorded: the chat model builds the reply message first."""
+
+    plan: PromptPlan
+    result: GenerateResult
+    request_id: str
+
+
+class RolloutRecorder:
+    """Everything one rollout's LLM calls share.
+
+    Args:
+        engines: The engine serving each policy; a single engine serves every policy.
+        template: The chat template (and tokenizer) of the policy's model.
+        chat: Context budget, observation truncation and timeouts.
+        sampling: Default sampling of every call.
+        rollout_id: Prefix of engine request ids, unique per rollout.
+        default_trainable: Whether calls from undecorated nodes are trained.
+    """
+
+    def __init__(
+        self,
+        engines: Engine | Mapping[str, Engine],
+        template: ChatTemplate,
+        *,
+        chat: ChatConfig | None = None,
+        sampling: SamplingParams | None = None,
+        rollout_id: str = "rollout",
+        default_trainable: bool = True,
+    ) -> None:
+        self.engines = engines
+        self.template = template
+        self.chat = chat or ChatConfig()
+        self.sampling = sampling or SamplingParams()
+        self.rollout_id = rollout_id
+        self.default_trainable = default_trainable
+        self.ledger = TokenLedger(template)
+        self.metrics: Counter[str] = Counter()
+        self._clipped: dict[str, str] = {}
+        self._request_numbers = itertools.count()
+
+    def engine_for(self, policy: str) -> Engine:
+        """The engine that serves ``policy``."""
+        if not isinstance(self.engines, Mapping):
+            return self.engines
+        try:
+            return self.engines[policy]
+        except KeyError:
+            raise KeyError(
+                f"no engine serves policy {policy!r}; known policies: {sorted(self.engines)}"
+            ) from None
+
+    def clip_observation(self, text: str) -> str:
+        """Cut a tool output to ``chat.max_observation_tokens`` tokens (counted once per text)."""
+        limit = self.chat.max_observation_tokens
+        if limit is None:
+            return text
+        if text not in self._clipped:
+            ids = self.template.encode(text)
+            clipped = text
+            if len(ids) > limit:
+                clipped = (
+                    self.template.decode(ids[:limit])
+                    + f"\n[truncated: {len(ids) - limit} more tokens]"
+                )
+                self.metrics["observations_truncated"] += 1
+            self._clipped[text] = clipped
+        return self._clipped[text]
+
+    async def generate(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        node: NodeTag,
+        overrides: Mapping[str, Any],
+    ) -> PendingCall:
+        """Plan the prompt with the ledger and ask the policy's engine for a response.
+
+        Raises:
+            ContextBudgetExceeded: the prompt leaves no room for one generated token.
+            EngineError: the engine failed or did not answer within the timeout.
+        """
+        plan = self.ledger.plan(messages, tools, node)
+        budget = self.chat.max_context_tokens
+        room = budget - len(plan.prompt_ids)
+        if room < 1:
+            self.ledger.release(plan)
+            self.metrics["context_exceeded"] += 1
+            raise ContextBudgetExceeded(len(plan.prompt_ids), budget, node.name)
+        sampling = self.sampling.model_copy(update=dict(overrides))
+        request_id = f"{self.rollout_id}-{next(self._request_numbers)}"
+        update: dict[str, Any] = {"max_tokens": min(sampling.max_tokens, room)}
+        if sampling.seed is not None:
+            # One seed per request: samples of a row differ, yet a rerun repeats them exactly.
+            update["seed"] = zlib.crc32(f"{sampling.seed}:{request_id}".encode())
+        sampling = sampling.model_copy(update=update)
+        try:
+            result = await asyncio.wait_for(
+                self.engine_for(node.policy).generate(plan.prompt_ids, sampling, request_id),
+                timeout=self.chat.request_timeout_s,
+            )
+        except TimeoutError as exc:
+            self.ledger.release(plan)
+            self.metrics["engine_timeouts"] += 1
+            raise EngineError(
+                f"engine gave no answer to {request_id} within {self.chat.request_timeout_s}s"
+            ) from exc
+        except BaseException:
+            self.ledger.release(plan)
+            raise
+        return PendingCall(plan, result, request_id)
+
+    def commit(self, pending: PendingCall, reply: dict[str, Any]) -> LLMCall:
+        """Record the call in the ledger and count it."""
+        plan, result = pending.plan, pending.result
+        self.metrics["llm_calls"] += 1
+        self.metrics["generated_tokens"] += len(result.token_ids)
+        if plan.segment_index is None:
+            self.metrics[f"segments_started.{plan.start_reason or 'first_call'}"] += 1
+        return self.ledger.commit(plan, result, reply, pending.request_id)

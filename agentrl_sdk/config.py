@@ -1,0 +1,62 @@
+"""Pydantic configuration of the SDK; every option is documented once, in its ``Field``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentrl_sdk.types import SamplingParams
+
+
+class ChatConfig(BaseModel):
+    """How the token chat model builds prompts and guards the context."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_context_tokens: int = Field(
+        4096, ge=2, description="Prompt plus response budget of one call; beyond it the rollout "
+        "ends with status context_exceeded."
+    )
+    max_observation_tokens: int | None = Field(
+        None, ge=1, description="Tool outputs longer than this many tokens are cut (by tokens)."
+    )
+    tool_parser: Literal["hermes"] = Field("hermes", description="How tool calls are read.")
+    request_timeout_s: float = Field(
+        600.0, gt=0, description="Longest wait for one engine answer before the call fails."
+    )
+
+
+class RolloutConfig(BaseModel):
+    """How rollouts of a graph are collected."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(1, ge=1, description="Samples (rollouts) per dataset row.")
+    concurrency: int = Field(64, ge=1, description="Rollouts running at once.")
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    chat: ChatConfig = Field(default_factory=ChatConfig)
+    default_trainable: bool = Field(
+        True, description="Whether LLM calls in undecorated nodes are trained."
+    )
+    recursion_limit: int = Field(50, ge=1, description="LangGraph's step limit per rollout.")
+    timeout_s: float | None = Field(
+        None, gt=0, description="Wall-clock limit of one rollout; past it status is timeout."
+    )
+
+    @model_validator(mode="after")
+    def _budget_fits(self) -> RolloutConfig:
+        if self.sampling.max_tokens >= self.chat.max_context_tokens:
+            raise ValueError(
+                f"sampling.max_tokens ({self.sampling.max_tokens}) must be smaller than "
+                f"chat.max_context_tokens ({self.chat.max_context_tokens})"
+            )
+        return self
+
+
+def load_yaml(path: str | Path, model: type[BaseModel]) -> BaseModel:
+    """Read a YAML file into the config ``model``; errors name the file and the field."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    return model.model_validate(data)

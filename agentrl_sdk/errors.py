@@ -1,0 +1,32 @@
+"""The SDK's own exceptions; backend errors are mapped to these at one boundary each."""
+
+from __future__ import annotations
+
+
+class AgentRLError(Exception):
+    """Base class of every error the SDK raises on purpose."""
+
+
+class ContextBudgetExceeded(AgentRLError):
+    """A call's prompt would not leave room for even one generated token.
+
+    Raised by the chat model; the rollout ends with status ``context_exceeded``.
+    """
+
+    def __init__(self, prompt_tokens: int, budget: int, node: str | None = None) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.budget = budget
+        self.node = node
+        where = f" in node {node!r}" if node else ""
+        super().__init__(
+            f"prompt of {prompt_tokens} tokens{where} leaves no room to generate within the "
+            f"context budget of {budget} tokens; raise max_context_tokens or shorten the history"
+        )
+
+
+class EngineError(AgentRLError):
+    """The inference engine failed or did not answer in time."""
+
+
+class NoEngineError(AgentRLError):
+    """A chat model was called outside a rollout and has no engine of its own."""

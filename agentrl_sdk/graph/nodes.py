@@ -1,0 +1,79 @@
+"""`@trainable` and `@frozen`: mark the graph nodes whose LLM calls learn, or only run."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from agentrl_sdk.chat.context import NodeTag, current_node
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _mark(func: F, tag: NodeTag) -> F:
+    """Wrap a node so every LLM call made while it runs is attributed to ``tag``.
+
+    ``functools.wraps`` keeps the signature, so LangGraph still injects ``config``/``store``.
+    """
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def async_node(*args: Any, **kwargs: Any) -> Any:
+            token = current_node.set(tag)
+            try:
+                return await func(*args, **kwargs)
+            finally:
+                current_node.reset(token)
+
+        wrapper: Any = async_node
+    else:
+
+        @functools.wraps(func)
+        def sync_node(*args: Any, **kwargs: Any) -> Any:
+            token = current_node.set(tag)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                current_node.reset(token)
+
+        wrapper = sync_node
+    wrapper.__agentrl_node__ = tag
+    return wrapper
+
+
+@overload
+def trainable(name: F) -> F: ...
+@overload
+def trainable(name: str | None = None, *, policy: str = "default") -> Callable[[F], F]: ...
+def trainable(name: Any = None, *, policy: str = "default") -> Any:
+    """Mark a node whose LLM calls are trained.
+
+    Usable bare (``@trainable``) or with a name and policy (``@trainable("solver",
+    policy="solver")``). The name defaults to the function's name.
+
+    Args:
+        name: Name recorded on the node's segments.
+        policy: The policy (set of weights) that serves and learns from the node.
+    """
+    return _decorator(name, policy, trained=True)
+
+
+@overload
+def frozen(name: F) -> F: ...
+@overload
+def frozen(name: str | None = None, *, policy: str = "default") -> Callable[[F], F]: ...
+def frozen(name: Any = None, *, policy: str = "default") -> Any:
+    """Mark a node whose LLM calls run and are recorded, but are never trained."""
+    return _decorator(name, policy, trained=False)
+
+
+def _decorator(name: Any, policy: str, *, trained: bool) -> Any:
+    if callable(name):
+        return _mark(name, NodeTag(name.__name__, policy, trained))
+
+    def decorate(func: F) -> F:
+        return _mark(func, NodeTag(name or func.__name__, policy, trained))
+
+    return decorate

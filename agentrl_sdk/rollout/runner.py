@@ -1,0 +1,158 @@
+"""Run a LangGraph graph on dataset rows and turn each run into a `Trajectory`."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from langgraph.errors import GraphRecursionError
+
+from agentrl_sdk.chat.context import current_recorder
+from agentrl_sdk.chat.recorder import RolloutRecorder
+from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.config import RolloutConfig
+from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
+from agentrl_sdk.types import Trajectory, TrajectoryStatus
+
+if TYPE_CHECKING:
+    from agentrl_sdk.engines.base import Engine
+
+Row = Mapping[str, Any]
+InputFn = Callable[[Row], Any]
+
+
+def default_input(row: Row) -> Any:
+    """Graph input for a row: its ``messages`` or verl-style ``prompt``, else the row itself."""
+    if "messages" in row:
+        return {"messages": list(row["messages"])}
+    if "prompt" in row:
+        return {"messages": list(row["prompt"])}
+    return dict(row)
+
+
+def row_id_of(row: Row) -> str:
+    """A row's id: its ``id`` field, else a stable hash of its content."""
+    for key in ("id", "row_id", "uid"):
+        if key in row:
+            return str(row[key])
+    blob = json.dumps(row, sort_keys=True, default=str).encode()
+    return hashlib.sha1(blob).hexdigest()[:12]
+
+
+async def arollout(
+    graph: Any,
+    row: Row,
+    engine: Engine | Mapping[str, Engine],
+    *,
+    tokenizer: Any,
+    n: int | None = None,
+    config: RolloutConfig | None = None,
+    input_fn: InputFn = default_input,
+) -> list[Trajectory]:
+    """Run ``graph`` ``n`` times on ``row`` concurrently and return one trajectory per run.
+
+    Args:
+        graph: A compiled LangGraph graph (anything with ``ainvoke``).
+        row: The dataset row; ``input_fn`` turns it into the graph's input.
+        engine: The engine, or one engine per policy name.
+        tokenizer: The policy model's tokenizer (its chat template renders prompts).
+        n: Samples for this row; defaults to ``config.n``.
+        config: Rollout configuration.
+        input_fn: Row to graph input.
+    """
+    return await arollout_batch(
+        graph, [row], engine, tokenizer=tokenizer, n=n, config=config, input_fn=input_fn
+    )
+
+
+async def arollout_batch(
+    graph: Any,
+    rows: Iterable[Row],
+    engine: Engine | Mapping[str, Engine],
+    *,
+    tokenizer: Any,
+    n: int | None = None,
+    config: RolloutConfig | None = None,
+    input_fn: InputFn = default_input,
+) -> list[Trajectory]:
+    """Rollouts of every row, ``n`` each, at most ``config.concurrency`` at once, in row order."""
+    config = config or RolloutConfig()
+    samples = n or config.n
+    template = ChatTemplate(tokenizer)
+    gate = asyncio.Semaphore(config.concurrency)
+
+    async def one(row: Row, index: int) -> Trajectory:
+        async with gate:
+            return await _run_one(graph, row, index, engine, template, config, input_fn)
+
+    jobs = [one(row, i) for row in rows for i in range(samples)]
+    return list(await asyncio.gather(*jobs))
+
+
+def rollout(
+    graph: Any,
+    row: Row,
+    engine: Engine | Mapping[str, Engine],
+    *,
+    tokenizer: Any,
+    n: int | None = None,
+    config: RolloutConfig | None = None,
+    input_fn: InputFn = default_input,
+) -> list[Trajectory]:
+    """Synchronous `arollout`, for scripts and notebooks without a running event loop."""
+    return asyncio.run(
+        arollout(graph, row, engine, tokenizer=tokenizer, n=n, config=config, input_fn=input_fn)
+    )
+
+
+async def _run_one(
+    graph: Any,
+    row: Row,
+    sample_index: int,
+    engine: Engine | Mapping[str, Engine],
+    template: ChatTemplate,
+    config: RolloutConfig,
+    input_fn: InputFn,
+) -> Trajectory:
+    row_id = row_id_of(row)
+    recorder = RolloutRecorder(
+        engine,
+        template,
+        chat=config.chat,
+        sampling=config.sampling,
+        rollout_id=f"{row_id}:{sample_index}",
+        default_trainable=config.default_trainable,
+    )
+    status: TrajectoryStatus = "ok"
+    error: str | None = None
+    state: Any = None
+    token = current_recorder.set(recorder)
+    try:
+        run = graph.ainvoke(input_fn(row), config={"recursion_limit": config.recursion_limit})
+        state = await asyncio.wait_for(run, timeout=config.timeout_s)
+    except ContextBudgetExceeded as exc:
+        status, error = "context_exceeded", str(exc)
+    except EngineError as exc:
+        status, error = "engine_error", str(exc)
+    except TimeoutError:
+        status, error = "timeout", f"rollout exceeded timeout_s={config.timeout_s}"
+    except GraphRecursionError as exc:
+        status, error = "graph_error", f"recursion limit reached: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a user graph may raise anything; it is recorded
+        status, error = "graph_error", f"{type(exc).__name__}: {exc}"
+    finally:
+        current_recorder.reset(token)
+    metrics = {k: float(v) for k, v in recorder.metrics.items()}
+    return Trajectory(
+        row_id=row_id,
+        sample_index=sample_index,
+        segments=recorder.ledger.segments,
+        calls=recorder.ledger.calls,
+        status=status,
+        error=error,
+        metrics=metrics,
+        final_state=state,
+    )

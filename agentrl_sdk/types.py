@@ -1,0 +1,138 @@
+"""The data model every layer shares: sampling requests, engine results, LLM calls, trajectories.
+
+This module is a leaf: it imports only the standard library and pydantic.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+FinishReason = Literal["stop", "length", "abort"]
+"""Why generation ended: a stop/EOS token, the token budget, or an abort (pause, shutdown)."""
+
+TrajectoryStatus = Literal[
+    "ok",
+    "context_exceeded",
+    "graph_error",
+    "engine_error",
+    "timeout",
+]
+"""How a rollout ended. Anything but ``ok`` carries ``Trajectory.error``."""
+
+SegmentStart = Literal[
+    "first_call",
+    "new_conversation",
+    "history_edited",
+    "template_not_prefix_preserving",
+    "node_changed",
+]
+"""Why the ledger started a new segment instead of extending an existing one."""
+
+
+class SamplingParams(BaseModel):
+    """How an engine samples one response.
+
+    ``temperature == 0`` means greedy. Logprobs returned by engines are those of the sampled
+    token under the distribution it was sampled from (temperature applied, top-k/top-p
+    filtered); under greedy decoding they are the raw model logprobs.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    temperature: float = Field(1.0, ge=0.0, description="Softmax temperature; 0 is greedy.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(-1, description="Keep the k most likely tokens; -1 keeps all.")
+    max_tokens: int = Field(256, ge=1, description="Most tokens generated for one call.")
+    stop_token_ids: tuple[int, ...] = Field(
+        (), description="Token ids that end generation (the engine's EOS ids are added)."
+    )
+    seed: int | None = Field(None, description="Per-request seed for reproducible sampling.")
+
+
+class GenerateResult(BaseModel):
+    """What an engine returns for one request: token ids out, never text."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+    policy_version: int
+
+    @model_validator(mode="after")
+    def _aligned(self) -> GenerateResult:
+        if len(self.token_ids) != len(self.logprobs):
+            raise ValueError(
+                f"token_ids ({len(self.token_ids)}) and logprobs ({len(self.logprobs)}) "
+                "must have the same length"
+            )
+        return self
+
+
+class LLMCall(BaseModel):
+    """One call of a chat model inside a rollout, exactly as the engine saw and answered it."""
+
+    node: str = Field(description="Graph node the call was made from.")
+    policy: str = Field("default", description="Policy (set of weights) that serves the node.")
+    turn: int = Field(description="How many calls this node made before this one in the rollout.")
+    trained: bool = Field(description="False for calls made in @frozen nodes.")
+    prompt_ids: list[int] = Field(description="The full prompt sent to the engine.")
+    response_ids: list[int]
+    response_logprobs: list[float]
+    finish_reason: FinishReason
+    policy_version: int
+    segment_index: int = Field(description="Index of the trajectory segment the call belongs to.")
+    request_id: str
+
+
+class Segment(BaseModel):
+    """One token sequence to train on: a prompt, then generated (mask 1) and observation (mask 0) tokens.
+
+    ``response_logprobs`` and ``response_versions`` align 1:1 with ``response_ids``; at mask-0
+    positions they hold 0.0 and -1 (nothing was sampled there).
+    """
+
+    node: str
+    policy: str = "default"
+    trained: bool = True
+    started_because: SegmentStart = "first_call"
+    prompt_ids: list[int] = Field(default_factory=list)
+    response_ids: list[int] = Field(default_factory=list)
+    response_mask: list[int] = Field(default_factory=list)
+    response_logprobs: list[float] = Field(default_factory=list)
+    response_versions: list[int] = Field(default_factory=list)
+    num_calls: int = 0
+
+    @property
+    def generated_ids(self) -> list[int]:
+        """The mask-1 tokens, in order: exactly what the engine sampled for this segment."""
+        return [t for t, m in zip(self.response_ids, self.response_mask, strict=True) if m]
+
+    @property
+    def length(self) -> int:
+        """Prompt plus response tokens."""
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+class Trajectory(BaseModel):
+    """Everything one rollout of a graph on one dataset row produced."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    row_id: str
+    sample_index: int = 0
+    segments: list[Segment] = Field(default_factory=list)
+    calls: list[LLMCall] = Field(default_factory=list)
+    reward: float | None = None
+    rewards: dict[str, float] = Field(
+        default_factory=dict, description="Named reward components (per node or step too)."
+    )
+    status: TrajectoryStatus = "ok"
+    error: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    final_state: Any = Field(None, exclude=True, description="The graph's output state.")
+
+    @property
+    def trained_segments(self) -> list[Segment]:
+        """Segments whose generated tokens should receive gradient."""
+        return [s for s in self.segments if s.trained]
