@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.prebuilt import ToolNode as _LangGraphToolNode
+from langgraph.runtime import Runtime
 
 from agentrl_sdk.chat.context import current_recorder
 
@@ -27,12 +29,13 @@ class ToolNode(_LangGraphToolNode):
     def __init__(self, tools: Sequence[Any], *, handle_tool_errors: Any = True, **kwargs: Any):
         super().__init__(tools, handle_tool_errors=handle_tool_errors, **kwargs)
 
-    def _func(self, input: Any, config: Any, runtime: Any) -> Any:
+    # LangGraph injects config/runtime by annotation: keep the parent's exact types.
+    def _func(self, input: Any, config: RunnableConfig, runtime: Runtime) -> Any:
         ai = _last_ai(input, self._messages_key)
         output = super()._func(input, config, runtime) if ai and ai.tool_calls else None
         return self._finish(input, ai, output)
 
-    async def _afunc(self, input: Any, config: Any, runtime: Any) -> Any:
+    async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime) -> Any:
         ai = _last_ai(input, self._messages_key)
         output = await super()._afunc(input, config, runtime) if ai and ai.tool_calls else None
         return self._finish(input, ai, output)

@@ -1,0 +1,127 @@
+"""TokenChatModel as a LangChain chat model: tools, parsing, limits (scripted engine, real tokenizer)."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+from pydantic import BaseModel, Field
+
+from agentrl_sdk import ChatConfig, ContextBudgetExceeded, NoEngineError, TokenChatModel
+from agentrl_sdk.chat import ChatTemplate
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+class Weather(BaseModel):
+    """Weather report for a city."""
+
+    city: str = Field(description="City name")
+    celsius: int
+
+
+def _model(tokenizer, engine, **kw) -> TokenChatModel:
+    return TokenChatModel(engine=engine, tokenizer=tokenizer, **kw)
+
+
+async def test_tool_calls_are_parsed_from_generated_ids(qwen_tokenizer, scripted):
+    engine = scripted(
+        qwen_tokenizer,
+        ['Sure.\n<tool_call>\n{"name":"add","arguments":{"a":2,"b":3}}\n</tool_call>'],
+    )
+    llm = _model(qwen_tokenizer, engine).bind_tools([add])
+    msg = await llm.ainvoke([HumanMessage("2+3?")])
+
+    assert isinstance(msg, AIMessage)
+    assert msg.content == "Sure."
+    assert [(c["name"], c["args"]) for c in msg.tool_calls] == [("add", {"a": 2, "b": 3})]
+    assert msg.tool_calls[0]["id"].startswith("call_")
+    prompt = qwen_tokenizer.decode(engine.prompts[0])
+    assert '"name": "add"' in prompt and "<tools>" in prompt
+    assert msg.usage_metadata["input_tokens"] == len(engine.prompts[0])
+    assert msg.response_metadata["finish_reason"] == "stop"
+
+
+async def test_malformed_call_becomes_invalid_tool_call(qwen_tokenizer, scripted):
+    engine = scripted(qwen_tokenizer, ['<tool_call>\n{"name": "add", "arguments": {a: 2}\n</tool_call>'])
+    msg = await _model(qwen_tokenizer, engine).bind_tools([add]).ainvoke("2+3?")
+    assert msg.tool_calls == []
+    (bad,) = msg.invalid_tool_calls
+    assert bad["name"] == "add"
+    assert "not valid JSON" in bad["error"]
+
+
+def test_sync_invoke_and_batch(qwen_tokenizer, scripted):
+    engine = scripted(qwen_tokenizer, ["one", "two", "three"])
+    llm = _model(qwen_tokenizer, engine)
+    assert llm.invoke("hi").content == "one"
+    assert [m.content for m in llm.batch(["a", "b"])] == ["two", "three"]
+
+
+async def test_bind_tools_accepts_pydantic_and_dicts(qwen_tokenizer, scripted):
+    engine = scripted(qwen_tokenizer, ["ok"])
+    schema = {"type": "function", "function": {"name": "noop", "description": "Nothing.",
+                                               "parameters": {"type": "object", "properties": {}}}}
+    await _model(qwen_tokenizer, engine).bind_tools([Weather, schema, add]).ainvoke("x")
+    prompt = qwen_tokenizer.decode(engine.prompts[0])
+    for name in ('"name": "Weather"', '"name": "noop"', '"name": "add"'):
+        assert name in prompt
+
+
+async def test_structured_output_through_tool_calling(qwen_tokenizer, scripted):
+    engine = scripted(
+        qwen_tokenizer,
+        ['<tool_call>\n{"name":"Weather","arguments":{"city":"Oslo","celsius":-3}}\n</tool_call>'],
+    )
+    out = await _model(qwen_tokenizer, engine).with_structured_output(Weather).ainvoke("Oslo?")
+    assert out == Weather(city="Oslo", celsius=-3)
+
+
+async def test_context_budget_raises_before_calling_engine(qwen_tokenizer, scripted):
+    engine = scripted(qwen_tokenizer, ["never"])
+    llm = _model(qwen_tokenizer, engine, chat=ChatConfig(max_context_tokens=16))
+    with pytest.raises(ContextBudgetExceeded, match="context budget of 16"):
+        await llm.ainvoke([SystemMessage("long " * 20), HumanMessage("hi")])
+    assert engine.prompts == []
+
+
+async def test_max_tokens_shrinks_to_the_room_left(qwen_tokenizer, scripted):
+    engine = scripted(qwen_tokenizer, ["hello there friend"])
+    template = ChatTemplate(qwen_tokenizer)
+    prompt_len = len(template.encode(template.render([{"role": "user", "content": "hi"}],
+                                                      add_generation_prompt=True)))
+    llm = _model(qwen_tokenizer, engine, chat=ChatConfig(max_context_tokens=prompt_len + 2))
+    msg = await llm.ainvoke("hi")
+    assert engine.requests[0][1].max_tokens == 2
+    assert msg.usage_metadata["output_tokens"] == 2
+
+
+async def test_observations_are_truncated_by_tokens(qwen_tokenizer, scripted):
+    engine = scripted(qwen_tokenizer, ["done"])
+    llm = _model(qwen_tokenizer, engine, chat=ChatConfig(max_observation_tokens=5))
+    history = [
+        HumanMessage("go"),
+        AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": "c1"}]),
+        ToolMessage("alpha beta gamma delta epsilon zeta eta theta", tool_call_id="c1"),
+    ]
+    await llm.ainvoke(history)
+    prompt = qwen_tokenizer.decode(engine.prompts[0])
+    assert "alpha beta gamma delta epsilon\n[truncated: 4 more tokens]" in prompt
+    assert "zeta" not in prompt
+
+
+async def test_single_token_stop_strings_map_to_ids(qwen_tokenizer, scripted):
+    engine = scripted(qwen_tokenizer, ["x"])
+    await _model(qwen_tokenizer, engine).ainvoke("hi", stop=["<|endoftext|>"])
+    assert engine.requests[0][1].stop_token_ids == (151643,)
+    with pytest.raises(ValueError, match="single tokens"):
+        await _model(qwen_tokenizer, engine).ainvoke("hi", stop=["the end"])
+
+
+async def test_without_engine_outside_rollout_says_what_to_do():
+    with pytest.raises(NoEngineError, match="sdk.rollout"):
+        await TokenChatModel().ainvoke("hi")

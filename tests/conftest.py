@@ -1,0 +1,67 @@
+"""Shared fixtures: real tokenizers built offline, and a scripted engine for ledger unit tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from agentrl_sdk.models.tokenizers import build_qwen_tokenizer  # noqa: E402
+from agentrl_sdk.types import GenerateResult, SamplingParams  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer():
+    """Qwen's real BPE vocabulary with the Hermes tool template."""
+    return build_qwen_tokenizer("hermes")
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer():
+    """Qwen's real BPE vocabulary with the Qwen3 (think-stripping) template."""
+    return build_qwen_tokenizer("qwen3")
+
+
+class ScriptedEngine:
+    """Answers each request with the next scripted text (a fake, for unit tests of the ledger).
+
+    Records every prompt it receives. ``finish`` "stop" appends ``<|im_end|>``.
+    """
+
+    def __init__(self, tokenizer, replies: list[str | tuple[str, str]]):
+        self.tokenizer = tokenizer
+        self.replies = list(replies)
+        self.prompts: list[list[int]] = []
+        self.requests: list[tuple[str, SamplingParams]] = []
+        self.policy_version = 0
+        self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    async def generate(self, prompt_ids, sampling, request_id):
+        self.prompts.append(list(prompt_ids))
+        self.requests.append((request_id, sampling))
+        reply = self.replies.pop(0)
+        text, finish = reply if isinstance(reply, tuple) else (reply, "stop")
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if finish == "stop":
+            ids = ids + [self.im_end]
+        ids = ids[: sampling.max_tokens]
+        logprobs = [-0.01 * (i + 1) for i in range(len(ids))]
+        return GenerateResult(
+            token_ids=ids, logprobs=logprobs, finish_reason=finish,
+            policy_version=self.policy_version,
+        )
+
+    async def update_weights(self, state_dict):
+        self.policy_version += 1
+        return self.policy_version
+
+    async def health(self):
+        return True
+
+
+@pytest.fixture
+def scripted():
+    """Factory: ``scripted(tokenizer, [reply, ...])`` -> ScriptedEngine."""
+    return ScriptedEngine

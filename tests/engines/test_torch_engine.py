@@ -1,0 +1,305 @@
+"""TorchEngine: exact greedy ids, logprobs, seeded sampling, batching, weights, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import threading
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+import agentrl_sdk.engines as engines
+from agentrl_sdk.engines import Engine, TorchEngine
+from agentrl_sdk.engines._sampling import sample_next
+from agentrl_sdk.errors import EngineError
+from agentrl_sdk.types import SamplingParams
+
+VOCAB = 512
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+LENGTHS = [1, 3, 5, 7, 9, 12, 17, 30]
+
+
+def _tiny_model(seed: int) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        dtype="float32",
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def model() -> Qwen2ForCausalLM:
+    return _tiny_model(0)
+
+
+@pytest.fixture(scope="module")
+def engine(model: Qwen2ForCausalLM):
+    served = TorchEngine(model)
+    yield served
+    served.close()
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in LENGTHS * 3]
+
+
+def hf_greedy(model: Qwen2ForCausalLM, prompt: list[int], n: int) -> list[int]:
+    out = model.generate(
+        torch.tensor([prompt]), do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0
+    )
+    return out[0, len(prompt) :].tolist()
+
+
+def reference_logprobs(
+    model: Qwen2ForCausalLM, prompt: list[int], response: list[int], temperature: float
+) -> list[float]:
+    """One forward over prompt + response; log_softmax(logits / T) of each response token."""
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1]  # (R, V)
+    logp = (logits / (temperature or 1.0)).log_softmax(-1)
+    return logp.gather(1, torch.tensor(response)[:, None]).squeeze(1).tolist()
+
+
+async def test_package_exports_engine_and_torch_engine(engine: TorchEngine) -> None:
+    assert engines.__all__ == ["Engine", "TorchEngine"]
+    assert isinstance(engine, Engine)
+    assert await engine.health()
+
+
+async def test_greedy_alone_matches_hf_generate(engine, model, prompts) -> None:
+    for prompt in prompts[: len(LENGTHS)]:
+        result = await engine.generate(prompt, GREEDY, "alone")
+        assert result.token_ids == hf_greedy(model, prompt, GREEDY.max_tokens)
+        assert result.finish_reason == "length"
+        assert result.policy_version == 0
+
+
+async def test_greedy_batched_matches_hf_generate(engine, model, prompts) -> None:
+    results = await asyncio.gather(
+        *(engine.generate(p, GREEDY, f"r{i}") for i, p in enumerate(prompts))
+    )
+    assert len(prompts) == 24
+    for prompt, result in zip(prompts, results, strict=True):
+        assert result.token_ids == hf_greedy(model, prompt, GREEDY.max_tokens)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+async def test_logprobs_match_a_full_forward(engine, model, prompts, temperature) -> None:
+    sampling = SamplingParams(temperature=temperature, max_tokens=10, seed=3)
+    results = await asyncio.gather(
+        *(engine.generate(p, sampling, f"r{i}") for i, p in enumerate(prompts[:12]))
+    )
+    for prompt, result in zip(prompts, results, strict=False):
+        expected = reference_logprobs(model, prompt, result.token_ids, temperature)
+        assert result.logprobs == pytest.approx(expected, abs=1e-4)
+
+
+async def test_seeded_sampling_is_batch_invariant(engine, prompts) -> None:
+    sampling = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, max_tokens=16, seed=7)
+    prompt = prompts[3]
+    alone = await engine.generate(prompt, sampling, "alone")
+    others = [
+        engine.generate(p, sampling.model_copy(update={"seed": i}), f"o{i}")
+        for i, p in enumerate(prompts)
+    ]
+    batched, *_ = await asyncio.gather(engine.generate(prompt, sampling, "batched"), *others)
+    assert batched.token_ids == alone.token_ids
+    assert batched.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+    other_seed = await engine.generate(prompt, sampling.model_copy(update={"seed": 8}), "s8")
+    assert other_seed.token_ids != alone.token_ids
+    # top_k=40 and top_p=0.9 renormalise onto fewer tokens: every logprob beats uniform-over-V.
+    assert all(lp > -math.log(VOCAB) for lp in alone.logprobs)
+
+
+async def test_stop_token_ends_generation_and_is_included(engine, model, prompts) -> None:
+    prompt = prompts[5]
+    full = hf_greedy(model, prompt, GREEDY.max_tokens)
+    stop = full[4]
+    cut = full.index(stop) + 1
+    result = await engine.generate(
+        prompt, GREEDY.model_copy(update={"stop_token_ids": (stop,)}), "stop"
+    )
+    assert result.token_ids == full[:cut]
+    assert result.finish_reason == "stop"
+    short = await engine.generate(prompt, GREEDY.model_copy(update={"max_tokens": 3}), "len")
+    assert short.token_ids == full[:3]
+    assert short.finish_reason == "length"
+
+
+async def test_eos_defaults_to_generation_config(model, prompts, monkeypatch) -> None:
+    prompt = prompts[2]
+    full = hf_greedy(model, prompt, GREEDY.max_tokens)
+    monkeypatch.setattr(model.generation_config, "eos_token_id", [full[2]])
+    served = TorchEngine(model)
+    try:
+        result = await served.generate(prompt, GREEDY, "eos")
+    finally:
+        served.close()
+    assert result.token_ids == full[: full.index(full[2]) + 1]
+    assert result.finish_reason == "stop"
+
+
+async def test_requests_joining_mid_decode_match_alone(engine, prompts) -> None:
+    greedy = SamplingParams(temperature=0.0, max_tokens=40)
+    sampled = SamplingParams(temperature=0.9, top_p=0.95, max_tokens=40, seed=11)
+    jobs = [(p, greedy if i % 2 else sampled) for i, p in enumerate(prompts[:10])]
+    alone = [await engine.generate(p, s, "alone") for p, s in jobs]
+
+    async def staggered(i: int, prompt: list[int], sampling: SamplingParams):
+        await asyncio.sleep(0.004 * i)
+        return await engine.generate(prompt, sampling, f"late{i}")
+
+    joined = await asyncio.gather(*(staggered(i, p, s) for i, (p, s) in enumerate(jobs)))
+    assert [r.token_ids for r in joined] == [r.token_ids for r in alone]
+
+
+async def test_generate_from_asyncio_run_in_worker_threads(engine, model, prompts) -> None:
+    results: dict[int, list[int]] = {}
+
+    def worker(i: int) -> None:
+        out = asyncio.run(engine.generate(prompts[i], GREEDY, f"t{i}"))
+        results[i] = out.token_ids
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == {i: hf_greedy(model, prompts[i], GREEDY.max_tokens) for i in range(6)}
+
+
+async def test_cancelled_request_leaves_the_batch(model, prompts) -> None:
+    served = TorchEngine(model, eos_token_ids=(), max_batch_size=1)
+    try:
+        endless = asyncio.create_task(
+            served.generate(prompts[0], SamplingParams(temperature=0, max_tokens=100_000), "x")
+        )
+        await asyncio.sleep(0.05)
+        endless.cancel()
+        # With one batch slot, this only finishes if the cancelled request was dropped.
+        result = await asyncio.wait_for(served.generate(prompts[1], GREEDY, "next"), timeout=20)
+    finally:
+        served.close()
+    assert endless.cancelled()
+    assert result.token_ids == hf_greedy(model, prompts[1], GREEDY.max_tokens)
+
+
+async def test_update_weights_between_steps(model, prompts) -> None:
+    served = TorchEngine(copy.deepcopy(model))
+    new_model = _tiny_model(seed=1)
+    try:
+        assert served.policy_version == 0
+        before = await served.generate(prompts[4], GREEDY, "before")
+        assert await served.update_weights(new_model.state_dict()) == 1
+        after = await served.generate(prompts[4], GREEDY, "after")
+    finally:
+        served.close()
+    assert served.policy_version == 1
+    assert (before.policy_version, after.policy_version) == (0, 1)
+    assert after.token_ids == hf_greedy(new_model, prompts[4], GREEDY.max_tokens)
+    assert after.token_ids != before.token_ids
+
+
+async def test_mismatched_weights_fail_and_keep_the_version(engine) -> None:
+    with pytest.raises(EngineError, match="missing"):
+        await engine.update_weights({"lm_head.weight": torch.zeros(VOCAB, 64)})
+    assert engine.policy_version == 0
+
+
+async def test_failing_forward_fails_in_flight_and_engine_recovers(model, prompts) -> None:
+    served = TorchEngine(copy.deepcopy(model))
+    real_forward = served._model.forward
+    calls = {"n": 0}
+
+    def flaky_forward(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("boom")
+        return real_forward(*args, **kwargs)
+
+    served._model.forward = flaky_forward
+    try:
+        failed = await asyncio.gather(
+            *(served.generate(p, GREEDY, f"f{i}") for i, p in enumerate(prompts[:4])),
+            return_exceptions=True,
+        )
+        later = await served.generate(prompts[1], GREEDY, "later")
+        healthy = await served.health()
+    finally:
+        served.close()
+    assert all(isinstance(e, EngineError) for e in failed)
+    assert isinstance(failed[0].__cause__, RuntimeError)
+    assert later.token_ids == hf_greedy(model, prompts[1], GREEDY.max_tokens)
+    assert healthy
+
+
+async def test_close_fails_pending_and_refuses_new_requests(model, prompts) -> None:
+    served = TorchEngine(model, eos_token_ids=())
+    pending = asyncio.ensure_future(
+        served.generate(prompts[0], SamplingParams(temperature=0, max_tokens=100_000), "p")
+    )
+    await asyncio.sleep(0.05)
+    await asyncio.to_thread(served.close)
+    with pytest.raises(EngineError, match="closed"):
+        await pending
+    assert not await served.health()
+    with pytest.raises(EngineError, match="closed"):
+        await served.generate(prompts[0], GREEDY, "late")
+
+
+async def test_invalid_prompt_is_rejected(engine) -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        await engine.generate([1, VOCAB], GREEDY, "bad")
+    with pytest.raises(ValueError, match="non-empty"):
+        await engine.generate([], GREEDY, "empty")
+
+
+async def test_from_pretrained_loads_a_local_directory(model, prompts, tmp_path) -> None:
+    model.save_pretrained(tmp_path)
+    served = TorchEngine.from_pretrained(tmp_path, dtype=torch.float32)
+    try:
+        result = await served.generate(prompts[2], GREEDY, "loaded")
+    finally:
+        served.close()
+    assert result.token_ids == hf_greedy(model, prompts[2], GREEDY.max_tokens)
+    with pytest.raises(FileNotFoundError, match="never downloads"):
+        TorchEngine.from_pretrained(tmp_path / "missing")
+
+
+def test_sample_next_greedy_and_filtered_distributions() -> None:
+    logits = torch.log(torch.tensor([[0.1, 0.5, 0.15, 0.25], [0.1, 0.5, 0.15, 0.25]]))
+    temperature = torch.tensor([0.0, 1.0])
+    top_k = torch.tensor([-1, 2])
+    top_p = torch.tensor([1.0, 1.0])
+    # Row 1 keeps {1: 0.5, 3: 0.25} -> renormalised {1: 2/3, 3: 1/3}; u=0.9 lands on token 3.
+    tokens, logp = sample_next(logits, temperature, top_k, top_p, torch.tensor([0.5, 0.9]))
+    assert tokens.tolist() == [1, 3]
+    assert logp.tolist() == pytest.approx([math.log(0.5), math.log(1 / 3)], abs=1e-6)
+
+    # top_p=0.7 keeps the smallest prefix reaching 0.7: {1: 0.5, 3: 0.25} again.
+    tokens, logp = sample_next(
+        logits[1:], torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([0.7]), torch.tensor([0.5])
+    )
+    assert tokens.tolist() == [1]
+    assert logp.tolist() == pytest.approx([math.log(2 / 3)], abs=1e-6)
+
+    # Temperature 0.5 squares then renormalises the probabilities.
+    probs = torch.tensor([0.1, 0.5, 0.15, 0.25]) ** 2
+    tokens, logp = sample_next(
+        logits[1:], torch.tensor([0.5]), torch.tensor([-1]), torch.tensor([1.0]), torch.tensor([0.5])
+    )
+    assert tokens.tolist() == [1]
+    assert logp.item() == pytest.approx(math.log(probs[1] / probs.sum()), abs=1e-6)
