@@ -1,0 +1,25 @@
+# Two commands for a new user: `make demo` and `make test` (each sets up .venv first).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup demo test lint bench
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) -m examples.calculator.rollout_demo
+
+test: setup
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -m "slow or not slow" -q
+
+bench: setup
+	$(PY) benchmarks/engine.py --quick
+	$(PY) benchmarks/overhead.py --quick

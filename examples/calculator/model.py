@@ -1,0 +1,59 @@
+"""The calculator agent's tiny policy: a small-vocab model warm-started on expert solutions.
+
+Built by the project's own code (no download) and cached, so the second run starts at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from agentrl_sdk.chat.messages import to_openai_tools
+from agentrl_sdk.models import (
+    build_small_tokenizer,
+    build_tiny_model,
+    load_pretrained_pair,
+    save_pretrained_pair,
+    supervised_warm_start,
+)
+from examples.calculator.agent import calculator, expert_conversation, make_rows
+
+RECIPE = {
+    "version": 1,
+    "vocab_size": 1024,
+    "hidden_size": 128,
+    "num_layers": 2,
+    "warm_rows": 256,
+    "steps": 300,
+    "lr": 3e-3,
+    "batch_size": 16,
+}
+"""Everything that decides the weights; its hash names the cache folder."""
+
+
+def cache_dir() -> Path:
+    """Where built models live: ``$AGENTRL_CACHE`` or ``~/.cache/agentrl_sdk``."""
+    return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl_sdk"))
+
+
+def load_agent_model(progress: bool = True) -> tuple[Any, Any]:
+    """The warm-started (model, tokenizer), built on first use and cached."""
+    key = hashlib.sha1(json.dumps(RECIPE, sort_keys=True).encode()).hexdigest()[:10]
+    path = cache_dir() / f"calculator-{key}"
+    if (path / "config.json").exists():
+        return load_pretrained_pair(path)
+    tokenizer = build_small_tokenizer("hermes", vocab_size=RECIPE["vocab_size"])
+    model = build_tiny_model(
+        tokenizer, hidden_size=RECIPE["hidden_size"], num_layers=RECIPE["num_layers"]
+    )
+    conversations = [expert_conversation(r) for r in make_rows(RECIPE["warm_rows"], seed=1)]
+    supervised_warm_start(
+        model, tokenizer, conversations, tools=to_openai_tools([calculator]),
+        steps=RECIPE["steps"], lr=RECIPE["lr"], batch_size=RECIPE["batch_size"],
+        progress=progress,
+    )
+    save_pretrained_pair(model, tokenizer, path)
+    return load_pretrained_pair(path)
