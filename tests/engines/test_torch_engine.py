@@ -88,12 +88,17 @@ async def test_greedy_alone_matches_hf_generate(engine, model, prompts) -> None:
 
 
 async def test_greedy_batched_matches_hf_generate(engine, model, prompts) -> None:
+    # Different budgets make rows leave the batch at different steps while others go on.
+    budgets = [4 + i % 9 for i in range(len(prompts))]
     results = await asyncio.gather(
-        *(engine.generate(p, GREEDY, f"r{i}") for i, p in enumerate(prompts))
+        *(
+            engine.generate(p, GREEDY.model_copy(update={"max_tokens": n}), f"r{i}")
+            for i, (p, n) in enumerate(zip(prompts, budgets, strict=True))
+        )
     )
     assert len(prompts) == 24
-    for prompt, result in zip(prompts, results, strict=True):
-        assert result.token_ids == hf_greedy(model, prompt, GREEDY.max_tokens)
+    for prompt, n, result in zip(prompts, budgets, results, strict=True):
+        assert result.token_ids == hf_greedy(model, prompt, n)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
@@ -213,6 +218,21 @@ async def test_update_weights_between_steps(model, prompts) -> None:
     assert after.token_ids != before.token_ids
 
 
+async def test_in_flight_request_finishes_on_new_weights(model, prompts) -> None:
+    served = TorchEngine(copy.deepcopy(model), eos_token_ids=())
+    long = SamplingParams(temperature=0.0, max_tokens=300)
+    try:
+        running = asyncio.ensure_future(served.generate(prompts[4], long, "long"))
+        await asyncio.sleep(0.02)
+        version = await served.update_weights(_tiny_model(seed=1).state_dict())
+        result = await running
+    finally:
+        served.close()
+    assert version == result.policy_version == 1  # the version current when it finished
+    assert len(result.token_ids) == 300
+    assert result.token_ids != hf_greedy(model, prompts[4], 300)
+
+
 async def test_mismatched_weights_fail_and_keep_the_version(engine) -> None:
     with pytest.raises(EngineError, match="missing"):
         await engine.update_weights({"lm_head.weight": torch.zeros(VOCAB, 64)})
@@ -220,8 +240,8 @@ async def test_mismatched_weights_fail_and_keep_the_version(engine) -> None:
 
 
 async def test_failing_forward_fails_in_flight_and_engine_recovers(model, prompts) -> None:
-    served = TorchEngine(copy.deepcopy(model))
-    real_forward = served._model.forward
+    flaky = copy.deepcopy(model)
+    real_forward = flaky.forward
     calls = {"n": 0}
 
     def flaky_forward(*args, **kwargs):
@@ -230,7 +250,8 @@ async def test_failing_forward_fails_in_flight_and_engine_recovers(model, prompt
             raise RuntimeError("boom")
         return real_forward(*args, **kwargs)
 
-    served._model.forward = flaky_forward
+    flaky.forward = flaky_forward
+    served = TorchEngine(flaky)
     try:
         failed = await asyncio.gather(
             *(served.generate(p, GREEDY, f"f{i}") for i, p in enumerate(prompts[:4])),
@@ -280,26 +301,42 @@ async def test_from_pretrained_loads_a_local_directory(model, prompts, tmp_path)
 
 
 def test_sample_next_greedy_and_filtered_distributions() -> None:
-    logits = torch.log(torch.tensor([[0.1, 0.5, 0.15, 0.25], [0.1, 0.5, 0.15, 0.25]]))
-    temperature = torch.tensor([0.0, 1.0])
-    top_k = torch.tensor([-1, 2])
-    top_p = torch.tensor([1.0, 1.0])
-    # Row 1 keeps {1: 0.5, 3: 0.25} -> renormalised {1: 2/3, 3: 1/3}; u=0.9 lands on token 3.
-    tokens, logp = sample_next(logits, temperature, top_k, top_p, torch.tensor([0.5, 0.9]))
+    probs = torch.tensor([0.1, 0.5, 0.15, 0.25])
+    logits = probs.log().expand(2, 4)
+    # Row 0 greedy. Row 1 top_k=2 keeps {1: 0.5, 3: 0.25} -> {1: 2/3, 3: 1/3}; the noise
+    # favours tokens 0 and 2, yet they are filtered out, and a large E_1 hands the race to 3.
+    noise = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1e-6, 10.0, 1e-6, 1.0]])
+    tokens, logp = sample_next(
+        logits, torch.tensor([0.0, 1.0]), torch.tensor([-1, 2]), torch.tensor([1.0, 1.0]), noise
+    )
     assert tokens.tolist() == [1, 3]
     assert logp.tolist() == pytest.approx([math.log(0.5), math.log(1 / 3)], abs=1e-6)
 
     # top_p=0.7 keeps the smallest prefix reaching 0.7: {1: 0.5, 3: 0.25} again.
+    ones = torch.ones(1, 4)
     tokens, logp = sample_next(
-        logits[1:], torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([0.7]), torch.tensor([0.5])
+        logits[:1], torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([0.7]), ones
     )
     assert tokens.tolist() == [1]
     assert logp.tolist() == pytest.approx([math.log(2 / 3)], abs=1e-6)
 
     # Temperature 0.5 squares then renormalises the probabilities.
-    probs = torch.tensor([0.1, 0.5, 0.15, 0.25]) ** 2
     tokens, logp = sample_next(
-        logits[1:], torch.tensor([0.5]), torch.tensor([-1]), torch.tensor([1.0]), torch.tensor([0.5])
+        logits[:1], torch.tensor([0.5]), torch.tensor([-1]), torch.tensor([1.0]), ones
     )
+    squared = probs**2
     assert tokens.tolist() == [1]
-    assert logp.item() == pytest.approx(math.log(probs[1] / probs.sum()), abs=1e-6)
+    assert logp.item() == pytest.approx(math.log(squared[1] / squared.sum()), abs=1e-6)
+
+
+def test_sample_next_draws_from_the_filtered_distribution() -> None:
+    n = 20_000
+    g = torch.Generator().manual_seed(0)
+    logits = torch.tensor([0.1, 0.5, 0.15, 0.25]).log().expand(n, 4)
+    noise = torch.empty(n, 4).exponential_(generator=g)
+    tokens, _ = sample_next(
+        logits, torch.ones(n), torch.full((n,), 3), torch.ones(n), noise
+    )
+    freq = torch.bincount(tokens, minlength=4).float() / n
+    expected = torch.tensor([0.0, 0.5, 0.15, 0.25]) / 0.9  # top-3, renormalised
+    assert freq.tolist() == pytest.approx(expected.tolist(), abs=0.015)

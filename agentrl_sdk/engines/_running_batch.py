@@ -1,0 +1,166 @@
+"""The torch engine's running batch: per-request decode state over one left-padded KV cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from agentrl_sdk.types import FinishReason, SamplingParams
+
+__all__ = ["RunningBatch", "SequenceState"]
+
+
+@dataclass(eq=False)
+class SequenceState:
+    """One request's decoding state: what it asked for and what it has generated so far."""
+
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    stop_ids: frozenset[int]
+    generator: torch.Generator
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    def append(self, token: int, logprob: float) -> FinishReason | None:
+        """Record one sampled token; return why generation ended, or None to go on."""
+        self.token_ids.append(token)
+        self.logprobs.append(logprob)
+        if token in self.stop_ids:
+            return "stop"
+        if len(self.token_ids) >= self.sampling.max_tokens:
+            return "length"
+        return None
+
+
+class RunningBatch:
+    """Sequences decoded together, left-padded so every row's next token sits in the last column.
+
+    Invariants: ``mask`` is ``(B, L)`` and covers exactly the ``L`` cached positions; every
+    row's newest sampled token is in ``last`` and not yet in the cache; ``positions[b]`` is
+    that token's position id. Padded cache slots hold zeros and are masked out.
+    """
+
+    def __init__(
+        self,
+        rows: list[Any],
+        cache: DynamicCache | None,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        last: torch.Tensor,
+    ) -> None:
+        self.rows = rows
+        self.cache = cache
+        self.mask = mask  # (B, L) long
+        self.positions = positions  # (B,) long
+        self.last = last  # (B,) long
+        self.temperature = torch.tensor([r.sampling.temperature for r in rows])  # (B,)
+        self.top_k = torch.tensor([r.sampling.top_k for r in rows], dtype=torch.long)  # (B,)
+        self.top_p = torch.tensor([r.sampling.top_p for r in rows])  # (B,)
+
+    @classmethod
+    def empty(cls) -> RunningBatch:
+        """A batch with no rows and no cache."""
+        none = torch.zeros(0, dtype=torch.long)
+        return cls([], None, none.reshape(0, 0), none, none)
+
+    @staticmethod
+    def prefill_inputs(rows: list[SequenceState]) -> dict[str, torch.Tensor]:
+        """Left-padded ``input_ids``, ``attention_mask`` and ``position_ids`` for new prompts."""
+        width = max(len(r.prompt_ids) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)  # (B, L)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)  # (B, L)
+        for b, r in enumerate(rows):
+            n = len(r.prompt_ids)
+            ids[b, width - n :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            mask[b, width - n :] = 1
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # (B, L)
+        return {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def decode_inputs(self) -> dict[str, Any]:
+        """Model inputs for one decode step: each row's newest token over the shared cache."""
+        ones = torch.ones(len(self.rows), 1, dtype=torch.long)
+        return {
+            "input_ids": self.last[:, None],  # (B, 1)
+            "attention_mask": torch.cat([self.mask, ones], dim=1),  # (B, L + 1)
+            "position_ids": self.positions[:, None],  # (B, 1)
+            "past_key_values": self.cache,
+        }
+
+    def advance(
+        self, cache: DynamicCache, attention_mask: torch.Tensor, tokens: torch.Tensor
+    ) -> None:
+        """Commit a decode step: the fed tokens are now cached and ``tokens`` come next."""
+        self.cache = cache
+        self.mask = attention_mask
+        self.positions = self.positions + 1
+        self.last = tokens
+
+    def keep(self, indices: list[int]) -> None:
+        """Keep only the rows at ``indices`` and drop cache columns no remaining row uses."""
+        if len(indices) == len(self.rows):
+            return
+        if not indices:
+            self.__dict__.update(RunningBatch.empty().__dict__)
+            return
+        idx = torch.tensor(indices, dtype=torch.long)
+        self.rows = [self.rows[i] for i in indices]
+        self.mask = self.mask.index_select(0, idx)
+        for name in ("positions", "last", "temperature", "top_k", "top_p"):
+            setattr(self, name, getattr(self, name).index_select(0, idx))
+        # Finished long rows leave padding columns every survivor ignores; cut them.
+        first = int(self.mask.any(dim=0).int().argmax())
+        self.mask = self.mask[:, first:]
+        for layer in _layers(self.cache):
+            layer.keys = layer.keys.index_select(0, idx)[:, :, first:]
+            layer.values = layer.values.index_select(0, idx)[:, :, first:]
+
+    def merge(self, other: RunningBatch) -> None:
+        """Append ``other``'s rows, left-padding whichever cache is shorter."""
+        if not other.rows:
+            return
+        if not self.rows:
+            self.__dict__.update(other.__dict__)
+            return
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        for mine, theirs in zip(_layers(self.cache), _layers(other.cache), strict=True):
+            mine.keys = torch.cat([_pad_left(mine.keys, width), _pad_left(theirs.keys, width)])
+            mine.values = torch.cat(
+                [_pad_left(mine.values, width), _pad_left(theirs.values, width)]
+            )
+        self.mask = torch.cat([_pad_left(self.mask, width), _pad_left(other.mask, width)])
+        self.rows = self.rows + other.rows
+        for name in ("positions", "last", "temperature", "top_k", "top_p"):
+            setattr(self, name, torch.cat([getattr(self, name), getattr(other, name)]))
+
+    def noise(self, vocab: int) -> torch.Tensor:
+        """Fresh ``Exp(1)`` noise, ``(B, V)``: each sampling row's from its own generator.
+
+        One draw of ``V`` values per row per step, so a seeded request's noise stream
+        depends on its seed and step alone, whatever batch it runs in. Greedy rows get ones
+        (unused).
+        """
+        out = torch.ones(len(self.rows), vocab)  # (B, V)
+        for b, row in enumerate(self.rows):
+            if row.sampling.temperature > 0:
+                out[b].exponential_(generator=row.generator)
+        return out
+
+
+def _layers(cache: DynamicCache | None) -> list[Any]:
+    return [] if cache is None else list(cache.layers)
+
+
+def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pad the sequence axis (dim 1 of a mask, dim 2 of ``(B, H, L, D)`` keys) to ``width``."""
+    missing = width - (t.shape[1] if t.dim() == 2 else t.shape[2])
+    if missing == 0:
+        return t
+    pad = (missing, 0) if t.dim() == 2 else (0, 0, missing, 0)
+    return F.pad(t, pad)

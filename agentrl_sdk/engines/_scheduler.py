@@ -1,0 +1,235 @@
+"""The torch engine's scheduler: the loop its background thread runs between model forwards."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from agentrl_sdk.engines._running_batch import RunningBatch, SequenceState
+from agentrl_sdk.engines._sampling import sample_next
+from agentrl_sdk.errors import EngineError
+from agentrl_sdk.types import GenerateResult
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache, PreTrainedModel
+
+__all__ = ["STOP", "Request", "Scheduler", "WeightUpdate"]
+
+STOP = object()
+"""Put in the inbox to make `Scheduler.run` return."""
+
+
+@dataclass(eq=False)
+class Request(SequenceState):
+    """A generate call in flight: its decode state plus where to deliver the answer."""
+
+    request_id: str = ""
+    loop: asyncio.AbstractEventLoop | None = None
+    future: asyncio.Future[GenerateResult] | None = None
+    # Set by the caller's thread on cancellation; a plain bool is atomic under the GIL.
+    cancelled: bool = False
+
+
+@dataclass(eq=False)
+class WeightUpdate:
+    """A state dict to load between two decode steps, and where to report the new version."""
+
+    state_dict: Mapping[str, torch.Tensor]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[int]
+
+
+class Scheduler:
+    """Admits, prefills, decodes and answers requests; touched only by the engine thread.
+
+    Each iteration, between two forwards: take everything from the inbox (applying weight
+    updates on the spot), drop cancelled requests, prefill as many waiting prompts as the
+    batch has room for in one left-padded forward and merge them in, then decode one token
+    for every running request. Rows that finish are answered and removed at once.
+
+    Args:
+        model: The causal LM to run.
+        max_batch_size: Most requests decoded at once.
+    """
+
+    def __init__(self, model: PreTrainedModel, max_batch_size: int) -> None:
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self.version = 0
+        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._waiting: deque[Request] = deque()
+        self._prefilling: list[Request] = []
+        self._batch = RunningBatch.empty()
+
+    def run(self) -> None:
+        """Serve until `STOP` arrives; a failing step fails only the requests in flight."""
+        while self._receive(block=not (self._batch.rows or self._waiting)):
+            try:
+                self._drop_cancelled()
+                self._admit()
+                self._decode()
+            except Exception as exc:  # noqa: BLE001 - mapped to EngineError for every caller
+                self._fail(self._batch.rows + self._prefilling, cause=exc)
+
+    def abort_all(self) -> None:
+        """Fail every request still running, waiting or queued: the engine is closing."""
+        for item in _drain(self.inbox):
+            if isinstance(item, Request):
+                self._waiting.append(item)
+            elif isinstance(item, WeightUpdate):
+                error = EngineError("update_weights aborted: the TorchEngine closed")
+                deliver(item.loop, item.future, error=error)
+        self._fail(self._batch.rows + self._prefilling + list(self._waiting), cause=None)
+        self._waiting.clear()
+
+    def _receive(self, *, block: bool) -> bool:
+        """Take everything queued (waiting for one item if ``block``); False once stopped."""
+        items = [self.inbox.get()] if block else []
+        items.extend(_drain(self.inbox))
+        for item in items:
+            if item is STOP:
+                return False
+            if isinstance(item, WeightUpdate):
+                self._apply_weights(item)
+            else:
+                self._waiting.append(item)
+        return True
+
+    def _apply_weights(self, update: WeightUpdate) -> None:
+        try:
+            _check_state_dict(self.model, update.state_dict)
+            self.model.load_state_dict(update.state_dict, strict=True)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, serving goes on
+            error = EngineError(f"update_weights failed, weights unchanged: {exc}")
+            error.__cause__ = exc
+            deliver(update.loop, update.future, error=error)
+            return
+        self.version += 1
+        deliver(update.loop, update.future, result=self.version)
+
+    def _drop_cancelled(self) -> None:
+        if any(r.cancelled for r in self._waiting):
+            self._waiting = deque(r for r in self._waiting if not r.cancelled)
+        self._batch.keep([i for i, r in enumerate(self._batch.rows) if not r.cancelled])
+
+    def _admit(self) -> None:
+        """Prefill waiting prompts together and merge the survivors into the running batch."""
+        room = min(self.max_batch_size - len(self._batch), len(self._waiting))
+        if room <= 0:
+            return
+        self._prefilling = [self._waiting.popleft() for _ in range(room)]
+        inputs = RunningBatch.prefill_inputs(self._prefilling)
+        logits, cache = self._forward(**inputs, logits_to_keep=1)
+        lengths = torch.tensor([len(r.prompt_ids) for r in self._prefilling])
+        fresh = RunningBatch(self._prefilling, cache, inputs["attention_mask"], lengths, lengths)
+        noise = fresh.noise(logits.shape[-1])
+        tokens, logprobs = sample_next(logits, fresh.temperature, fresh.top_k, fresh.top_p, noise)
+        fresh.last = tokens
+        self._record(fresh, tokens, logprobs)
+        self._batch.merge(fresh)
+        self._prefilling = []
+
+    def _decode(self) -> None:
+        batch = self._batch
+        if not batch.rows:
+            return
+        inputs = batch.decode_inputs()
+        logits, cache = self._forward(**inputs)
+        noise = batch.noise(logits.shape[-1])
+        tokens, logprobs = sample_next(logits, batch.temperature, batch.top_k, batch.top_p, noise)
+        batch.advance(cache, inputs["attention_mask"], tokens)
+        self._record(batch, tokens, logprobs)
+
+    def _forward(self, **inputs: Any) -> tuple[torch.Tensor, DynamicCache]:
+        """Last-position logits ``(B, V)`` and the grown cache."""
+        with torch.inference_mode():
+            out = self.model(**inputs, use_cache=True)
+        return out.logits[:, -1, :], out.past_key_values
+
+    def _record(self, batch: RunningBatch, tokens: torch.Tensor, logprobs: torch.Tensor) -> None:
+        """Append one sampled token per row; answer and remove the rows that finished."""
+        survivors = []
+        rows = zip(batch.rows, tokens.tolist(), logprobs.tolist(), strict=True)
+        for i, (row, token, logprob) in enumerate(rows):
+            reason = row.append(token, logprob)
+            if reason is None:
+                survivors.append(i)
+                continue
+            result = GenerateResult(
+                token_ids=row.token_ids,
+                logprobs=row.logprobs,
+                finish_reason=reason,
+                policy_version=self.version,
+            )
+            deliver(row.loop, row.future, result=result)
+        batch.keep(survivors)
+
+    def _fail(self, requests: list[Request], cause: Exception | None) -> None:
+        """Answer ``requests`` with `EngineError` and forget the running batch."""
+        self._batch = RunningBatch.empty()
+        self._prefilling = []
+        for row in requests:
+            if cause is None:
+                error = EngineError(f"request {row.request_id!r} aborted: the TorchEngine closed")
+            else:
+                error = EngineError(
+                    f"request {row.request_id!r} failed: the model forward raised {cause!r}; "
+                    "the engine keeps serving, retry the request"
+                )
+                error.__cause__ = cause
+            deliver(row.loop, row.future, error=error)
+
+
+def deliver(
+    loop: asyncio.AbstractEventLoop | None,
+    future: asyncio.Future[Any] | None,
+    *,
+    result: Any = None,
+    error: BaseException | None = None,
+) -> None:
+    """Settle ``future`` on its own loop's thread; a closed loop has nobody left waiting."""
+    if loop is None or future is None:
+        return
+
+    def settle() -> None:
+        if future.done():  # cancelled by the caller meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:
+        pass  # the caller's loop is closed: its asyncio.run returned, nobody awaits this
+
+
+def _drain(inbox: queue.SimpleQueue[Any]) -> list[Any]:
+    items = []
+    while True:
+        try:
+            items.append(inbox.get_nowait())
+        except queue.Empty:
+            return items
+
+
+def _check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
+    """Raise before loading anything, so a mismatched update never half-applies."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    missing = sorted(expected.keys() - state_dict.keys())
+    unexpected = sorted(state_dict.keys() - expected.keys())
+    wrong = sorted(
+        k for k in expected.keys() & state_dict.keys() if tuple(state_dict[k].shape) != expected[k]
+    )
+    if missing or unexpected or wrong:
+        raise ValueError(
+            f"state_dict does not match the served model: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}, wrong shape {wrong[:5]}"
+        )

@@ -1,0 +1,211 @@
+"""`TorchEngine`: an in-process transformers engine that batches requests continuously."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import DynamicCache
+
+from agentrl_sdk.engines._scheduler import STOP, Request, Scheduler, WeightUpdate
+from agentrl_sdk.errors import EngineError
+from agentrl_sdk.types import GenerateResult, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = ["TorchEngine"]
+
+
+class TorchEngine:
+    """Serves a local transformers causal LM with continuous batching, on CPU or one GPU.
+
+    A single daemon thread owned by the engine runs the scheduler: between two decode steps
+    it applies pending weight updates, drops cancelled requests, prefills newly arrived
+    prompts in one left-padded forward and merges them into the running batch; then all
+    running requests decode one token together over a shared KV cache. A request leaves
+    the batch as soon as it samples a stop/EOS token (kept in its output) or reaches
+    ``max_tokens``.
+
+    ``generate`` may be awaited from any event loop in any thread: the answer is delivered
+    with ``loop.call_soon_threadsafe``, so the caller's loop never waits on a forward.
+
+    A response's ``policy_version`` is the version current when it *finished*; after an
+    ``update_weights`` the requests already in flight continue on the new weights.
+
+    Args:
+        model: A causal LM (e.g. ``Qwen2ForCausalLM``) with full attention; moved to eval mode.
+        eos_token_ids: Ids that end every request. ``None`` reads
+            ``model.generation_config.eos_token_id``; ``()`` means no EOS at all.
+        max_batch_size: Most requests decoded at once; later ones wait their turn.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        *,
+        eos_token_ids: Iterable[int] | None = None,
+        max_batch_size: int = 64,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if any(DynamicCache(config=model.config).is_sliding):
+            raise ValueError(
+                "TorchEngine supports full-attention models only; this config has "
+                "sliding-window layers (disable use_sliding_window or serve it with vLLM)"
+            )
+        self._vocab_size = model.get_input_embeddings().num_embeddings
+        self._eos = frozenset(_default_eos(model) if eos_token_ids is None else eos_token_ids)
+        self._scheduler = Scheduler(model.eval(), max_batch_size)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        dtype: torch.dtype | str = "auto",
+        eos_token_ids: Iterable[int] | None = None,
+        max_batch_size: int = 64,
+    ) -> TorchEngine:
+        """Load a model from a local directory (never from the network) and serve it.
+
+        Args:
+            path: Directory holding ``config.json`` and the weights.
+            dtype: Weight dtype; ``"auto"`` keeps the saved one.
+            eos_token_ids: As in the constructor.
+            max_batch_size: As in the constructor.
+
+        Raises:
+            FileNotFoundError: ``path`` is not a directory.
+        """
+        from transformers import AutoModelForCausalLM
+
+        if not os.path.isdir(path):
+            raise FileNotFoundError(
+                f"{os.fspath(path)!r} is not a local model directory; TorchEngine never "
+                "downloads, so save the model with save_pretrained() and pass that directory"
+            )
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+        return cls(model, eos_token_ids=eos_token_ids, max_batch_size=max_batch_size)
+
+    @property
+    def model(self) -> PreTrainedModel:
+        """The served model. Read it freely; change weights only through `update_weights`."""
+        return self._scheduler.model
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the weights currently served; bumped by every `update_weights`."""
+        return self._scheduler.version
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+    ) -> GenerateResult:
+        """Sample one response to ``prompt_ids``; cancelling the caller drops the request.
+
+        Raises:
+            ValueError: The prompt is empty or holds ids outside the vocabulary.
+            EngineError: The forward failed while the request was in flight, or the engine closed.
+        """
+        bad = [t for t in prompt_ids if not 0 <= t < self._vocab_size]
+        if not prompt_ids or bad:
+            raise ValueError(
+                f"request {request_id!r}: prompt must be non-empty ids in [0, {self._vocab_size}); "
+                f"got {len(prompt_ids)} ids, out of range: {bad[:5]}"
+            )
+        loop = asyncio.get_running_loop()
+        generator = torch.Generator()
+        if sampling.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(sampling.seed)
+        request = Request(
+            prompt_ids=list(prompt_ids),
+            sampling=sampling,
+            stop_ids=self._eos | frozenset(sampling.stop_token_ids),
+            generator=generator,
+            request_id=request_id,
+            loop=loop,
+            future=loop.create_future(),
+        )
+        self._submit(request)
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            request.cancelled = True
+            raise
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
+        """Load ``state_dict`` (strictly: same keys and shapes) between decode steps.
+
+        Requests in flight continue on the new weights. Once submitted, the update is
+        applied even if the awaiting caller is cancelled.
+
+        Returns:
+            The new policy version.
+
+        Raises:
+            EngineError: Keys or shapes do not match the model (the weights are left
+                unchanged), or the engine closed first.
+        """
+        loop = asyncio.get_running_loop()
+        update = WeightUpdate(state_dict, loop, loop.create_future())
+        self._submit(update)
+        return await update.future
+
+    async def health(self) -> bool:
+        """True until `close` (or a crash of the engine thread)."""
+        thread = self._thread
+        return not self._closed and (thread is None or thread.is_alive())
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stop the engine thread; requests not finished yet fail with `EngineError`.
+
+        Args:
+            timeout: Seconds to wait for the thread to finish its current step.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+            self._scheduler.inbox.put(STOP)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _submit(self, item: Request | WeightUpdate) -> None:
+        with self._lock:
+            if self._closed:
+                raise EngineError("the TorchEngine is closed; create a new one to serve requests")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name="agentrl-torch-engine", daemon=True
+                )
+                self._thread.start()
+            self._scheduler.inbox.put(item)
+
+    def _serve(self) -> None:
+        """The engine thread: run the scheduler, then fail whatever is left."""
+        try:
+            self._scheduler.run()
+        finally:
+            with self._lock:
+                self._closed = True
+            self._scheduler.abort_all()
+
+
+def _default_eos(model: PreTrainedModel) -> list[int]:
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    if eos is None:
+        return []
+    return [eos] if isinstance(eos, int) else list(eos)
