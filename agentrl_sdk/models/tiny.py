@@ -1,0 +1,139 @@
+"""Tiny random Qwen2 models for CPU tests and demos, saved and loaded with their tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+__all__ = ["build_tiny_model", "load_pretrained_pair", "save_pretrained_pair"]
+
+_VOCAB_MULTIPLE = 64
+_EOS_TOKEN = "<|im_end|>"
+_PAD_TOKEN = "<|endoftext|>"
+
+
+def _token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if token_id is None or token_id == tokenizer.unk_token_id:
+        raise ValueError(
+            f"the tokenizer has no {token!r} token; build it with build_qwen_tokenizer or "
+            "build_small_tokenizer"
+        )
+    return token_id
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int | None = None,
+    max_position_embeddings: int = 4096,
+    seed: int = 0,
+    tie_word_embeddings: bool = True,
+) -> Qwen2ForCausalLM:
+    """Builds a small float32 Qwen2 model with seeded random weights, sized for ``tokenizer``.
+
+    The embedding has ``len(tokenizer)`` rounded up to a multiple of 64 rows (as real
+    checkpoints pad theirs); generation stops on ``<|im_end|>`` or ``<|endoftext|>`` and pads
+    with ``<|endoftext|>``. The global torch RNG is left untouched.
+
+    Args:
+        tokenizer: A tokenizer from :mod:`agentrl_sdk.models.tokenizers` (or any with Qwen's
+            ``<|im_end|>`` and ``<|endoftext|>`` tokens).
+        hidden_size: Width of the residual stream; a multiple of ``num_heads``.
+        num_layers: Number of decoder layers.
+        num_heads: Attention heads; a multiple of ``num_kv_heads``.
+        num_kv_heads: Key/value heads (grouped-query attention).
+        intermediate_size: MLP width; defaults to ``4 * hidden_size``.
+        max_position_embeddings: Longest sequence the rotary embedding is set up for.
+        seed: Seed of the weight initialisation: same seed, same weights.
+        tie_word_embeddings: Share the input embedding with the output projection.
+
+    Returns:
+        The model, in eval mode.
+
+    Raises:
+        ValueError: If the head counts do not divide, or the tokenizer lacks Qwen's tokens.
+    """
+    if hidden_size % num_heads or num_heads % num_kv_heads:
+        raise ValueError(
+            f"hidden_size={hidden_size} must be a multiple of num_heads={num_heads}, and "
+            f"num_heads a multiple of num_kv_heads={num_kv_heads}"
+        )
+    eos_id, pad_id = _token_id(tokenizer, _EOS_TOKEN), _token_id(tokenizer, _PAD_TOKEN)
+    vocab_size = -(-len(tokenizer) // _VOCAB_MULTIPLE) * _VOCAB_MULTIPLE
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        dtype="float32",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config).to(torch.float32)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, bos_token_id=None, do_sample=False
+    )
+    return model.eval()
+
+
+def save_pretrained_pair(
+    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerBase, path: str | Path
+) -> Path:
+    """Writes ``model`` (safetensors) and ``tokenizer`` into one ``save_pretrained`` folder.
+
+    Args:
+        model: The model to save.
+        tokenizer: Its tokenizer, chat template included.
+        path: Folder to write; created if missing.
+
+    Returns:
+        The folder, as a ``Path``.
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def load_pretrained_pair(
+    path: str | Path,
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerBase]:
+    """Loads a model and tokenizer written by :func:`save_pretrained_pair`, from disk only.
+
+    Args:
+        path: The folder.
+
+    Returns:
+        ``(model, tokenizer)``, the model in float32 and eval mode.
+
+    Raises:
+        FileNotFoundError: If ``path`` is not a folder (nothing is looked up on a hub).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no model folder at {path}; write one with save_pretrained_pair")
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model.eval(), tokenizer

@@ -1,0 +1,304 @@
+"""Supervised warm start: fine-tune a model on chat conversations, loss on assistant tokens only."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["build_sft_example", "build_sft_examples", "supervised_warm_start"]
+
+Message = dict[str, Any]
+_END_OF_TURN = "<|im_end|>"
+
+
+def _render(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Message],
+    tools: list[dict[str, Any]] | None,
+    add_generation_prompt: bool = False,
+) -> str:
+    return tokenizer.apply_chat_template(
+        list(messages), tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
+    )
+
+
+def _assistant_turns(messages: Sequence[Message]) -> list[int]:
+    if messages and messages[0]["role"] == "assistant":
+        raise ValueError("a conversation must not open with an assistant message")
+    return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+
+
+def _turn_span(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Message],
+    tools: list[dict[str, Any]] | None,
+    turn: int,
+    full: str,
+) -> tuple[int, int] | None:
+    """Where, in characters of ``full``, assistant message ``turn`` was generated.
+
+    The span starts where the generation prompt (``<|im_start|>assistant\\n``) of the
+    conversation so far ends and stops after the turn's closing ``<|im_end|>``. ``None`` when
+    ``full`` renders the history differently (e.g. Qwen3 drops ``<think>`` blocks of turns
+    before the last user message).
+    """
+    prompt = _render(tokenizer, messages[:turn], tools, add_generation_prompt=True)
+    with_turn = _render(tokenizer, messages[: turn + 1], tools)
+    if not (full.startswith(with_turn) and with_turn.startswith(prompt)):
+        return None
+    end = with_turn.rfind(_END_OF_TURN) + len(_END_OF_TURN)
+    if end <= len(prompt):
+        raise ValueError(f"assistant message {turn} does not end with {_END_OF_TURN}")
+    return len(prompt), end
+
+
+def _tokenize_spans(
+    tokenizer: PreTrainedTokenizerBase, full: str, spans: list[tuple[int, int]]
+) -> tuple[list[int], list[int]]:
+    input_ids: list[int] = []
+    loss_mask: list[int] = []
+    cursor = 0
+    for start, end in [*spans, (len(full), len(full))]:
+        for text, mask in ((full[cursor:start], 0), (full[start:end], 1)):
+            ids = tokenizer.encode(text, add_special_tokens=False) if text else []
+            input_ids += ids
+            loss_mask += [mask] * len(ids)
+        cursor = end
+    expected = tokenizer.encode(full, add_special_tokens=False)
+    if input_ids != expected:
+        shorter = min(len(input_ids), len(expected))
+        at = next((k for k in range(shorter) if input_ids[k] != expected[k]), shorter)
+        raise ValueError(
+            "tokenizing the assistant spans separately does not reproduce the conversation's "
+            f"tokens (first difference at token {at}): a token merges across a turn boundary"
+        )
+    return input_ids, loss_mask
+
+
+def build_sft_examples(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Message],
+    tools: list[dict[str, Any]] | None = None,
+) -> list[tuple[list[int], list[int]]]:
+    """Tokenizes a conversation into one or more examples, as the token ledger would see it.
+
+    With a prefix-preserving template (Hermes) this is ``[build_sft_example(...)]``. When the
+    template rewrites history (Qwen3 drops earlier ``<think>`` blocks), an assistant turn that
+    the full rendering rewrites is learned in an extra example that ends with that turn, so
+    every turn is trained in the context it was generated in.
+
+    Args:
+        tokenizer: A tokenizer with a chat template using ``<|im_end|>`` to close turns.
+        messages: OpenAI-style messages (``role`` system/user/assistant/tool, ``content``).
+        tools: Tool schemas passed to the chat template.
+
+    Returns:
+        ``(input_ids, loss_mask)`` pairs, ordered by their last assistant turn; a single
+        all-zero-mask pair for a conversation without assistant turns.
+
+    Raises:
+        ValueError: If the conversation opens with an assistant message, or a span does not
+            tokenize on its own the way it does inside the conversation.
+    """
+    pending = _assistant_turns(messages)
+    if not pending:
+        return [_tokenize_spans(tokenizer, _render(tokenizer, messages, tools), [])]
+    examples = []
+    end, first = len(messages), True
+    while pending:
+        full = _render(tokenizer, messages[:end], tools)
+        spans = {i: _turn_span(tokenizer, messages, tools, i, full) for i in pending}
+        covered = [spans[i] for i in pending if spans[i] is not None]
+        # The whole conversation may cover no turn (a trailing user message rewrote them all);
+        # a prefix ending with the turn itself must cover it.
+        if covered:
+            examples.append(_tokenize_spans(tokenizer, full, covered))
+        elif not first:
+            raise ValueError(
+                f"the chat template renders assistant message {pending[-1]} differently even "
+                "when it is the last message"
+            )
+        pending = [i for i in pending if spans[i] is None]
+        end, first = (pending[-1] + 1 if pending else end), False
+    return examples[::-1]
+
+
+def build_sft_example(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Message],
+    tools: list[dict[str, Any]] | None = None,
+) -> tuple[list[int], list[int]]:
+    """Tokenizes a conversation for supervised fine-tuning, marking the tokens to learn.
+
+    The conversation is rendered with the tokenizer's chat template. ``loss_mask`` is 1 on what
+    the model generates in each assistant turn, i.e. its content and the closing
+    ``<|im_end|>``, and 0 elsewhere: system, user and tool turns, the
+    ``<|im_start|>assistant\\n`` header, and the ``\\n`` after ``<|im_end|>``.
+
+    Args:
+        tokenizer: A tokenizer with a chat template using ``<|im_end|>`` to close turns.
+        messages: OpenAI-style messages (``role`` system/user/assistant/tool, ``content``).
+        tools: Tool schemas passed to the chat template.
+
+    Returns:
+        ``(input_ids, loss_mask)``, two lists of the same length. ``input_ids`` equals the
+        tokenization of the whole rendered conversation.
+
+    Raises:
+        ValueError: If the template rewrites earlier turns once later messages follow (use
+            :func:`build_sft_examples`), or a span does not tokenize on its own the way it
+            does inside the conversation.
+    """
+    full = _render(tokenizer, messages, tools)
+    spans = [_turn_span(tokenizer, messages, tools, i, full) for i in _assistant_turns(messages)]
+    if None in spans:
+        raise ValueError(
+            "the chat template renders earlier assistant turns differently once later "
+            "messages follow (e.g. qwen3 drops <think> blocks): use build_sft_examples"
+        )
+    return _tokenize_spans(tokenizer, full, spans)
+
+
+def _collate(
+    examples: Sequence[tuple[list[int], list[int]]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    length = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)  # (B, T)
+    attention_mask = torch.zeros((len(examples), length), dtype=torch.long)  # (B, T)
+    loss_mask = torch.zeros((len(examples), length), dtype=torch.bool)  # (B, T)
+    for row, (ids, mask) in enumerate(examples):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention_mask[row, : len(ids)] = 1
+        loss_mask[row, : len(ids)] = torch.tensor(mask, dtype=torch.bool)
+    return input_ids, attention_mask, loss_mask
+
+
+def _masked_next_token_loss(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Mean cross-entropy of the tokens where ``loss_mask`` is set, given those before them."""
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask)
+    hidden = hidden.last_hidden_state[:, :-1]  # (B, T-1, H): position t predicts token t+1
+    targets = loss_mask[:, 1:]  # (B, T-1)
+    # Projecting only the learned positions keeps a 151k-row head affordable on CPU.
+    logits = model.get_output_embeddings()(hidden[targets])  # (N, V)
+    return F.cross_entropy(logits.float(), input_ids[:, 1:][targets])
+
+
+def _lr_factor(step: int, *, steps: int) -> float:
+    """Linear warm-up over the first 10% of the steps, then cosine decay to 10% of the peak."""
+    warmup = max(1, steps // 10)
+    if step < warmup:
+        return (step + 1) / warmup
+    done = (step - warmup) / max(1, steps - warmup)
+    return 0.1 + 0.45 * (1 + math.cos(math.pi * done))
+
+
+def _progress_bar(enabled: bool) -> Progress | nullcontext[None]:
+    if not enabled:
+        return nullcontext()
+    return Progress(
+        TextColumn("warm start"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TimeRemainingColumn(),
+    )
+
+
+def supervised_warm_start(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    conversations: Sequence[Sequence[Message]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    steps: int = 200,
+    lr: float = 3e-3,
+    batch_size: int = 8,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[float]:
+    """Fine-tunes ``model`` in place on ``conversations``, learning only the assistant turns.
+
+    Conversations become examples with :func:`build_sft_examples`. Each step draws
+    ``batch_size`` examples without replacement (all of them when there are fewer) and takes
+    one AdamW step on their masked next-token loss, gradient norm clipped at 1; the learning
+    rate warms up over the first 10% of the steps, then follows a cosine down to ``lr / 10``.
+    Meant to teach a tiny model a fixed behaviour (e.g. exact tool-call text) before RL.
+
+    Args:
+        model: A causal LM with ``get_decoder()`` and ``get_output_embeddings()``.
+        tokenizer: The model's tokenizer, with a chat template.
+        conversations: Conversations of OpenAI-style messages. Assistant ``content`` is the
+            exact text to learn, e.g. ``'<tool_call>\\n{"name":"add",...}\\n</tool_call>'``.
+        tools: Tool schemas rendered into every conversation's system turn.
+        steps: Optimizer steps.
+        lr: Peak AdamW learning rate (no weight decay).
+        batch_size: Examples per step.
+        seed: Seed of the batch sampling (the model's initialisation is the caller's).
+        progress: Show a progress bar with the running loss.
+
+    Returns:
+        The loss of every step, in order.
+
+    Raises:
+        ValueError: If ``conversations`` is empty, a conversation has no assistant message,
+            or :func:`build_sft_examples` rejects one.
+    """
+    if not conversations:
+        raise ValueError("supervised_warm_start needs at least one conversation")
+    examples = []
+    for k, conversation in enumerate(conversations):
+        converted = build_sft_examples(tokenizer, conversation, tools)
+        if not any(any(mask) for _, mask in converted):
+            raise ValueError(f"conversation {k} has no assistant message to learn from")
+        examples += converted
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    model.train()
+    try:
+        return _train(model, examples, pad_id, steps, lr, batch_size, seed, progress)
+    finally:
+        model.eval()
+
+
+def _train(
+    model: PreTrainedModel,
+    examples: list[tuple[list[int], list[int]]],
+    pad_id: int,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    progress: bool,
+) -> list[float]:
+    generator = torch.Generator().manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)
+    schedule = functools.partial(_lr_factor, steps=steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    losses: list[float] = []
+    with _progress_bar(progress) as bar:
+        task = bar.add_task("sft", total=steps, loss=float("nan")) if bar is not None else None
+        for _ in range(steps):
+            picked = torch.randperm(len(examples), generator=generator)[:batch_size]
+            loss = _masked_next_token_loss(model, *_collate([examples[k] for k in picked], pad_id))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss.item())
+            if bar is not None:
+                bar.update(task, advance=1, loss=losses[-1])
+    return losses
