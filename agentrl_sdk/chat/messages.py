@@ -73,6 +73,22 @@ def to_openai_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
     return [convert_to_openai_tool(t) for t in tools]
 
 
+_TOOLS_KEYS: dict[int, tuple[list[dict[str, Any]], str]] = {}
+
+
 def tools_key(tools: list[dict[str, Any]] | None) -> str:
-    """A canonical string for a tool list, to notice when the bound tools change."""
-    return json.dumps(tools or [], sort_keys=True)
+    """A canonical string for a tool list, to notice when the bound tools change.
+
+    A bound model passes the same list object on every call, so the key is memoised by
+    identity (the list is kept alive beside its key, so its id cannot be reused).
+    """
+    if not tools:
+        return "[]"
+    hit = _TOOLS_KEYS.get(id(tools))
+    if hit is not None and hit[0] is tools:
+        return hit[1]
+    key = json.dumps(tools, sort_keys=True)
+    if len(_TOOLS_KEYS) > 1024:
+        _TOOLS_KEYS.clear()
+    _TOOLS_KEYS[id(tools)] = (tools, key)
+    return key

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from transformers.utils.chat_template_utils import _compile_jinja_template
@@ -29,6 +29,8 @@ class ChatTemplate:
         self._specials = {
             k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)
         }
+        # The same texts recur: n samples share a first prompt, tool results repeat.
+        self._encode_cached = lru_cache(maxsize=4096)(self._encode_uncached)
 
     def render(
         self,
@@ -47,7 +49,10 @@ class ChatTemplate:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens written in the text map to their ids."""
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return list(self._encode_cached(text))
+
+    def _encode_uncached(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids``, special tokens included."""
