@@ -25,7 +25,7 @@ def calc_engine(qwen_tokenizer):
     conversations = [expert_conversation(r) for r in CALC_ROWS]
     supervised_warm_start(
         model, qwen_tokenizer, conversations, tools=to_openai_tools([calculator]),
-        steps=150, lr=1e-2, progress=False,
+        steps=80, lr=1e-2, progress=False,
     )
     engine = TorchEngine(model)
     yield engine

@@ -162,7 +162,7 @@ async def test_two_trainable_nodes_and_a_frozen_one(calc_engine, qwen_tokenizer)
 
 async def test_32_concurrent_rollouts_have_no_crosstalk(calc_engine, qwen_tokenizer):
     config = sdk.RolloutConfig(
-        n=8, concurrency=32, sampling=sdk.SamplingParams(temperature=1.0, max_tokens=40, seed=0)
+        n=8, concurrency=32, sampling=sdk.SamplingParams(temperature=1.5, max_tokens=40, seed=0)
     )
     graph = build_graph()
     together = await sdk.arollout_batch(graph, CALC_ROWS, calc_engine, tokenizer=qwen_tokenizer,
@@ -185,5 +185,5 @@ async def test_32_concurrent_rollouts_have_no_crosstalk(calc_engine, qwen_tokeni
             # Batch shape moves float sums by ~1e-7; the sampled ids must not move at all.
             torch.testing.assert_close(x.response_logprobs, y.response_logprobs, atol=1e-5, rtol=0)
     # Samples of a row differ (per-request seeds), so equality above is not trivial.
-    firsts = {tuple(t.calls[0].response_ids) for t in together if t.calls}
-    assert len(firsts) > 8
+    distinct = {tuple(t.segments[0].generated_ids) for t in together if t.segments}
+    assert len(distinct) > len(CALC_ROWS)
