@@ -136,3 +136,48 @@ class Trajectory(BaseModel):
     def trained_segments(self) -> list[Segment]:
         """Segments whose generated tokens should receive gradient."""
         return [s for s in self.segments if s.trained]
+
+
+class Sample(BaseModel):
+    """One trainable sequence: a trained segment with its rollout's advantage and weight.
+
+    ``old_logprobs`` are the behaviour logprobs the engine recorded (0.0 at mask-0 positions);
+    ``weight`` is the segment's share of its rollout (1 / trained segments of the rollout), so a
+    rollout that made more calls does not count more.
+    """
+
+    row_id: str
+    sample_index: int
+    policy: str = "default"
+    node: str = ""
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    old_logprobs: list[float]
+    response_versions: list[int] = Field(default_factory=list)
+    advantage: float = 0.0
+    reward: float = 0.0
+    weight: float = 1.0
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Sample:
+        n = len(self.response_ids)
+        if len(self.response_mask) != n or len(self.old_logprobs) != n:
+            raise ValueError(
+                f"response_ids ({n}), response_mask ({len(self.response_mask)}) and "
+                f"old_logprobs ({len(self.old_logprobs)}) must have the same length"
+            )
+        return self
+
+
+class Batch(BaseModel):
+    """The samples of one policy update."""
+
+    step: int = 0
+    policy: str = "default"
+    samples: list[Sample] = Field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus response tokens over all samples."""
+        return sum(len(s.prompt_ids) + len(s.response_ids) for s in self.samples)
