@@ -3,7 +3,14 @@
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel
 from agentrl_sdk.config import ChatConfig, RolloutConfig
 from agentrl_sdk.errors import AgentRLError, ContextBudgetExceeded, EngineError, NoEngineError
-from agentrl_sdk.graph import ToolNode, chat_model, frozen, tools_condition, trainable
+from agentrl_sdk.graph import (
+    ToolNode,
+    chat_model,
+    emit_reward,
+    frozen,
+    tools_condition,
+    trainable,
+)
 from agentrl_sdk.rollout import arollout, arollout_batch, rollout
 from agentrl_sdk.types import (
     GenerateResult,
@@ -34,6 +41,7 @@ __all__ = [
     "arollout",
     "arollout_batch",
     "chat_model",
+    "emit_reward",
     "frozen",
     "rollout",
     "tools_condition",

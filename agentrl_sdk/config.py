@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentrl_sdk.types import SamplingParams
@@ -54,9 +52,3 @@ class RolloutConfig(BaseModel):
                 f"chat.max_context_tokens ({self.chat.max_context_tokens})"
             )
         return self
-
-
-def load_yaml(path: str | Path, model: type[BaseModel]) -> BaseModel:
-    """Read a YAML file into the config ``model``; errors name the file and the field."""
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    return model.model_validate(data)

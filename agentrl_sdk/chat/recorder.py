@@ -60,6 +60,7 @@ class RolloutRecorder:
         self.default_trainable = default_trainable
         self.ledger = TokenLedger(template)
         self.metrics: Counter[str] = Counter()
+        self.rewards: Counter[str] = Counter()
         self._clipped: dict[str, str] = {}
         self._request_numbers = itertools.count()
 

@@ -153,6 +153,7 @@ async def _run_one(
         calls=recorder.ledger.calls,
         status=status,
         error=error,
+        rewards={k: float(v) for k, v in recorder.rewards.items()},
         metrics=metrics,
         final_state=state,
     )

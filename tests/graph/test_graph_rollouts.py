@@ -263,3 +263,21 @@ async def test_prebuilt_tool_node_and_condition_work(qwen_tokenizer, scripted):
     (traj,) = await sdk.arollout(graph, ROW, engine, tokenizer=qwen_tokenizer)
     assert traj.status == "ok"
     assert len(traj.calls) == 2 and len(traj.segments) == 1
+
+
+async def test_nodes_emit_named_rewards(qwen_tokenizer, scripted):
+    @sdk.trainable("solver")
+    async def solver(state, config):
+        msg = await sdk.chat_model(config).ainvoke(state["messages"])
+        sdk.emit_reward(0.25)
+        sdk.emit_reward(0.5, name="format")
+        sdk.emit_reward(0.25)
+        return {"messages": [msg]}
+
+    g = StateGraph(State)
+    g.add_node("solver", solver)
+    g.add_edge(START, "solver")
+    engine = scripted(qwen_tokenizer, ["ok"])
+    (traj,) = await sdk.arollout(g.compile(), ROW, engine, tokenizer=qwen_tokenizer)
+    assert traj.rewards == {"solver": 0.5, "format": 0.5}
+    sdk.emit_reward(1.0)  # outside a rollout: a no-op, graphs run unchanged in production

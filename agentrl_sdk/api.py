@@ -1,0 +1,68 @@
+"""`sdk.train`: wire a graph, a dataset, a reward and a config into a training pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from agentrl_sdk.data import DatasetLike, load_rows
+from agentrl_sdk.pipeline import TrainConfig, TrainResult, run_sync
+from agentrl_sdk.rollout import default_input
+from agentrl_sdk.rollout.rewards import RewardFn
+
+ConfigLike = TrainConfig | Mapping[str, Any] | str | Path | None
+
+
+def resolve_config(config: ConfigLike, **overrides: Any) -> TrainConfig:
+    """A `TrainConfig` from an object, a dict or a YAML path, with top-level overrides."""
+    if config is None:
+        resolved = TrainConfig()
+    elif isinstance(config, TrainConfig):
+        resolved = config
+    elif isinstance(config, Mapping):
+        resolved = TrainConfig.model_validate(config)
+    else:
+        resolved = TrainConfig.from_yaml(config)
+    if overrides:
+        resolved = TrainConfig.model_validate({**resolved.model_dump(), **overrides})
+    return resolved
+
+
+async def atrain(
+    graph: Any,
+    dataset: DatasetLike,
+    reward: RewardFn | None = None,
+    config: ConfigLike = None,
+    *,
+    input_fn: Callable[[dict[str, Any]], Any] = default_input,
+) -> TrainResult:
+    """Async `train`, for callers that already run an event loop."""
+    resolved = resolve_config(config)
+    rows, _skipped = load_rows(dataset)
+    return await run_sync(graph, rows, reward, resolved, input_fn=input_fn)
+
+
+def train(
+    graph: Any,
+    dataset: DatasetLike,
+    reward: RewardFn | None = None,
+    config: ConfigLike = None,
+    *,
+    input_fn: Callable[[dict[str, Any]], Any] = default_input,
+) -> TrainResult:
+    """Train the trainable nodes of ``graph`` with RL on ``dataset``.
+
+    Runs rollouts of the graph on every row (``rollout.n`` samples each), token-exact
+    trajectories, rewards, group advantages, a policy update on the trainer workers, weight
+    sync to the engine, MLflow metrics and checkpoints — ``max_steps`` times.
+
+    Args:
+        graph: A compiled LangGraph graph.
+        dataset: Dict rows, a JSONL/parquet path, or a HF ``Dataset``.
+        reward: ``reward(final_state, row, trajectory)`` -> float or named components.
+        config: A `TrainConfig`, a dict, or a YAML path.
+        input_fn: Row -> graph input (default: the row's ``messages``/``prompt``).
+    """
+    return asyncio.run(atrain(graph, dataset, reward, config, input_fn=input_fn))

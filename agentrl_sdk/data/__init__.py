@@ -1,0 +1,6 @@
+"""Datasets: rows from dicts, JSONL/parquet files or HF datasets, and a resumable loader."""
+
+from agentrl_sdk.data.loader import LoaderPosition, RowLoader
+from agentrl_sdk.data.sources import DatasetError, DatasetLike, load_rows
+
+__all__ = ["DatasetError", "DatasetLike", "LoaderPosition", "RowLoader", "load_rows"]

@@ -1,0 +1,103 @@
+"""`TrainConfig`: everything ``sdk.train`` needs, one pydantic model that round-trips YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentrl_sdk.algorithms import PolicyLossConfig
+from agentrl_sdk.config import RolloutConfig
+from agentrl_sdk.rollout.rewards import OnRewardError
+from agentrl_sdk.trainer import TrainerConfig
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Section):
+    """The policy's starting weights."""
+
+    path: str | None = Field(
+        None, description="Local save_pretrained folder (weights + tokenizer); no hub ids."
+    )
+
+
+class EngineConfig(_Section):
+    """The inference engine rollouts sample from."""
+
+    backend: Literal["torch"] = Field("torch", description="Engine implementation.")
+    max_batch_size: int = Field(64, ge=1, description="Requests decoded together.")
+
+
+class DataConfig(_Section):
+    """How dataset rows become training steps."""
+
+    batch_size: int = Field(8, ge=1, description="Dataset rows per step (each sampled rollout.n times).")
+    shuffle: bool = Field(True, description="Reshuffle rows every epoch (seeded).")
+    seed: int = Field(0, description="Seed of the row order.")
+
+
+class RewardConfig(_Section):
+    """How rewards that cannot be computed are treated."""
+
+    on_error: OnRewardError = Field(
+        "zero", description="A reward function that raises or returns None/NaN: score 0 or drop."
+    )
+    failed_rollout_reward: float = Field(
+        0.0, description="Reward of a rollout that ended with a status other than ok."
+    )
+
+
+class CheckpointConfig(_Section):
+    """Where and how often to checkpoint."""
+
+    dir: str | None = Field(None, description="Checkpoint folder; None disables checkpoints.")
+    every: int = Field(0, ge=0, description="Checkpoint every this many steps (0: at the end only).")
+    resume: bool = Field(False, description="Continue from the newest checkpoint in dir.")
+    export_final: bool = Field(True, description="Write the final policy as a save_pretrained folder.")
+
+
+class TrackingConfig(_Section):
+    """MLflow tracking."""
+
+    enabled: bool = True
+    uri: str = Field("sqlite:///mlflow.db", description="MLflow tracking URI.")
+    experiment: str = Field("agentrl", description="MLflow experiment name.")
+    run_name: str | None = None
+
+
+class TrainConfig(_Section):
+    """A training job: model, engine, rollouts, algorithm, trainer, data, tracking."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    max_steps: int = Field(10, ge=1, description="Policy updates to run.")
+
+    @model_validator(mode="after")
+    def _resume_needs_dir(self) -> TrainConfig:
+        if self.checkpoint.resume and not self.checkpoint.dir:
+            raise ValueError("checkpoint.resume needs checkpoint.dir")
+        return self
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrainConfig:
+        """Load a YAML file; errors name the file and the offending field."""
+        try:
+            return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+
+    def to_yaml(self, path: str | Path) -> None:
+        """Write the full config (defaults included) as YAML."""
+        Path(path).write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))

