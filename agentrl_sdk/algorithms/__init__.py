@@ -1,0 +1,26 @@
+"""RL math as pure functions of tensors: advantages, policy and KL losses, aggregation."""
+
+from agentrl_sdk.algorithms.advantages import (
+    AdvantageEstimator,
+    compute_advantages,
+    compute_grpo_advantages,
+    compute_rloo_advantages,
+)
+from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate
+from agentrl_sdk.algorithms.kl import KLKind, kl_loss, kl_penalty
+from agentrl_sdk.algorithms.losses import PolicyLossConfig, entropy_from_logits, ppo_policy_loss
+
+__all__ = [
+    "AdvantageEstimator",
+    "KLKind",
+    "LossAgg",
+    "PolicyLossConfig",
+    "aggregate",
+    "compute_advantages",
+    "compute_grpo_advantages",
+    "compute_rloo_advantages",
+    "entropy_from_logits",
+    "kl_loss",
+    "kl_penalty",
+    "ppo_policy_loss",
+]

@@ -1,0 +1,159 @@
+"""Group-relative advantage estimators (GRPO, Dr.GRPO, RLOO) over one outcome reward per rollout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from functools import partial
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor
+
+AdvantageEstimator = Literal["grpo", "drgrpo", "rloo"]
+"""Advantage estimator names accepted by :func:`compute_advantages`."""
+
+GroupIds = Sequence[Hashable] | Tensor
+"""One group key per rollout (e.g. ``(row_id, policy)``), or a 1-D tensor of keys."""
+
+
+class _Groups(NamedTuple):
+    """Per-group statistics of the rewards; ``index`` maps each rollout to its group."""
+
+    r: Tensor  # (N,) rewards as floats
+    index: Tensor  # (N,) group of each rollout, in [0, G)
+    count: Tensor  # (G,) rollouts per group
+    total: Tensor  # (G,) sum of rewards per group
+    flat: Tensor  # (G,) True where all rewards of the group are equal (singletons included)
+
+
+def _group(rewards: Tensor, group_ids: GroupIds) -> _Groups:
+    """Validates the inputs and gathers the per-group sums the estimators need."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must have shape (N,), got {tuple(rewards.shape)}")
+    if not torch.isfinite(rewards).all():
+        bad = torch.nonzero(~torch.isfinite(rewards)).flatten().tolist()
+        raise ValueError(f"rewards must be finite; rows {bad} are not (score or drop them first)")
+    if len(group_ids) != rewards.numel():
+        raise ValueError(
+            f"group_ids has {len(group_ids)} entries but rewards has {rewards.numel()}"
+        )
+    r = rewards.detach()
+    if not r.is_floating_point():
+        r = r.to(torch.get_default_dtype())
+    if isinstance(group_ids, Tensor):
+        keys, index = torch.unique(group_ids.to(r.device), dim=0, return_inverse=True)
+        num_groups = keys.shape[0]
+    else:
+        first: dict[Hashable, int] = {}
+        index = torch.tensor(
+            [first.setdefault(g, len(first)) for g in group_ids], dtype=torch.long, device=r.device
+        )
+        num_groups = len(first)
+    zeros = r.new_zeros(num_groups)  # (G,)
+    count = zeros.index_add(0, index, torch.ones_like(r))
+    total = zeros.index_add(0, index, r)
+    lo = zeros.scatter_reduce(0, index, r, "amin", include_self=False)
+    hi = zeros.scatter_reduce(0, index, r, "amax", include_self=False)
+    return _Groups(r, index, count, total, flat=lo == hi)
+
+
+def _finish(adv: Tensor, groups: _Groups) -> tuple[Tensor, dict[str, float]]:
+    """Zeroes the advantages of flat groups exactly and summarises the result."""
+    # Floating-point means of equal rewards can miss them by an ulp; a flat group has no signal.
+    adv = torch.where(groups.flat[groups.index], torch.zeros_like(adv), adv)  # (N,)
+    num_groups = groups.count.numel()
+    metrics = {
+        "adv_mean": adv.mean().item() if adv.numel() else 0.0,
+        "adv_std": adv.std(correction=0).item() if adv.numel() else 0.0,
+        "adv_groups": float(num_groups),
+        "adv_zero_std_group_frac": groups.flat.float().mean().item() if num_groups else 0.0,
+    }
+    return adv, metrics
+
+
+def compute_grpo_advantages(
+    rewards: Tensor,
+    group_ids: GroupIds,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> tuple[Tensor, dict[str, float]]:
+    """GRPO advantages: each reward standardised within its group.
+
+    ``adv_i = (r_i - mean_g) / (std_g + eps)`` with the unbiased group std (as verl does), or
+    ``adv_i = r_i - mean_g`` when ``norm_by_std`` is False (Dr.GRPO, arXiv:2503.20783). Groups of
+    one rollout and groups whose rewards are all equal get advantage exactly 0.
+
+    Args:
+        rewards: ``(N,)`` one outcome reward per rollout.
+        group_ids: ``N`` hashable group keys (rollouts of one prompt share a key).
+        norm_by_std: Divide by the group std (GRPO) or only centre (Dr.GRPO).
+        eps: Added to the std before dividing.
+
+    Returns:
+        ``(adv, metrics)``: ``adv`` ``(N,)`` in the rewards' float dtype, and ``adv_mean``,
+        ``adv_std`` (population std), ``adv_groups`` and ``adv_zero_std_group_frac`` (share of
+        groups whose rewards are all equal, singletons included).
+    """
+    g = _group(rewards, group_ids)
+    mean = g.total / g.count  # (G,)
+    dev = g.r - mean[g.index]  # (N,)
+    adv = dev
+    if norm_by_std:
+        sq = torch.zeros_like(mean).index_add(0, g.index, dev.square())  # (G,)
+        std = (sq / (g.count - 1).clamp_min(1)).sqrt()  # (G,) unbiased
+        adv = dev / (std[g.index] + eps)
+    return _finish(adv, g)
+
+
+def compute_rloo_advantages(
+    rewards: Tensor, group_ids: GroupIds
+) -> tuple[Tensor, dict[str, float]]:
+    """RLOO advantages: each reward minus the mean of the other rewards of its group.
+
+    ``adv_i = r_i - (sum_{j in g} r_j - r_i) / (n_g - 1)`` (Ahmadian et al., arXiv:2402.14740).
+    Groups of one rollout and groups whose rewards are all equal get advantage exactly 0.
+
+    Args:
+        rewards: ``(N,)`` one outcome reward per rollout.
+        group_ids: ``N`` hashable group keys (rollouts of one prompt share a key).
+
+    Returns:
+        ``(adv, metrics)`` as in :func:`compute_grpo_advantages`.
+    """
+    g = _group(rewards, group_ids)
+    n = g.count[g.index]  # (N,)
+    baseline = (g.total[g.index] - g.r) / (n - 1).clamp_min(1)  # (N,) leave-one-out mean
+    return _finish(g.r - baseline, g)
+
+
+_ESTIMATORS: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
+    "grpo": compute_grpo_advantages,
+    "drgrpo": partial(compute_grpo_advantages, norm_by_std=False),
+    "rloo": compute_rloo_advantages,
+}
+
+
+def compute_advantages(
+    name: AdvantageEstimator, rewards: Tensor, group_ids: GroupIds, **kw: object
+) -> tuple[Tensor, dict[str, float]]:
+    """Runs the advantage estimator called ``name``; the one place names map to functions.
+
+    Args:
+        name: ``grpo``, ``drgrpo`` (GRPO without std division) or ``rloo``.
+        rewards: ``(N,)`` one outcome reward per rollout.
+        group_ids: ``N`` hashable group keys.
+        **kw: Passed on to the estimator (e.g. ``eps`` for ``grpo``).
+
+    Returns:
+        ``(adv, metrics)`` from the estimator.
+
+    Raises:
+        ValueError: ``name`` is not a known estimator.
+    """
+    try:
+        estimator = _ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; choose one of {sorted(_ESTIMATORS)}"
+        ) from None
+    return estimator(rewards, group_ids, **kw)
