@@ -1,5 +1,6 @@
 """The embedded tiny model: offline tokenizer builders, tiny Qwen2 models, supervised warm start."""
 
+from agentrl_sdk.models.cache import cache_root, cached_build
 from agentrl_sdk.models.templates import HERMES_TEMPLATE, QWEN3_TEMPLATE, TEMPLATES
 from agentrl_sdk.models.tiny import build_tiny_model, load_pretrained_pair, save_pretrained_pair
 from agentrl_sdk.models.tokenizers import (
@@ -15,6 +16,8 @@ from agentrl_sdk.models.warm_start import (
 )
 
 __all__ = [
+    "cache_root",
+    "cached_build",
     "ADDED_TOKENS",
     "HERMES_TEMPLATE",
     "QWEN3_TEMPLATE",

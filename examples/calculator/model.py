@@ -5,9 +5,6 @@ Built by the project's own code (no download) and cached, so the second run star
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +12,7 @@ from agentrl_sdk.chat.messages import to_openai_tools
 from agentrl_sdk.models import (
     build_small_tokenizer,
     build_tiny_model,
+    cached_build,
     load_pretrained_pair,
     save_pretrained_pair,
     supervised_warm_start,
@@ -22,7 +20,7 @@ from agentrl_sdk.models import (
 from examples.calculator.agent import calculator, expert_conversation, make_rows
 
 RECIPE = {
-    "version": 1,
+    "version": 2,
     "vocab_size": 1024,
     "hidden_size": 128,
     "num_layers": 2,
@@ -34,17 +32,8 @@ RECIPE = {
 """Everything that decides the weights; its hash names the cache folder."""
 
 
-def cache_dir() -> Path:
-    """Where built models live: ``$AGENTRL_CACHE`` or ``~/.cache/agentrl_sdk``."""
-    return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl_sdk"))
-
-
-def load_agent_model(progress: bool = True) -> tuple[Any, Any]:
-    """The warm-started (model, tokenizer), built on first use and cached."""
-    key = hashlib.sha1(json.dumps(RECIPE, sort_keys=True).encode()).hexdigest()[:10]
-    path = cache_dir() / f"calculator-{key}"
-    if (path / "config.json").exists():
-        return load_pretrained_pair(path)
+def build(folder: Path, progress: bool = True) -> None:
+    """Warm-start a tiny model on expert solutions and save it into ``folder``."""
     tokenizer = build_small_tokenizer("hermes", vocab_size=RECIPE["vocab_size"])
     model = build_tiny_model(
         tokenizer, hidden_size=RECIPE["hidden_size"], num_layers=RECIPE["num_layers"]
@@ -55,5 +44,14 @@ def load_agent_model(progress: bool = True) -> tuple[Any, Any]:
         steps=RECIPE["steps"], lr=RECIPE["lr"], batch_size=RECIPE["batch_size"],
         progress=progress,
     )
-    save_pretrained_pair(model, tokenizer, path)
-    return load_pretrained_pair(path)
+    save_pretrained_pair(model, tokenizer, folder)
+
+
+def model_path(progress: bool = True) -> Path:
+    """The cached model folder, built on first use."""
+    return cached_build("calculator", RECIPE, lambda folder: build(folder, progress))
+
+
+def load_agent_model(progress: bool = True) -> tuple[Any, Any]:
+    """The warm-started (model, tokenizer)."""
+    return load_pretrained_pair(model_path(progress))

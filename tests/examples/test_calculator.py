@@ -30,7 +30,7 @@ def test_calculator_refuses_anything_else(expression):
 async def test_rollout_demo_writes_three_turn_trajectories(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
     from examples.calculator import rollout_demo
-    from examples.calculator.model import cache_dir
+    from agentrl_sdk.models import cache_root
 
     out = tmp_path / "trajectories.jsonl"
     await rollout_demo.main(rows=2, n=2, out=out)
@@ -42,7 +42,7 @@ async def test_rollout_demo_writes_three_turn_trajectories(tmp_path, monkeypatch
     assert [len(r["calls"]) for r in rows] == [3, 3, 3, 3]
     assert all(len(r["segments"]) == 1 for r in rows)
 
-    (model_dir,) = cache_dir().glob("calculator-*")
+    (model_dir,) = cache_root().glob("calculator-*")
     shown = CliRunner().invoke(app, ["show", str(out), "--model-dir", str(model_dir), "--limit", "1"])
     assert shown.exit_code == 0, shown.output
     assert '{"name":"calculator","arguments":{"expression":' in shown.output

@@ -1,0 +1,39 @@
+"""The tool-selection policy: a tiny small-vocab model warm-started on random tool choices."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from agentrl_sdk.chat.messages import to_openai_tools
+from agentrl_sdk.models import (
+    build_small_tokenizer,
+    build_tiny_model,
+    cached_build,
+    save_pretrained_pair,
+    supervised_warm_start,
+)
+from examples.tool_selection.agent import TOOLS, make_rows, random_choice_conversation
+
+RECIPE = {"version": 1, "vocab_size": 1024, "hidden_size": 64, "num_layers": 2,
+          "warm_rows": 256, "steps": 120, "lr": 3e-3, "batch_size": 16}
+"""Everything that decides the weights; its hash names the cache folder."""
+
+
+def build(folder: Path, progress: bool = True) -> None:
+    """Warm-start the format (tool picked at random) and save into ``folder``."""
+    tokenizer = build_small_tokenizer("hermes", vocab_size=RECIPE["vocab_size"])
+    model = build_tiny_model(tokenizer, hidden_size=RECIPE["hidden_size"],
+                             num_layers=RECIPE["num_layers"])
+    rng = random.Random(0)
+    conversations = [random_choice_conversation(r, rng)
+                     for r in make_rows(RECIPE["warm_rows"], seed=1)]
+    supervised_warm_start(model, tokenizer, conversations, tools=to_openai_tools(TOOLS),
+                          steps=RECIPE["steps"], lr=RECIPE["lr"],
+                          batch_size=RECIPE["batch_size"], progress=progress)
+    save_pretrained_pair(model, tokenizer, folder)
+
+
+def model_path(progress: bool = True) -> Path:
+    """The cached model folder, built on first use."""
+    return cached_build("tool-selection", RECIPE, lambda folder: build(folder, progress))
