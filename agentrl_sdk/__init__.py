@@ -1,5 +1,6 @@
 """agentrl_sdk: train LLM agents written as LangGraph graphs with reinforcement learning."""
 
+from agentrl_sdk.api import atrain, train
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel
 from agentrl_sdk.config import ChatConfig, RolloutConfig
 from agentrl_sdk.errors import AgentRLError, ContextBudgetExceeded, EngineError, NoEngineError
@@ -11,6 +12,7 @@ from agentrl_sdk.graph import (
     tools_condition,
     trainable,
 )
+from agentrl_sdk.pipeline import TrainConfig, TrainResult
 from agentrl_sdk.rollout import arollout, arollout_batch, rollout
 from agentrl_sdk.types import (
     GenerateResult,
@@ -35,15 +37,19 @@ __all__ = [
     "SamplingParams",
     "Segment",
     "TokenChatModel",
+    "TrainConfig",
+    "TrainResult",
     "ToolNode",
     "Trajectory",
     "__version__",
     "arollout",
     "arollout_batch",
+    "atrain",
     "chat_model",
     "emit_reward",
     "frozen",
     "rollout",
     "tools_condition",
+    "train",
     "trainable",
 ]

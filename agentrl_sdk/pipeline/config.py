@@ -85,9 +85,16 @@ class TrainConfig(_Section):
     max_steps: int = Field(10, ge=1, description="Policy updates to run.")
 
     @model_validator(mode="after")
-    def _resume_needs_dir(self) -> TrainConfig:
+    def _consistent(self) -> TrainConfig:
         if self.checkpoint.resume and not self.checkpoint.dir:
             raise ValueError("checkpoint.resume needs checkpoint.dir")
+        sampled = self.rollout.sampling.temperature
+        if sampled > 0 and abs(self.trainer.temperature - sampled) > 1e-9:
+            raise ValueError(
+                f"trainer.temperature ({self.trainer.temperature}) must equal "
+                f"rollout.sampling.temperature ({sampled}): the trainer's logprobs must be those "
+                "of the distribution the engine sampled from"
+            )
         return self
 
     @classmethod

@@ -21,7 +21,7 @@ from langgraph.prebuilt import InjectedState
 import agentrl_sdk as sdk
 
 SYSTEM = "You are an arithmetic agent. Call the one tool the question needs, then answer."
-OPERATIONS = {"plus": "add", "minus": "subtract", "times": "multiply", "divided by": "divide"}
+OPERATIONS = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
 
 
 @tool
@@ -86,7 +86,7 @@ def make_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
     for i in range(count):
         word = rng.choice(list(OPERATIONS))
         b = rng.randint(1, 9)
-        a = b * rng.randint(1, 9) if word == "divided by" else rng.randint(1, 9)
+        a = b * rng.randint(1, 9) if word == "/" else rng.randint(1, 9)
         rows.append({
             "id": f"ops-{seed}-{i}",
             "messages": [
@@ -99,9 +99,12 @@ def make_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
-def random_choice_conversation(row: dict[str, Any], rng: random.Random) -> list[dict[str, Any]]:
-    """The warm-start data: right format, tool picked at random (what RL must fix)."""
-    name = rng.choice(list(OPERATIONS.values()))
+def noisy_expert_conversation(
+    row: dict[str, Any], rng: random.Random, accuracy: float
+) -> list[dict[str, Any]]:
+    """Warm-start data from an unreliable expert: right format, right tool with ``accuracy``,
+    else a tool picked at random (what RL must fix)."""
+    name = row["tool"] if rng.random() < accuracy else rng.choice(list(OPERATIONS.values()))
     result = next(t for t in TOOLS if t.name == name).func(row["operands"])
     call = json.dumps({"name": name, "arguments": {}}, separators=(",", ":"))
     return [

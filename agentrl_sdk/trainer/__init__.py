@@ -1,0 +1,23 @@
+"""Distributed policy training: FSDP2 workers as Ray actors, checkpoints and weight sync."""
+
+from agentrl_sdk.trainer.config import TrainerConfig
+from agentrl_sdk.trainer.group import TrainerError, TrainerGroup
+from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, micro_batches, pack, shard_plan
+from agentrl_sdk.trainer.weight_sync import SyncStats, WeightSource, WeightSync, WeightSyncError
+from agentrl_sdk.trainer.worker import PolicyWorker
+
+__all__ = [
+    "FlatSamples",
+    "PackedBatch",
+    "PolicyWorker",
+    "SyncStats",
+    "TrainerConfig",
+    "TrainerError",
+    "TrainerGroup",
+    "WeightSource",
+    "WeightSync",
+    "WeightSyncError",
+    "micro_batches",
+    "pack",
+    "shard_plan",
+]

@@ -1,0 +1,123 @@
+"""`TrainerConfig`: how the policy workers are placed, sharded, optimised and fed."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["TrainerConfig"]
+
+
+class TrainerConfig(BaseModel):
+    """Options of the distributed policy trainer (FSDP2 workers on Ray).
+
+    The loss itself (clipping, aggregation, KL and entropy coefficients) is configured apart, in
+    `agentrl_sdk.algorithms.PolicyLossConfig`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Placement and communication.
+    world_size: int = Field(1, ge=1, description="Number of policy workers (ranks, one per actor).")
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto", description="torch.distributed backend; auto is NCCL when CUDA is available, "
+        "else gloo (CPU)."
+    )
+    num_cpus_per_worker: float = Field(1.0, gt=0, description="CPUs Ray reserves for each worker.")
+    num_gpus_per_worker: float = Field(
+        0.0, ge=0, description="GPUs Ray reserves for each worker; 0 trains on CPU."
+    )
+    ray_address: str | None = Field(
+        None, description="Address of a running Ray cluster; None starts a local one (when Ray "
+        "is not initialised yet)."
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Compute dtype. bfloat16 uses FSDP2 mixed precision (parameters "
+        "and optimizer state stay float32, gradients are reduced in float32)."
+    )
+    # Optimiser and schedule.
+    lr: float = Field(1e-6, gt=0, description="Peak AdamW learning rate.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (beta1, beta2).")
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="Learning rate after warmup: constant, or cosine decay to "
+        "min_lr_ratio * lr at total_steps."
+    )
+    warmup_steps: int = Field(
+        0, ge=0, description="Optimizer steps of linear warmup: step s uses "
+        "lr * (s + 1) / warmup_steps."
+    )
+    total_steps: int | None = Field(
+        None, ge=1, description="Optimizer steps of the whole run; required by the cosine schedule."
+    )
+    min_lr_ratio: float = Field(
+        0.0, ge=0, le=1, description="Floor of the cosine schedule, as a fraction of lr."
+    )
+    max_grad_norm: float | None = Field(
+        1.0, gt=0, description="Clip the global gradient norm to this value; None only reports it."
+    )
+    # Batching and the update.
+    micro_batch_tokens: int = Field(
+        8192, ge=1, description="Token budget of one forward/backward, padding included "
+        "(rows * longest row); gradients are accumulated over micro-batches. A sample longer "
+        "than the budget runs alone."
+    )
+    temperature: float = Field(
+        1.0, gt=0, description="Logits are divided by it before logprobs are computed; set it "
+        "to the rollout sampling temperature so trainer and engine logprobs agree."
+    )
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each batch per update call.")
+    num_mini_batches: int = Field(
+        1, ge=1, description="Optimizer steps per epoch: the batch is cut into this many "
+        "contiguous mini-batches."
+    )
+    recompute_old_logprobs: bool = Field(
+        False, description="Recompute old logprobs with the trainer's weights before the first "
+        "optimizer step, instead of using the engine's recorded behaviour logprobs."
+    )
+    seed: int = Field(0, description="Seed of the workers' RNGs (rank r uses seed + r).")
+    # Timeouts.
+    init_timeout_s: float = Field(
+        600.0, gt=0, description="Longest wait for the workers to start and load the model."
+    )
+    call_timeout_s: float = Field(
+        1800.0, gt=0, description="Longest wait for one broadcast call (an update, a checkpoint)."
+    )
+    collective_timeout_s: float = Field(
+        1800.0, gt=0, description="Timeout of a torch.distributed collective inside the workers."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainerConfig:
+        if self.lr_schedule == "cosine" and self.total_steps is None:
+            raise ValueError("lr_schedule='cosine' needs total_steps (the step the decay ends)")
+        if self.total_steps is not None and self.warmup_steps >= self.total_steps:
+            raise ValueError(
+                f"warmup_steps ({self.warmup_steps}) must be smaller than total_steps "
+                f"({self.total_steps})"
+            )
+        if self.backend == "nccl" and self.num_gpus_per_worker <= 0:
+            raise ValueError(
+                "backend='nccl' needs GPUs: set num_gpus_per_worker > 0 "
+                f"(got {self.num_gpus_per_worker}) or use backend='gloo'"
+            )
+        return self
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of `lr` at optimizer step ``step`` (0-based).
+
+        Warmup: ``(step + 1) / warmup_steps`` for ``step < warmup_steps``. Then ``1`` (constant)
+        or ``min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi * p)) / 2`` with
+        ``p = (step - warmup_steps) / (total_steps - warmup_steps)`` capped at 1 (cosine).
+        """
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.lr_schedule == "constant":
+            return 1.0
+        assert self.total_steps is not None  # the validator guarantees it
+        progress = min(1.0, (step - self.warmup_steps) / (self.total_steps - self.warmup_steps))
+        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine

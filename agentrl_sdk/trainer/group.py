@@ -1,0 +1,299 @@
+"""`TrainerGroup`: ``world_size`` policy workers as Ray actors, driven by broadcast calls."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agentrl_sdk.algorithms import PolicyLossConfig
+from agentrl_sdk.errors import AgentRLError
+from agentrl_sdk.trainer.config import TrainerConfig
+from agentrl_sdk.trainer.packing import FlatSamples
+from agentrl_sdk.trainer.worker import PolicyWorker
+from agentrl_sdk.types import Batch
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["TrainerError", "TrainerGroup"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BUCKET_BYTES = 256 << 20
+"""Default size of one weight bucket streamed out of the trainer."""
+
+
+class TrainerError(AgentRLError):
+    """A policy worker failed or did not answer in time; the message names the rank."""
+
+
+class TrainerGroup:
+    """Starts ``world_size`` `PolicyWorker` actors and drives them in lockstep.
+
+    Every public call is broadcast to all ranks (their collectives need each other) and waits
+    at most ``call_timeout_s``. Ray is initialised only if it is not already: on
+    ``config.ray_address`` when given, else as a local cluster with this machine's cores.
+
+    Args:
+        model_path: Local ``save_pretrained`` folder of the policy (also the KL reference).
+        trainer_config: Trainer options; defaults when None.
+        loss_config: Loss options; defaults when None.
+
+    Raises:
+        FileNotFoundError: ``model_path`` is not a folder.
+        TrainerError: A worker failed to start.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        trainer_config: TrainerConfig | None = None,
+        loss_config: PolicyLossConfig | None = None,
+    ) -> None:
+        import ray
+
+        self.model_path = Path(model_path).resolve()
+        if not self.model_path.is_dir():
+            raise FileNotFoundError(
+                f"{self.model_path} is not a local model folder; the trainer never downloads, "
+                "so write one with save_pretrained() first"
+            )
+        self.config = trainer_config or TrainerConfig()
+        self.loss_config = loss_config or PolicyLossConfig()
+        self._bucket_plans: dict[int, list[list[str]]] = {}
+        self._owns_ray = _init_ray(self.config)
+        cfg = self.config
+        try:
+            _check_resources(cfg)
+        except TrainerError:
+            self.shutdown()
+            raise
+        actor_cls = ray.remote(PolicyWorker)
+        self._actors = [
+            actor_cls.options(
+                num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker
+            ).remote(rank, cfg.world_size, str(self.model_path), cfg, self.loss_config)
+            for rank in range(cfg.world_size)
+        ]
+        try:
+            address = self._actors[0].rendezvous_address.remote()
+            ip, port = self._wait([address], "start", cfg.init_timeout_s)[0]
+            if ip == ray.util.get_node_ip_address():
+                ip = "127.0.0.1"  # rank 0 shares the driver's node: stay on loopback
+            self.info = self._call("setup", ip, port, timeout=cfg.init_timeout_s)[0]
+        except BaseException:
+            self.shutdown()
+            raise
+        logger.info("trainer group ready: %d ranks, %s", cfg.world_size, self.info)
+
+    # ------------------------------------------------------------------ public API
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One policy update on ``batch`` (``ppo_epochs`` x ``num_mini_batches`` optimizer steps).
+
+        Returns:
+            ``loss``, ``pg_loss``, ``clip_frac``, ``approx_kl``, ``ratio_mean``, ``entropy``
+            (``kl``, ``dual_clip_frac`` when enabled), ``grad_norm``, ``lr``, ``tokens``,
+            ``trained_tokens``, ``samples``, ``optimizer_steps``, ``step`` and ``time_s``.
+        """
+        import ray
+
+        if not batch.samples:
+            raise ValueError("update needs a batch with at least one sample")
+        start = time.perf_counter()
+        ref = ray.put(FlatSamples.from_samples(batch.samples))
+        metrics = self._call("update", ref)[0]
+        return metrics | {"time_s": time.perf_counter() - start}
+
+    def compute_logprobs(self, batch: Batch) -> list[list[float]]:
+        """Logprobs of every response token under the current weights, per sample.
+
+        Each list aligns with the sample's ``response_ids``; mask-0 positions hold 0.0, as in
+        ``Sample.old_logprobs``. Logits are divided by ``TrainerConfig.temperature``.
+        """
+        import ray
+
+        if not batch.samples:
+            return []
+        flat = FlatSamples.from_samples(batch.samples)
+        values: np.ndarray = self._call("compute_logprobs", ray.put(flat))[0]
+        return [values[flat.response_slice(i)].tolist() for i in range(len(flat))]
+
+    def full_state_dict(
+        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        """Streams the full (unsharded, CPU) weights from rank 0, bucket by bucket.
+
+        Each bucket is a dict of at most ``bucket_bytes`` (a single larger tensor comes alone;
+        tied keys come together, sharing one tensor). The next bucket is gathered while the
+        caller consumes the current one. Finish (or close) the iterator before the next call.
+        """
+        plan = self._bucket_plans.get(bucket_bytes)
+        if plan is None:  # the keys and shapes never change: plan once per bucket size
+            plan = self._bucket_plans[bucket_bytes] = self._call("state_dict_plan", bucket_bytes)[0]
+        pending = self._submit("gather_bucket", plan[0]) if plan else None
+        for i in range(len(plan)):
+            current = pending
+            pending = self._submit("gather_bucket", plan[i + 1]) if i + 1 < len(plan) else None
+            yield self._wait(current, "gather_bucket", self.config.call_timeout_s)[0]
+
+    def save_checkpoint(
+        self, path: str | os.PathLike[str], extra: dict[str, Any] | None = None
+    ) -> None:
+        """Saves model, optimizer, schedule, step, RNG states and ``extra`` to folder ``path``.
+
+        ``extra`` (e.g. the data position) must be JSON-serialisable; it comes back from
+        `load_checkpoint`. The folder must be visible to every worker (a shared file system
+        on a multi-node cluster).
+        """
+        extra = dict(extra or {})
+        try:
+            json.dumps(extra)
+        except TypeError as exc:
+            raise TypeError(f"save_checkpoint: extra must be JSON-serialisable ({exc})") from exc
+        self._call("save_checkpoint", str(Path(path).resolve()), extra)
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Restores a checkpoint written by `save_checkpoint`; returns its ``extra`` dict."""
+        return self._call("load_checkpoint", str(Path(path).resolve()))[0]
+
+    def export_pretrained(self, path: str | os.PathLike[str]) -> Path:
+        """Writes the current policy as a ``save_pretrained`` folder with the tokenizer of
+        ``model_path``, loadable by ``TorchEngine.from_pretrained``. Returns the folder."""
+        path = Path(path).resolve()
+        self._call("export_pretrained", str(path))
+        return path
+
+    def shutdown(self) -> None:
+        """Leaves the process group and kills the actors (and Ray, if this group started it)."""
+        import ray
+
+        actors, self._actors = getattr(self, "_actors", []), []
+        if actors:
+            refs = [a.close.remote() for a in actors]
+            ray.wait(refs, num_returns=len(refs), timeout=30)
+        for actor in actors:
+            ray.kill(actor)
+        if getattr(self, "_owns_ray", False) and ray.is_initialized():
+            ray.shutdown()
+            self._owns_ray = False
+
+    def __enter__(self) -> TrainerGroup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ broadcast plumbing
+
+    def _submit(self, method: str, *args: Any) -> list[Any]:
+        if not self._actors:
+            raise TrainerError(f"{method}: the trainer group is shut down")
+        return [getattr(actor, method).remote(*args) for actor in self._actors]
+
+    def _call(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
+        """Runs ``method(*args)`` on every rank; returns the results in rank order."""
+        refs = self._submit(method, *args)
+        return self._wait(refs, method, timeout or self.config.call_timeout_s)
+
+    def _wait(self, refs: list[Any], method: str, timeout: float) -> list[Any]:
+        """Results of ``refs`` (one per rank); the first failure is raised with its rank."""
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        deadline = time.monotonic() + timeout
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}
+        results: list[Any] = [None] * len(refs)
+        pending = list(refs)
+        while pending:
+            left = max(0.0, deadline - time.monotonic())
+            ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+            if not ready:
+                ranks = sorted(rank_of[r] for r in pending)
+                raise TrainerError(
+                    f"trainer {method} timed out after {timeout:.0f}s waiting for ranks {ranks}; "
+                    "raise TrainerConfig.call_timeout_s if the work is just slow"
+                )
+            rank = rank_of[ready[0]]
+            try:
+                results[rank] = ray.get(ready[0], timeout=max(1.0, deadline - time.monotonic()))
+            except RayTaskError as exc:
+                cause = exc.cause if exc.cause is not None else exc
+                also = _failed_ranks(pending, rank_of)
+                raise TrainerError(
+                    f"trainer rank {rank} failed in {method}: {type(cause).__name__}: {cause}"
+                    + (f" (ranks {also} failed too)" if also else "")
+                ) from cause
+            except RayActorError as exc:
+                raise TrainerError(
+                    f"trainer rank {rank} died during {method} ({exc}); shut the group down and "
+                    "start a new one from the last checkpoint"
+                ) from exc
+        return results
+
+
+def _failed_ranks(refs: list[Any], rank_of: dict[Any, int], wait_s: float = 1.0) -> list[int]:
+    """Ranks among ``refs`` that fail within ``wait_s``; reading their errors keeps Ray from
+    reporting them again as unhandled."""
+    import ray
+
+    if not refs:
+        return []
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+    failed = []
+    for ref in ready:
+        try:
+            ray.get(ref, timeout=wait_s)
+        except Exception:  # noqa: BLE001 - only which ranks failed matters here
+            failed.append(rank_of[ref])
+    return sorted(failed)
+
+
+def _check_resources(config: TrainerConfig) -> None:
+    """Fails fast when the cluster can never host the workers; warns when it is busy now."""
+    import ray
+
+    need = {
+        "CPU": config.world_size * config.num_cpus_per_worker,
+        "GPU": config.world_size * config.num_gpus_per_worker,
+    }
+    total, free = ray.cluster_resources(), ray.available_resources()
+    for name, amount in need.items():
+        if amount and total.get(name, 0.0) < amount:
+            raise TrainerError(
+                f"{config.world_size} workers need {amount:g} {name} but the Ray cluster has "
+                f"{total.get(name, 0.0):g}; lower world_size or num_{name.lower()}s_per_worker"
+            )
+        if amount and free.get(name, 0.0) < amount:
+            logger.warning(
+                "%d workers need %g %s but only %g are free now; they start when other actors "
+                "release theirs (or fail after init_timeout_s)",
+                config.world_size, amount, name, free.get(name, 0.0),
+            )  # fmt: skip
+
+
+def _init_ray(config: TrainerConfig) -> bool:
+    """Initialises Ray unless it already is; True when this call started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if config.ray_address:
+        ray.init(address=config.ray_address, logging_level=logging.WARNING)
+        return True
+    # Ray >= 2.60 turns token authentication on by default; a private local cluster needs none.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(
+        num_cpus=os.cpu_count() or 1,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        configure_logging=True,
+    )
+    return True

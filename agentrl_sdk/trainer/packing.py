@@ -1,0 +1,275 @@
+"""Pure data plumbing of the trainer: samples to flat arrays, shards, micro-batches, padded tensors.
+
+Nothing here talks to torch.distributed or Ray. Every rank runs the same deterministic planning
+functions on the same batch, so all ranks agree on who trains what without exchanging plans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from agentrl_sdk.types import Sample
+
+__all__ = [
+    "FlatSamples",
+    "PackedBatch",
+    "micro_batches",
+    "mini_batches",
+    "pack",
+    "shard_plan",
+]
+
+
+@dataclass(frozen=True)
+class FlatSamples:
+    """A batch of samples as a few flat numpy arrays: cheap to ship through Ray's object store.
+
+    Token lists are concatenated; sample ``i`` owns ``[offsets[i], offsets[i + 1])`` of them.
+    """
+
+    prompt_ids: np.ndarray  # (sum P,) int64
+    prompt_offsets: np.ndarray  # (N + 1,) int64
+    response_ids: np.ndarray  # (sum R,) int64
+    response_mask: np.ndarray  # (sum R,) int8
+    old_logprobs: np.ndarray  # (sum R,) float32
+    response_offsets: np.ndarray  # (N + 1,) int64
+    advantages: np.ndarray  # (N,) float32
+    weights: np.ndarray  # (N,) float32
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[Sample]) -> FlatSamples:
+        """Flattens ``samples``, keeping their order.
+
+        Raises:
+            ValueError: A sample has no prompt token (its first response token would have no
+                position to be predicted from).
+        """
+        empty = [i for i, s in enumerate(samples) if not s.prompt_ids]
+        if empty:
+            raise ValueError(
+                f"samples {empty[:5]} have empty prompt_ids; every sample needs at least one "
+                "prompt token to predict its first response token from"
+            )
+
+        def offsets(lengths: list[int]) -> np.ndarray:
+            return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+
+        def cat(lists: list[list], dtype: type) -> np.ndarray:
+            return np.fromiter((x for xs in lists for x in xs), dtype=dtype)
+
+        responses = [s.response_ids for s in samples]
+        return cls(
+            prompt_ids=cat([s.prompt_ids for s in samples], np.int64),
+            prompt_offsets=offsets([len(s.prompt_ids) for s in samples]),
+            response_ids=cat(responses, np.int64),
+            response_mask=cat([s.response_mask for s in samples], np.int8),
+            old_logprobs=cat([s.old_logprobs for s in samples], np.float32),
+            response_offsets=offsets([len(r) for r in responses]),
+            advantages=np.array([s.advantage for s in samples], dtype=np.float32),
+            weights=np.array([s.weight for s in samples], dtype=np.float32),
+        )
+
+    @classmethod
+    def placeholder(cls, pad_id: int = 0) -> FlatSamples:
+        """One weightless, fully masked 2-token sample: what a rank with no work runs so that it
+        still joins the collectives of a forward/backward."""
+        one = np.array([pad_id], dtype=np.int64)
+        offsets = np.array([0, 1], dtype=np.int64)
+        return cls(
+            prompt_ids=one,
+            prompt_offsets=offsets,
+            response_ids=one,
+            response_mask=np.zeros(1, dtype=np.int8),
+            old_logprobs=np.zeros(1, dtype=np.float32),
+            response_offsets=offsets,
+            advantages=np.zeros(1, dtype=np.float32),
+            weights=np.zeros(1, dtype=np.float32),
+        )
+
+    def __len__(self) -> int:
+        return len(self.advantages)
+
+    @property
+    def prompt_lengths(self) -> np.ndarray:
+        """``(N,)`` prompt tokens per sample."""
+        return np.diff(self.prompt_offsets)
+
+    @property
+    def response_lengths(self) -> np.ndarray:
+        """``(N,)`` response tokens per sample (mask 0 and 1)."""
+        return np.diff(self.response_offsets)
+
+    @property
+    def trained_tokens(self) -> np.ndarray:
+        """``(N,)`` mask-1 response tokens per sample."""
+        cumulative = np.concatenate([[0], np.cumsum(self.response_mask, dtype=np.int64)])
+        return cumulative[self.response_offsets[1:]] - cumulative[self.response_offsets[:-1]]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``(N,)`` prompt plus response tokens per sample."""
+        return self.prompt_lengths + self.response_lengths
+
+    def response_slice(self, i: int) -> slice:
+        """Where sample ``i``'s response lives in the flat response arrays."""
+        return slice(int(self.response_offsets[i]), int(self.response_offsets[i + 1]))
+
+    def with_old_logprobs(self, old_logprobs: np.ndarray) -> FlatSamples:
+        """A copy whose old logprobs are ``old_logprobs`` (same layout as ``response_ids``)."""
+        if old_logprobs.shape != self.old_logprobs.shape:
+            raise ValueError(
+                f"old_logprobs must have shape {self.old_logprobs.shape}, got {old_logprobs.shape}"
+            )
+        return replace(self, old_logprobs=old_logprobs.astype(np.float32, copy=False))
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """Right-padded tensors of one micro-batch, with the response laid out on its own axis.
+
+    The model runs on ``input_ids`` keeping only the last ``num_logits`` positions of logits
+    (``logits_to_keep``); response token ``j`` of row ``i`` is predicted by kept position
+    ``logit_index[i, j]``.
+    """
+
+    input_ids: torch.Tensor  # (B, L) long, padded with pad_id
+    attention_mask: torch.Tensor  # (B, L) long
+    num_logits: int  # L - (shortest prompt - 1)
+    logit_index: torch.Tensor  # (B, T) long, 0 at padding
+    response_ids: torch.Tensor  # (B, T) long, targets; pad_id at padding
+    response_mask: torch.Tensor  # (B, T) float32, 0 at padding
+    old_logprobs: torch.Tensor  # (B, T) float32, 0 at padding
+    advantages: torch.Tensor  # (B,) float32
+    weights: torch.Tensor  # (B,) float32
+
+    def to(self, device: torch.device | str) -> PackedBatch:
+        """The same batch on ``device``."""
+        moved = {
+            k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in vars(self).items()
+        }
+        return PackedBatch(**moved)
+
+
+def pack(
+    flat: FlatSamples, indices: Sequence[int], pad_id: int = 0
+) -> PackedBatch:
+    """Pads samples ``indices`` of ``flat`` into one micro-batch (right padding).
+
+    Args:
+        flat: The batch.
+        indices: Which samples, in row order; must not be empty.
+        pad_id: Token id written at padded positions (masked out everywhere).
+
+    Returns:
+        The padded tensors; ``T`` is the longest response of the rows (at least 1).
+    """
+    if len(indices) == 0:
+        raise ValueError("pack needs at least one sample index")
+    idx = np.asarray(indices, dtype=np.int64)
+    p_len, r_len = flat.prompt_lengths[idx], flat.response_lengths[idx]
+    B, L, T = len(idx), int((p_len + r_len).max()), max(1, int(r_len.max()))
+    first_logit = int(p_len.min()) - 1  # the earliest position that predicts a response token
+    input_ids = np.full((B, L), pad_id, dtype=np.int64)
+    attention_mask = np.zeros((B, L), dtype=np.int64)
+    logit_index = np.zeros((B, T), dtype=np.int64)
+    response_ids = np.full((B, T), pad_id, dtype=np.int64)
+    response_mask = np.zeros((B, T), dtype=np.float32)
+    old_logprobs = np.zeros((B, T), dtype=np.float32)
+    for row, i in enumerate(idx):
+        p, r = int(p_len[row]), int(r_len[row])
+        prompt = flat.prompt_ids[flat.prompt_offsets[i] : flat.prompt_offsets[i + 1]]
+        resp = flat.response_slice(int(i))
+        input_ids[row, :p] = prompt
+        input_ids[row, p : p + r] = flat.response_ids[resp]
+        attention_mask[row, : p + r] = 1
+        # Token at position p + j is predicted by the logits at p + j - 1.
+        logit_index[row, :r] = np.arange(p - 1, p - 1 + r) - first_logit
+        response_ids[row, :r] = flat.response_ids[resp]
+        response_mask[row, :r] = flat.response_mask[resp]
+        old_logprobs[row, :r] = flat.old_logprobs[resp]
+    return PackedBatch(
+        input_ids=torch.from_numpy(input_ids),
+        attention_mask=torch.from_numpy(attention_mask),
+        num_logits=L - first_logit,
+        logit_index=torch.from_numpy(logit_index),
+        response_ids=torch.from_numpy(response_ids),
+        response_mask=torch.from_numpy(response_mask),
+        old_logprobs=torch.from_numpy(old_logprobs),
+        advantages=torch.from_numpy(flat.advantages[idx].copy()),
+        weights=torch.from_numpy(flat.weights[idx].copy()),
+    )
+
+
+def micro_batches(
+    lengths: Sequence[int], indices: Sequence[int], micro_batch_tokens: int
+) -> list[list[int]]:
+    """Groups ``indices`` into micro-batches of at most ``micro_batch_tokens`` padded tokens.
+
+    A micro-batch costs ``rows * longest row`` tokens. Samples are taken longest first (less
+    padding) and added to the current micro-batch while it stays within the budget; a sample
+    longer than the budget forms a micro-batch of its own.
+
+    Args:
+        lengths: Tokens (prompt + response) of every sample of the batch, indexed by sample.
+        indices: The samples to group.
+        micro_batch_tokens: The budget.
+
+    Returns:
+        Lists of sample indices; deterministic for given inputs.
+    """
+    order = sorted(indices, key=lambda i: (-int(lengths[i]), i))
+    groups: list[list[int]] = []
+    for i in order:
+        # Longest first, so the first row of a group is its longest.
+        if groups and (len(groups[-1]) + 1) * int(lengths[groups[-1][0]]) <= micro_batch_tokens:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def shard_plan(
+    lengths: Sequence[int],
+    indices: Sequence[int],
+    world_size: int,
+    micro_batch_tokens: int,
+) -> list[list[list[int]]]:
+    """Who trains what: ``plan[rank]`` is that rank's list of micro-batches (sample indices).
+
+    Samples go, longest first, to the rank with the fewest tokens so far (ties: lowest rank).
+    Every rank gets the same number of micro-batches, padded with empty ones, because each
+    forward/backward of an FSDP model is a collective that all ranks must join.
+
+    Args:
+        lengths: Tokens of every sample of the batch, indexed by sample.
+        indices: The samples to distribute (e.g. one mini-batch).
+        world_size: Number of ranks.
+        micro_batch_tokens: Token budget of one micro-batch.
+    """
+    load = [0] * world_size
+    shards: list[list[int]] = [[] for _ in range(world_size)]
+    for i in sorted(indices, key=lambda i: (-int(lengths[i]), i)):
+        rank = min(range(world_size), key=lambda r: (load[r], r))
+        shards[rank].append(i)
+        load[rank] += int(lengths[i])
+    plan = [micro_batches(lengths, shard, micro_batch_tokens) for shard in shards]
+    steps = max(len(p) for p in plan)
+    return [p + [[] for _ in range(steps - len(p))] for p in plan]
+
+
+def mini_batches(num_samples: int, num_mini_batches: int) -> list[list[int]]:
+    """Cuts ``range(num_samples)`` into ``num_mini_batches`` contiguous, near-equal parts.
+
+    Raises:
+        ValueError: Fewer samples than mini-batches.
+    """
+    if num_samples < num_mini_batches:
+        raise ValueError(
+            f"a batch of {num_samples} samples cannot be cut into num_mini_batches="
+            f"{num_mini_batches} mini-batches; lower num_mini_batches or collect more samples"
+        )
+    return [part.tolist() for part in np.array_split(np.arange(num_samples), num_mini_batches)]

@@ -1,0 +1,140 @@
+"""`WeightSync`: the one path weights take from the trainer to the inference engines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from agentrl_sdk.errors import AgentRLError
+
+if TYPE_CHECKING:
+    import torch
+
+    from agentrl_sdk.engines.base import Engine
+
+__all__ = ["SyncStats", "WeightSource", "WeightSync", "WeightSyncError"]
+
+logger = logging.getLogger(__name__)
+
+
+class WeightSyncError(AgentRLError):
+    """Engines did not all take the new weights (a failure, a timeout or diverging versions)."""
+
+
+class WeightSource(Protocol):
+    """Where weights come from: `TrainerGroup`, or anything that streams a full state dict."""
+
+    def full_state_dict(self, bucket_bytes: int = ...) -> Iterator[dict[str, torch.Tensor]]:
+        """The full weights, as buckets of at most ``bucket_bytes``."""
+        ...
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    """What one `WeightSync.push` did and how long each part took."""
+
+    version: int
+    engines: int
+    tensors: int
+    bytes: int
+    buckets: int
+    gather_s: float  # streaming the buckets out of the trainer
+    load_s: float  # the engines' update_weights, concurrently
+    total_s: float
+
+    def as_metrics(self, prefix: str = "weight_sync/") -> dict[str, float]:
+        """Flat metrics for a tracker."""
+        return {
+            f"{prefix}{k}": float(v)
+            for k, v in vars(self).items()
+            if k in ("bytes", "buckets", "gather_s", "load_s", "total_s")
+        }
+
+
+class WeightSync:
+    """Streams the trainer's weights in buckets and loads them into every engine.
+
+    Engines of the `Engine` protocol take a full state dict, so the buckets are assembled into
+    one mapping (tied keys keep sharing a tensor) and handed to all engines concurrently. The
+    push is a version barrier: every engine must report the same new version.
+
+    Args:
+        bucket_bytes: Size of one bucket streamed from the trainer.
+        timeout_s: Longest wait for all engines to load the weights.
+    """
+
+    def __init__(self, bucket_bytes: int = 256 << 20, timeout_s: float = 600.0) -> None:
+        if bucket_bytes < 1:
+            raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+        self.bucket_bytes = bucket_bytes
+        self.timeout_s = timeout_s
+        self.last_stats: SyncStats | None = None
+
+    async def push(self, group: WeightSource, engines: Sequence[Engine]) -> list[int]:
+        """Sends the current weights of ``group`` to ``engines``.
+
+        Returns:
+            The new policy version of each engine, all equal. Timings are in `last_stats`.
+
+        Raises:
+            WeightSyncError: An engine failed or timed out, or the versions differ.
+        """
+        if not engines:
+            raise ValueError("push needs at least one engine")
+        start = time.perf_counter()
+        state, buckets = await self._collect(group)
+        gathered = time.perf_counter()
+        try:
+            versions = await asyncio.wait_for(
+                asyncio.gather(*(engine.update_weights(state) for engine in engines)),
+                self.timeout_s,
+            )
+        except TimeoutError as exc:
+            raise WeightSyncError(
+                f"engines did not load the new weights within {self.timeout_s:.0f}s"
+            ) from exc
+        except Exception as exc:
+            raise WeightSyncError(f"an engine failed to load the new weights: {exc}") from exc
+        if len(set(versions)) != 1:
+            raise WeightSyncError(
+                f"engines report different policy versions after the sync: {list(versions)}; "
+                "they must start from the same version (restart the lagging ones)"
+            )
+        done = time.perf_counter()
+        unique = {id(t): t for t in state.values()}.values()
+        self.last_stats = SyncStats(
+            version=versions[0],
+            engines=len(engines),
+            tensors=len(state),
+            bytes=sum(t.numel() * t.element_size() for t in unique),
+            buckets=buckets,
+            gather_s=gathered - start,
+            load_s=done - gathered,
+            total_s=done - start,
+        )
+        logger.info(
+            "weight sync v%d: %.1f MB in %d buckets to %d engines in %.3fs "
+            "(gather %.3fs, load %.3fs)",
+            versions[0], self.last_stats.bytes / 1e6, buckets, len(engines),
+            self.last_stats.total_s, self.last_stats.gather_s, self.last_stats.load_s,
+        )  # fmt: skip
+        return list(versions)
+
+    async def _collect(self, group: WeightSource) -> tuple[Mapping[str, torch.Tensor], int]:
+        """Drains the bucket stream off the event loop (each bucket is a blocking Ray get)."""
+        stream = group.full_state_dict(self.bucket_bytes)
+        state: dict[str, torch.Tensor] = {}
+        buckets = 0
+        try:
+            while (bucket := await asyncio.to_thread(next, stream, None)) is not None:
+                state.update(bucket)
+                buckets += 1
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        return state, buckets

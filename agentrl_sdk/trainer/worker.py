@@ -1,0 +1,473 @@
+"""One rank of the policy trainer: an FSDP2-sharded causal LM, AdamW, and the globally normalised
+PPO update. Runs inside a Ray actor (see `TrainerGroup`) but imports no Ray at module level.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from agentrl_sdk.algorithms import (
+    PolicyLossConfig,
+    aggregate,
+    entropy_from_logits,
+    kl_loss,
+    ppo_policy_loss,
+)
+from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
+from agentrl_sdk.trainer.config import TrainerConfig
+from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, mini_batches, pack, shard_plan
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["PolicyWorker"]
+
+logger = logging.getLogger(__name__)
+
+# ppo_policy_loss metrics that are plain means over trained tokens (sequence weights ignored).
+_TOKEN_MEAN_METRICS = ("clip_frac", "approx_kl", "ratio_mean", "entropy", "dual_clip_frac")
+
+
+@dataclass(frozen=True)
+class _Normalisers:
+    """Batch-wide denominators, summed over all ranks, that make micro-batch losses add up."""
+
+    loss_denominator: float  # sum_i w_i n_i (token-mean) or sum_i w_i [n_i > 0] (seq-mean)
+    trained_tokens: float  # sum_i n_i, for the token-mean metrics
+    padded_length: int  # longest response (the T of seq-mean-token-sum-norm)
+
+
+class PolicyWorker:
+    """One rank: loads the model from a local folder, shards it with FSDP2, trains it with AdamW.
+
+    Every rank receives the whole batch and derives its own share with the deterministic
+    `shard_plan`, so no plan is exchanged. The loss of an optimizer step is
+    ``ppo_policy_loss`` (+ KL, - entropy) over the whole mini-batch at once: each micro-batch's
+    loss is scaled by its share of the batch-wide denominator (all-reduced over ranks) and the
+    FSDP gradient reduction sums instead of averaging.
+
+    The model stays in eval mode (dropout off), so recomputed and training logprobs agree.
+
+    Args:
+        rank: This worker's rank.
+        world_size: Number of ranks.
+        model_path: Local ``save_pretrained`` folder of the causal LM.
+        config: Trainer options.
+        loss_config: Loss options.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        model_path: str,
+        config: TrainerConfig,
+        loss_config: PolicyLossConfig,
+    ) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.model_path = str(model_path)
+        self.config = config
+        self.loss_config = loss_config
+        self.step = 0  # optimizer steps taken
+        self.updates = 0  # update() calls
+        self.device = torch.device("cpu")
+        self.model: nn.Module | None = None
+        self.ref_model: nn.Module | None = None
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """This node's IP and a free TCP port on it, for rank 0 to host the rendezvous."""
+        try:
+            import ray
+
+            ip = ray.util.get_node_ip_address()
+        except Exception:  # noqa: BLE001 - outside Ray, fall back to the loopback address
+            ip = "127.0.0.1"
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            return ip, s.getsockname()[1]
+
+    def setup(self, master_addr: str, master_port: int) -> dict[str, Any]:
+        """Joins the process group, loads and shards the model(s), builds optimizer and schedule.
+
+        Returns:
+            ``rank``, ``device``, ``dtype`` and ``num_params`` (unsharded).
+        """
+        from torch.distributed.device_mesh import init_device_mesh
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one bar per rank and load is noise in the driver log
+        cfg = self.config
+        _seed_all(cfg.seed + self.rank)
+        backend = cfg.backend
+        if backend == "auto":
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+            torch.cuda.set_device(self.device)
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{master_addr}:{master_port}",
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=cfg.collective_timeout_s),
+        )
+        self._mesh = init_device_mesh(self.device.type, (self.world_size,))
+        self.compute_dtype = self._compute_dtype()
+        self.model = self._load_sharded(trainable=True)
+        if self.loss_config.kl_coef > 0:
+            self.ref_model = self._load_sharded(trainable=False)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=cfg.lr,
+            betas=cfg.betas,
+            eps=cfg.adam_eps,
+            weight_decay=cfg.weight_decay,
+        )
+        # A plain lambda (not a bound method) keeps the scheduler's state_dict JSON-friendly.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: cfg.lr_factor(step)
+        )
+        self.pad_id = int(getattr(self.model.config, "pad_token_id", None) or 0)
+        self._placeholder = FlatSamples.placeholder(self.pad_id)
+        num_params = sum(p.numel() for p in self.model.parameters())
+        return {
+            "rank": self.rank,
+            "device": str(self.device),
+            "dtype": str(self.compute_dtype).removeprefix("torch."),
+            "num_params": num_params,
+        }
+
+    def _compute_dtype(self) -> torch.dtype:
+        if self.config.dtype == "float32":
+            return torch.float32
+        if self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            logger.warning("%s does not support dtype='bfloat16'; training in float32", self.device)
+            return torch.float32
+        return torch.bfloat16
+
+    def _load_sharded(self, *, trainable: bool) -> nn.Module:
+        """Loads the model in float32 and shards each decoder layer, then the root, with FSDP2."""
+        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(
+            self.model_path, local_files_only=True, dtype=torch.float32
+        ).to(self.device)
+        layer_classes = set(getattr(model, "_no_split_modules", None) or ())
+        layers = [m for m in model.modules() if type(m).__name__ in layer_classes]
+        if not layers:
+            raise ValueError(
+                f"cannot find the decoder layers of {type(model).__name__} (its _no_split_modules "
+                f"is {sorted(layer_classes)}); FSDP2 shards one unit per decoder layer"
+            )
+        # Parameters (and so optimizer state) stay float32; bf16 is for compute only.
+        mp = MixedPrecisionPolicy()
+        if self.compute_dtype != torch.float32:
+            mp = MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
+        for layer in layers:
+            fully_shard(layer, mesh=self._mesh, mp_policy=mp)
+        fully_shard(model, mesh=self._mesh, mp_policy=mp)
+        model.eval()
+        if trainable:
+            # Each rank's loss is already its share of the global loss: sum the gradients
+            # (plain SUM; gloo has no PREMUL_SUM, and a factor of 1 needs no scaling anyway).
+            for module in model.modules():
+                if isinstance(module, FSDPModule):
+                    module.set_gradient_divide_factor(1.0)
+                    module.set_force_sum_reduction_for_comms(True)
+        else:
+            model.requires_grad_(False)
+        return model
+
+    # ---------------------------------------------------------------- logprobs
+
+    def _logprobs(
+        self, model: nn.Module, batch: PackedBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Response-token logprobs ``(B, T)`` at the configured temperature, and the scaled
+        logits ``(B, T, V)`` they come from."""
+        out = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            logits_to_keep=batch.num_logits,
+            use_cache=False,
+        )
+        logits = out.logits  # (B, K, V)
+        index = batch.logit_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])  # (B, T, V)
+        scaled = logits.gather(1, index).float() / self.config.temperature  # (B, T, V)
+        logp = scaled.log_softmax(-1).gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+        return logp, scaled
+
+    def _packed(self, flat: FlatSamples, indices: Sequence[int]) -> PackedBatch:
+        if not indices:
+            return pack(self._placeholder, [0], self.pad_id).to(self.device)
+        return pack(flat, indices, self.pad_id).to(self.device)
+
+    @torch.no_grad()
+    def compute_logprobs(self, flat: FlatSamples) -> np.ndarray:
+        """Per-token logprobs of every response token under the current weights.
+
+        Returns:
+            A float32 array laid out like ``flat.response_ids``, 0.0 at mask-0 positions (the
+            convention of ``Sample.old_logprobs``); identical on every rank.
+        """
+        plan = shard_plan(
+            flat.lengths, range(len(flat)), self.world_size, self.config.micro_batch_tokens
+        )
+        out = np.zeros(len(flat.response_ids), dtype=np.float32)
+        for indices in plan[self.rank]:
+            logp, _ = self._logprobs(self.model, self._packed(flat, indices))
+            logp = logp.cpu().numpy()
+            for row, i in enumerate(indices):
+                span = flat.response_slice(i)
+                out[span] = logp[row, : span.stop - span.start]
+        out *= flat.response_mask
+        total = torch.from_numpy(out).to(self.device)
+        dist.all_reduce(total)  # each position is nonzero on one rank at most
+        return total.cpu().numpy()
+
+    # ---------------------------------------------------------------- update
+
+    def update(self, flat: FlatSamples) -> dict[str, float]:
+        """``ppo_epochs`` passes over ``num_mini_batches`` mini-batches, one optimizer step each.
+
+        Returns:
+            Metrics averaged over the optimizer steps (``lr`` is the last step's), plus
+            ``tokens``, ``trained_tokens``, ``samples``, ``optimizer_steps`` and ``step``.
+        """
+        cfg = self.config
+        if len(flat) == 0:
+            raise ValueError("update got an empty batch")
+        if cfg.recompute_old_logprobs:
+            flat = flat.with_old_logprobs(self.compute_logprobs(flat))
+        steps = [
+            self._optimizer_step(flat, mini)
+            for _ in range(cfg.ppo_epochs)
+            for mini in mini_batches(len(flat), cfg.num_mini_batches)
+        ]
+        self.updates += 1
+        metrics = {k: sum(s[k] for s in steps) / len(steps) for k in steps[0]}
+        metrics["lr"] = steps[-1]["lr"]
+        metrics |= {
+            "tokens": float(flat.lengths.sum()),
+            "trained_tokens": float(flat.trained_tokens.sum()),
+            "samples": float(len(flat)),
+            "optimizer_steps": float(len(steps)),
+            "step": float(self.step),
+        }
+        return metrics
+
+    def _metric_keys(self) -> list[str]:
+        keys = ["loss", "pg_loss", "clip_frac", "approx_kl", "ratio_mean", "entropy"]
+        if self.loss_config.clip_c is not None:
+            keys.append("dual_clip_frac")
+        if self.ref_model is not None:
+            keys.append("kl")
+        return keys
+
+    def _optimizer_step(self, flat: FlatSamples, mini: list[int]) -> dict[str, float]:
+        plan = shard_plan(flat.lengths, mini, self.world_size, self.config.micro_batch_tokens)
+        mine = plan[self.rank]
+        norm = self._normalisers(flat, [i for mb in mine for i in mb])
+        sums = dict.fromkeys(self._metric_keys(), 0.0)
+        self.optimizer.zero_grad(set_to_none=True)
+        for indices in mine:
+            self._accumulate(flat, indices, norm, sums)
+        grad_norm = self._clip_gradients()
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        totals = torch.tensor(list(sums.values()), dtype=torch.float64, device=self.device)
+        dist.all_reduce(totals)
+        return dict(zip(sums, totals.tolist(), strict=True)) | {"grad_norm": grad_norm, "lr": lr}
+
+    def _denominator(self, flat: FlatSamples, indices: Sequence[int]) -> float:
+        """The aggregation's denominator over ``indices`` (see `aggregate`)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        n = flat.trained_tokens[idx].astype(np.float64)
+        w = flat.weights[idx].astype(np.float64)
+        if self.loss_config.agg == "token-mean":
+            return float((w * n).sum())
+        return float((w * (n > 0)).sum())
+
+    def _normalisers(self, flat: FlatSamples, mine: list[int]) -> _Normalisers:
+        idx = np.asarray(mine, dtype=np.int64)
+        sums = torch.tensor(
+            [self._denominator(flat, idx), float(flat.trained_tokens[idx].sum())],
+            dtype=torch.float64,
+            device=self.device,
+        )
+        longest = torch.tensor(
+            [int(flat.response_lengths[idx].max(initial=1))], dtype=torch.int64, device=self.device
+        )
+        dist.all_reduce(sums)
+        dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+        denominator, tokens = sums.tolist()
+        return _Normalisers(denominator, tokens, int(longest.item()))
+
+    def _accumulate(
+        self, flat: FlatSamples, indices: list[int], norm: _Normalisers, sums: dict[str, float]
+    ) -> None:
+        """Forward/backward of one micro-batch, its loss scaled to its share of the step's loss."""
+        lc = self.loss_config
+        batch = self._packed(flat, indices)
+        mask, weights = batch.response_mask, batch.weights
+        # share * (S_mb / d_mb) = S_mb / D: the micro-batch's part of the whole-batch loss.
+        share = 0.0
+        if indices and norm.loss_denominator:
+            share = self._denominator(flat, indices) / norm.loss_denominator
+        if lc.agg == "seq-mean-token-sum-norm":
+            share *= mask.shape[1] / norm.padded_length  # its T is the batch's longest response
+        token_share = float(mask.sum()) / norm.trained_tokens if norm.trained_tokens else 0.0
+
+        logp, scaled = self._logprobs(self.model, batch)
+        if lc.entropy_coef > 0:
+            entropy = entropy_from_logits(scaled)  # (B, T)
+        else:
+            with torch.no_grad():
+                entropy = entropy_from_logits(scaled.detach())
+        pg, metrics = ppo_policy_loss(
+            logp, batch.old_logprobs, batch.advantages, mask,
+            clip_low=lc.clip_low, clip_high=lc.clip_high, clip_c=lc.clip_c, agg=lc.agg,
+            seq_weights=weights, entropy=entropy.detach(),
+        )  # fmt: skip
+        loss = pg
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logp, _ = self._logprobs(self.ref_model, batch)
+            kl, kl_metrics = kl_loss(logp, ref_logp, mask, lc.kl_kind, lc.agg, weights)
+            loss = loss + lc.kl_coef * kl
+            sums["kl"] += kl_metrics["kl"] * share
+        if lc.entropy_coef > 0:
+            loss = loss - lc.entropy_coef * aggregate(entropy, mask, lc.agg, weights)
+        (loss * share).backward()
+        sums["loss"] += loss.item() * share
+        sums["pg_loss"] += metrics["pg_loss"] * share
+        for key in _TOKEN_MEAN_METRICS:
+            if key in sums:
+                sums[key] += metrics[key] * token_share
+
+    def _clip_gradients(self) -> float:
+        max_norm = self.config.max_grad_norm or float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        full = getattr(norm, "full_tensor", None)
+        return float(full() if full is not None else norm)
+
+    # ---------------------------------------------------------------- weights out
+
+    def state_dict_plan(self, bucket_bytes: int) -> list[list[str]]:
+        """Keys of the full state dict cut into buckets of at most ``bucket_bytes`` (unsharded).
+
+        Tied parameters (one tensor under several keys) stay in one bucket; a tensor larger
+        than the budget gets a bucket of its own. Identical on every rank.
+        """
+        buckets: list[list[str]] = []
+        size = 0
+        for keys, tensor in _tensors_by_identity(self.model):
+            nbytes = tensor.numel() * tensor.element_size()
+            if buckets and size + nbytes <= bucket_bytes:
+                buckets[-1].extend(keys)
+                size += nbytes
+            else:
+                buckets.append(list(keys))
+                size = nbytes
+        return buckets
+
+    def gather_bucket(self, keys: Sequence[str]) -> dict[str, torch.Tensor] | None:
+        """All-gathers the parameters ``keys`` (a collective: every rank must call it).
+
+        Returns:
+            On rank 0, the full CPU tensors by key (tied keys share one tensor); else None.
+        """
+        state = self.model.state_dict(keep_vars=True)
+        gathered: dict[int, torch.Tensor] = {}
+        out: dict[str, torch.Tensor] = {}
+        for key in keys:
+            tensor = state[key]
+            full = gathered.get(id(tensor))
+            if full is None:
+                full = tensor.detach()
+                if hasattr(full, "full_tensor"):
+                    full = full.full_tensor()
+                full = gathered[id(tensor)] = full.cpu() if self.rank == 0 else full
+            out[key] = full
+        return out if self.rank == 0 else None
+
+    def export_pretrained(self, path: str) -> None:
+        """Writes the current weights as a ``save_pretrained`` folder (rank 0), with the
+        tokenizer and generation config of the model folder."""
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+        every_key = [k for keys, _ in _tensors_by_identity(self.model) for k in keys]
+        state = self.gather_bucket(every_key)
+        if self.rank == 0:
+            config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            model.load_state_dict(state, strict=True)
+            saved_dtype = getattr(config, "dtype", None)
+            if isinstance(saved_dtype, torch.dtype):
+                model.to(saved_dtype)
+            if (Path(self.model_path) / "generation_config.json").exists():
+                model.generation_config = GenerationConfig.from_pretrained(
+                    self.model_path, local_files_only=True
+                )
+            model.save_pretrained(path)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+            except (OSError, ValueError):
+                logger.warning("no tokenizer in %s; exported the model only", self.model_path)
+            else:
+                tokenizer.save_pretrained(path)
+        dist.barrier()
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def save_checkpoint(self, path: str, extra: dict[str, Any]) -> None:
+        """Saves everything the next update depends on, plus ``extra`` (see `checkpoint`)."""
+        save_checkpoint(
+            path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+            trainer_state={
+                "step": self.step, "updates": self.updates, "world_size": self.world_size,
+                "extra": extra,
+            },
+        )  # fmt: skip
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        """Restores a checkpoint (model and optimizer from any world size); returns ``extra``."""
+        state = load_checkpoint(
+            path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler
+        )
+        self.step, self.updates = state["step"], state["updates"]
+        return state["extra"]
+
+    def close(self) -> None:
+        """Leaves the process group."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _tensors_by_identity(model: nn.Module) -> list[tuple[list[str], torch.Tensor]]:
+    """The state dict's tensors in order, each with all its keys (tied weights share one)."""
+    groups: dict[int, tuple[list[str], torch.Tensor]] = {}
+    for key, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), ([], tensor))[0].append(key)
+    return list(groups.values())
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)

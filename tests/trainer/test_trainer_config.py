@@ -1,0 +1,54 @@
+"""TrainerConfig: cross-field checks name both fields; the learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+import agentrl_sdk.trainer as trainer
+from agentrl_sdk.trainer import TrainerConfig, TrainerGroup
+
+
+def test_every_option_is_documented():
+    assert all(f.description for f in TrainerConfig.model_fields.values())
+
+
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        ({"lr_schedule": "cosine"}, ("lr_schedule", "total_steps")),
+        ({"warmup_steps": 5, "total_steps": 5}, ("warmup_steps", "total_steps")),
+        ({"backend": "nccl"}, ("backend", "num_gpus_per_worker")),
+    ],
+)
+def test_cross_field_errors_name_both_fields(options, names):
+    with pytest.raises(ValidationError) as info:
+        TrainerConfig(**options)
+    assert all(name in str(info.value) for name in names)
+
+
+def test_unknown_option_is_rejected():
+    with pytest.raises(ValidationError, match="micro_batch_size"):
+        TrainerConfig(micro_batch_size=4)
+
+
+def test_lr_schedules():
+    const = TrainerConfig(warmup_steps=4)
+    assert [const.lr_factor(s) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    cos = TrainerConfig(lr_schedule="cosine", warmup_steps=2, total_steps=6, min_lr_ratio=0.1)
+    expected = [0.5, 1.0] + [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p / 4)) for p in range(4)]
+    assert [cos.lr_factor(s) for s in range(6)] == pytest.approx(expected)
+    assert cos.lr_factor(2) == pytest.approx(1.0) and cos.lr_factor(100) == pytest.approx(0.1)
+
+
+def test_missing_model_folder_fails_before_ray(tmp_path):
+    with pytest.raises(FileNotFoundError, match="save_pretrained"):
+        TrainerGroup(tmp_path / "nope")
+
+
+def test_public_names():
+    assert len(trainer.__all__) == len(set(trainer.__all__))
+    assert all(hasattr(trainer, name) for name in trainer.__all__)
+    assert {"TrainerConfig", "TrainerGroup", "WeightSync", "TrainerError"} <= set(trainer.__all__)

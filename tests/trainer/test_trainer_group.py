@@ -1,0 +1,338 @@
+"""TrainerGroup on Ray (gloo, CPU): FSDP2 updates equal a single-process reference, exact
+resume from a checkpoint, weight sync into TorchEngines and export.
+
+One Ray session for the module; group A (2 ranks) runs one scenario whose results the tests
+read; group B (2 ranks, fresh) resumes A's checkpoint; group C (1 rank) covers micro-batching
+with mini-batches, epochs, recomputed old logprobs, a cosine schedule and Dr.GRPO aggregation.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agentrl_sdk.algorithms import (
+    PolicyLossConfig,
+    aggregate,
+    entropy_from_logits,
+    kl_loss,
+    ppo_policy_loss,
+)
+from agentrl_sdk.engines.torch_engine import TorchEngine
+from agentrl_sdk.models import build_small_tokenizer, build_tiny_model, save_pretrained_pair
+from agentrl_sdk.trainer import FlatSamples, TrainerConfig, TrainerError, TrainerGroup, WeightSync
+from agentrl_sdk.trainer.packing import shard_plan
+from agentrl_sdk.types import Batch, Sample, SamplingParams
+
+pytestmark = pytest.mark.slow
+
+# Half a CPU per worker: groups A and B (or A and C) are alive at once on 2 logical CPUs.
+CONFIG_A = TrainerConfig(
+    num_cpus_per_worker=0.5, world_size=2, lr=1e-3, weight_decay=0.1, max_grad_norm=0.3,
+    micro_batch_tokens=20, temperature=0.7,
+)  # fmt: skip
+LOSS_A = PolicyLossConfig(kl_coef=0.1, entropy_coef=0.01, clip_c=3.0)
+CONFIG_C = TrainerConfig(
+    num_cpus_per_worker=0.5, world_size=1, lr=1e-3, micro_batch_tokens=20, num_mini_batches=2,
+    ppo_epochs=2, recompute_old_logprobs=True, lr_schedule="cosine", warmup_steps=1,
+    total_steps=8,
+)  # fmt: skip
+LOSS_C = PolicyLossConfig(agg="seq-mean-token-sum-norm")
+TOL = 1e-5
+TEACH_UPDATES = 6
+# lr 1e-3 keeps the comparison meaningful: Adam's first steps are ~lr * g / (|g| + eps), so for
+# the rare ~1e-9 gradients fp32 reduction-order noise becomes ~1e-3 * lr of parameter noise.
+# Adam ignores a uniform gradient scale, so the tests also compare loss and grad_norm.
+
+
+def make_batch(seed: int, n: int) -> Batch:
+    """Random token ids, masks, behaviour logprobs, advantages and weights."""
+    rng = random.Random(seed)
+    samples = []
+    for i in range(n):
+        p, r = rng.randint(1, 6), rng.randint(1, 9)
+        samples.append(Sample(
+            row_id=f"{seed}-{i}", sample_index=0,
+            prompt_ids=[rng.randrange(1000) for _ in range(p)],
+            response_ids=[rng.randrange(1000) for _ in range(r)],
+            response_mask=[int(j == 0 or rng.random() < 0.75) for j in range(r)],
+            old_logprobs=[-rng.uniform(5.5, 8.5) for _ in range(r)],
+            advantage=rng.gauss(0.0, 1.0), weight=rng.choice([1.0, 0.5]),
+        ))  # fmt: skip
+    return Batch(samples=samples)
+
+
+BATCHES = [make_batch(seed, n=7) for seed in (3, 4, 5)]
+
+
+class Reference:
+    """Plain single-process torch: the same loss over the whole (mini-)batch at once."""
+
+    def __init__(self, model_path, cfg: TrainerConfig, lc: PolicyLossConfig):
+        self.cfg, self.lc = cfg, lc
+        self.model = load_model(model_path)
+        self.ref = copy.deepcopy(self.model).requires_grad_(False) if lc.kl_coef else None
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps,
+            weight_decay=cfg.weight_decay,
+        )  # fmt: skip
+        self.steps = 0
+
+    def update(self, samples: list[Sample]) -> dict[str, float]:
+        cfg, lc = self.cfg, self.lc
+        if cfg.recompute_old_logprobs:
+            with torch.no_grad():
+                old = reference_logprobs(self.model, samples, cfg.temperature)[0]
+            samples = [
+                s.model_copy(update={"old_logprobs": old[i, : len(s.response_ids)].tolist()})
+                for i, s in enumerate(samples)
+            ]
+        losses, norms = [], []
+        for _ in range(cfg.ppo_epochs):
+            for part in np.array_split(np.arange(len(samples)), cfg.num_mini_batches):
+                mini = [samples[i] for i in part]
+                logp, scaled, mask, old, adv, w = reference_logprobs(
+                    self.model, mini, cfg.temperature
+                )
+                entropy = entropy_from_logits(scaled)
+                loss, _ = ppo_policy_loss(
+                    logp, old, adv, mask, lc.clip_low, lc.clip_high, lc.clip_c, lc.agg, w
+                )
+                if self.ref is not None:
+                    with torch.no_grad():
+                        ref_logp = reference_logprobs(self.ref, mini, cfg.temperature)[0]
+                    kl, _ = kl_loss(logp, ref_logp, mask, lc.kl_kind, lc.agg, w)
+                    loss = loss + lc.kl_coef * kl
+                loss = loss - lc.entropy_coef * aggregate(entropy, mask, lc.agg, w)
+                for group in self.opt.param_groups:
+                    group["lr"] = cfg.lr * cfg.lr_factor(self.steps)
+                loss.backward()
+                norms.append(float(torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), cfg.max_grad_norm or float("inf")
+                )))  # fmt: skip
+                self.opt.step()
+                self.opt.zero_grad()
+                losses.append(loss.item())
+                self.steps += 1
+        return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms)}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+
+def load_model(path):
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    return model.eval()
+
+
+def reference_logprobs(model, samples: list[Sample], temperature: float):
+    """Whole batch right-padded by hand; logprobs of response tokens at ``temperature``."""
+    B = len(samples)
+    L = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    T = max(len(s.response_ids) for s in samples)
+    ids, att = torch.zeros(B, L, dtype=torch.long), torch.zeros(B, L, dtype=torch.long)
+    pos, tgt = torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T, dtype=torch.long)
+    mask, old = torch.zeros(B, T), torch.zeros(B, T)
+    for i, s in enumerate(samples):
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        ids[i, : p + r] = torch.tensor(s.prompt_ids + s.response_ids)
+        att[i, : p + r] = 1
+        pos[i, :r] = torch.arange(p - 1, p - 1 + r)
+        tgt[i, :r] = torch.tensor(s.response_ids)
+        mask[i, :r] = torch.tensor(s.response_mask, dtype=torch.float32)
+        old[i, :r] = torch.tensor(s.old_logprobs)
+    logits = model(input_ids=ids, attention_mask=att).logits.float()  # (B, L, V)
+    scaled = logits[torch.arange(B)[:, None], pos] / temperature  # (B, T, V)
+    logp = scaled.log_softmax(-1).gather(-1, tgt[..., None]).squeeze(-1)  # (B, T)
+    adv = torch.tensor([s.advantage for s in samples])
+    w = torch.tensor([s.weight for s in samples])
+    return logp, scaled, mask, old, adv, w
+
+
+def full_state(group: TrainerGroup, bucket_bytes: int = 64 << 10) -> dict[str, torch.Tensor]:
+    state: dict[str, torch.Tensor] = {}
+    for bucket in group.full_state_dict(bucket_bytes):
+        unique = {id(t): t for t in bucket.values()}.values()
+        assert sum(t.numel() * t.element_size() for t in unique) <= bucket_bytes or len(unique) == 1
+        state.update(bucket)
+    return state
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    tok = build_small_tokenizer()
+    model = build_tiny_model(tok, hidden_size=32, num_layers=2)
+    return save_pretrained_pair(model, tok, tmp_path_factory.mktemp("trainer") / "model")
+
+
+@pytest.fixture(scope="module")
+def scenario_a(ray_session, model_path, tmp_path_factory):
+    """Group A: steps 1-2, checkpoint, step 3; states and metrics after each step."""
+    ckpt = tmp_path_factory.mktemp("ckpt") / "step2"
+    group = TrainerGroup(model_path, CONFIG_A, LOSS_A)
+    states, metrics = [], []
+    try:
+        for i, batch in enumerate(BATCHES):
+            if i == 2:
+                group.save_checkpoint(ckpt, extra={"next_row": 12, "epoch": 0})
+            metrics.append(group.update(batch))
+            states.append(full_state(group))
+        yield {"group": group, "states": states, "metrics": metrics, "ckpt": ckpt}
+    finally:
+        group.shutdown()
+
+
+def test_batches_exercise_micro_batching_and_idle_ranks():
+    for batch in BATCHES:
+        lengths = FlatSamples.from_samples(batch.samples).lengths
+        plan = shard_plan(lengths, range(len(lengths)), 2, CONFIG_A.micro_batch_tokens)
+        assert len(plan[0]) >= 2  # gradient accumulation over micro-batches
+        assert any(mb == [] for rank in plan for mb in rank)  # a rank runs a placeholder
+
+
+def test_two_ranks_match_single_process_reference(scenario_a, model_path):
+    reference = Reference(model_path, CONFIG_A, LOSS_A)
+    for step in range(2):
+        expected = reference.update(BATCHES[step].samples)
+        got = scenario_a["metrics"][step]
+        assert max_diff(scenario_a["states"][step], reference.state_dict()) < TOL
+        assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
+        assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4)
+        assert got["grad_norm"] > CONFIG_A.max_grad_norm  # clipping was active
+        assert got["step"] == step + 1 and got["lr"] == CONFIG_A.lr
+        assert got["tokens"] == BATCHES[step].num_tokens
+    assert max_diff(scenario_a["states"][1], reference.state_dict()) < TOL
+
+
+def test_one_rank_micro_batched_matches_reference(ray_session, model_path):
+    reference = Reference(model_path, CONFIG_C, LOSS_C)
+    with TrainerGroup(model_path, CONFIG_C, LOSS_C) as group:
+        for step in range(2):
+            got = group.update(BATCHES[step])
+            expected = reference.update(BATCHES[step].samples)
+            assert max_diff(full_state(group), reference.state_dict()) < TOL
+            assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
+            assert got["optimizer_steps"] == 4 and got["step"] == 4 * (step + 1)
+        assert got["lr"] == pytest.approx(CONFIG_C.lr * CONFIG_C.lr_factor(7))
+
+
+def test_resume_in_fresh_group_is_exact(scenario_a, model_path):
+    with TrainerGroup(model_path, CONFIG_A, LOSS_A) as fresh:
+        extra = fresh.load_checkpoint(scenario_a["ckpt"])
+        assert extra == {"next_row": 12, "epoch": 0}
+        metrics = fresh.update(BATCHES[2])
+        state = full_state(fresh)
+    expected = scenario_a["metrics"][2]
+    assert {k: v for k, v in metrics.items() if k != "time_s"} == {
+        k: v for k, v in expected.items() if k != "time_s"
+    }
+    assert all(torch.equal(state[k], scenario_a["states"][2][k]) for k in state)
+    assert max_diff(state, scenario_a["states"][1]) > 1e-3  # step 3 did move the weights
+
+
+def test_compute_logprobs_match_reference(scenario_a):
+    group = scenario_a["group"]
+    model = load_model(group.model_path)
+    model.load_state_dict(full_state(group))
+    batch = BATCHES[0]
+    got = group.compute_logprobs(batch)
+    with torch.no_grad():
+        logp, *_ = reference_logprobs(model, batch.samples, CONFIG_A.temperature)
+    for i, s in enumerate(batch.samples):
+        want = [v if m else 0.0 for v, m in zip(logp[i].tolist(), s.response_mask)]
+        assert got[i] == pytest.approx(want, abs=TOL)
+
+
+def teach(group: TrainerGroup, prompt: list[int], target: int, updates: int) -> None:
+    """PPO updates rewarding ``target`` after ``prompt`` (and after itself)."""
+    sample = Sample(
+        row_id="teach", sample_index=0, prompt_ids=prompt, response_ids=[target] * 4,
+        response_mask=[1] * 4, old_logprobs=[0.0] * 4, advantage=1.0,
+    )  # fmt: skip
+    for _ in range(updates):
+        old = group.compute_logprobs(Batch(samples=[sample]))[0]
+        group.update(Batch(samples=[sample.model_copy(update={"old_logprobs": old})]))
+
+
+async def test_weight_sync_to_engines_and_export(scenario_a, model_path, tmp_path):
+    group = scenario_a["group"]
+    prompt, target = [17, 300, 42, 9, 512], 77
+    engines = [TorchEngine.from_pretrained(model_path) for _ in range(2)]
+    greedy = SamplingParams(temperature=0.0, max_tokens=6, stop_token_ids=())
+    try:
+        before = (await engines[0].generate(prompt, greedy, "before")).token_ids
+        assert target not in before
+        teach(group, prompt, target, updates=TEACH_UPDATES)
+        trained = full_state(group)
+        sync = WeightSync(bucket_bytes=64 << 10)
+        assert await sync.push(group, engines) == [1, 1]
+        assert [e.policy_version for e in engines] == [1, 1]
+        stats = sync.last_stats
+        print(f"\nweight sync: {stats.bytes / 1e3:.0f} kB, {stats.buckets} buckets, "
+              f"{stats.total_s * 1e3:.1f} ms (gather {stats.gather_s * 1e3:.1f} ms, "
+              f"load {stats.load_s * 1e3:.1f} ms)")  # fmt: skip
+        assert stats.buckets > 1
+        for engine in engines:
+            served = engine.model.state_dict()
+            assert served.keys() == trained.keys()
+            assert all(torch.equal(served[k], trained[k]) for k in trained)
+        after = await engines[0].generate(prompt, greedy, "after")
+        assert after.policy_version == 1
+        assert after.token_ids[0] == target and after.token_ids != before
+
+        # Sampled at the trainer's temperature, the engine's logprobs are the trainer's.
+        sampled = await engines[1].generate(
+            prompt, SamplingParams(temperature=CONFIG_A.temperature, max_tokens=12, seed=3), "t"
+        )
+        sample = Sample(
+            row_id="x", sample_index=0, prompt_ids=prompt, response_ids=sampled.token_ids,
+            response_mask=[1] * len(sampled.token_ids), old_logprobs=sampled.logprobs,
+        )  # fmt: skip
+        recomputed = group.compute_logprobs(Batch(samples=[sample]))[0]
+        assert recomputed == pytest.approx(sampled.logprobs, abs=1e-4)
+
+        exported = TorchEngine.from_pretrained(group.export_pretrained(tmp_path / "export"))
+        try:
+            again = await exported.generate(prompt, greedy, "exported")
+            assert again.token_ids == after.token_ids
+            assert all(torch.equal(exported.model.state_dict()[k], trained[k]) for k in trained)
+            assert (tmp_path / "export" / "tokenizer.json").is_file()
+        finally:
+            exported.close()
+    finally:
+        for engine in engines:
+            engine.close()
+
+
+def test_worker_errors_name_the_rank(scenario_a, tmp_path):
+    group = scenario_a["group"]
+    with pytest.raises(TrainerError, match=r"rank \d failed in load_checkpoint: FileNotFoundError"):
+        group.load_checkpoint(tmp_path / "missing")
+    with pytest.raises(TypeError, match="JSON"):
+        group.save_checkpoint(tmp_path / "bad", extra={"x": object()})
+    assert group.compute_logprobs(Batch(samples=BATCHES[0].samples[:1]))  # still usable
