@@ -36,6 +36,26 @@ def show(
             console.print(render_trajectory(traj, tokenizer, show_prompt=prompt))
 
 
+@app.command()
+def train(
+    config: Annotated[Path, typer.Argument(help="Training config YAML (with an entrypoint section).")],
+    steps: Annotated[int | None, typer.Option(help="Override max_steps.")] = None,
+) -> None:
+    """Train the graph, dataset and reward named in the config's entrypoint section."""
+    from agentrl_sdk.api import train as run_training
+    from agentrl_sdk.entrypoints import resolve_entrypoints
+    from agentrl_sdk.pipeline import TrainConfig
+
+    cfg = TrainConfig.from_yaml(config)
+    if steps:
+        cfg.max_steps = steps
+    job = resolve_entrypoints(cfg)
+    result = run_training(job.graph, job.dataset, job.reward, cfg, input_fn=job.input_fn)
+    curve = ", ".join(f"{m['reward/mean']:.3f}" for m in result.history)
+    console.print(f"reward per step: {curve}")
+    console.print(f"MLflow run {result.run_id} · final model {result.final_model}")
+
+
 @app.command("build-model")
 def build_model(
     out: Annotated[Path, typer.Argument(help="Folder to write (save_pretrained layout).")],

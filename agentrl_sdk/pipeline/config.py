@@ -24,6 +24,23 @@ class ModelConfig(_Section):
     path: str | None = Field(
         None, description="Local save_pretrained folder (weights + tokenizer); no hub ids."
     )
+    builder: str | None = Field(
+        None, description="'module:function' returning a local model folder; used by "
+        "`agentrl train` when path is unset (e.g. a project-built tiny model)."
+    )
+
+
+class EntrypointConfig(_Section):
+    """What `agentrl train config.yaml` imports; ``sdk.train`` takes these as arguments."""
+
+    graph: str | None = Field(
+        None, description="'module:attr': a compiled graph, or a function that returns one."
+    )
+    dataset: str | None = Field(
+        None, description="A .jsonl/.parquet path, or 'module:function' returning rows."
+    )
+    reward: str | None = Field(None, description="'module:function' reward(state, row, trajectory).")
+    input_fn: str | None = Field(None, description="'module:function' row -> graph input.")
 
 
 class EngineConfig(_Section):
@@ -82,6 +99,7 @@ class TrainConfig(_Section):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    entrypoint: EntrypointConfig = Field(default_factory=EntrypointConfig)
     max_steps: int = Field(10, ge=1, description="Policy updates to run.")
 
     @model_validator(mode="after")

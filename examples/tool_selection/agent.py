@@ -119,3 +119,8 @@ def right_tool_reward(state: dict[str, Any], row: dict[str, Any], trajectory: An
     """1 when the first tool the agent called is the one the question asks for."""
     calls = [c for m in state["messages"] if isinstance(m, AIMessage) for c in m.tool_calls]
     return float(bool(calls) and calls[0]["name"] == row["tool"])
+
+
+def training_rows() -> list[dict[str, Any]]:
+    """The demo's training questions (for `agentrl train`)."""
+    return make_rows(256, seed=2)

@@ -1,6 +1,8 @@
 """Train the tool-selection agent with GRPO on this CPU and watch the reward rise.
 
-    python -m examples.tool_selection.train [--steps 30] [--config examples/tool_selection/config.yaml]
+    python -m examples.tool_selection.train [--steps 40] [--config examples/tool_selection/config.yaml]
+
+The same job runs as ``agentrl train examples/tool_selection/config.yaml``.
 """
 
 from __future__ import annotations
@@ -11,30 +13,30 @@ from pathlib import Path
 from rich.console import Console
 
 import agentrl_sdk as sdk
-from agentrl_sdk.pipeline import TrainConfig
-from examples.tool_selection.agent import build_graph, graph_input, make_rows, right_tool_reward
-from examples.tool_selection.model import model_path
+from agentrl_sdk.entrypoints import resolve_entrypoints
+from agentrl_sdk.pipeline import TrainConfig, TrainResult
 
 HERE = Path(__file__).parent
 
 
-def main(config_path: Path, steps: int | None) -> None:
-    console = Console()
-    config = TrainConfig.from_yaml(config_path)
-    config.model.path = str(model_path())
-    if steps:
-        config.max_steps = steps
-    Path("runs").mkdir(exist_ok=True)
-    result = sdk.train(build_graph(), make_rows(256, seed=2), reward=right_tool_reward,
-                       config=config, input_fn=graph_input)
-    curve = [round(m["reward/mean"], 3) for m in result.history]
-    console.print(f"[bold]reward per step:[/] {curve}")
-    first, last = _mean(curve[:3]), _mean(curve[-3:])
+def run(config: TrainConfig) -> TrainResult:
+    """Build (or reuse) the warm-started policy and train it as ``config`` says."""
+    job = resolve_entrypoints(config)
+    return sdk.train(job.graph, job.dataset, reward=job.reward, config=config,
+                     input_fn=job.input_fn)
+
+
+def summarize(result: TrainResult, console: Console) -> tuple[float, float]:
+    """Print the reward curve; return the mean reward of the first and the last 5 steps."""
+    curve = [m["reward/mean"] for m in result.history]
+    first, last = _mean(curve[:5]), _mean(curve[-5:])
+    console.print("[bold]reward per step:[/] " + " ".join(f"{r:.2f}" for r in curve))
     console.print(
-        f"[bold]mean reward: first 3 steps {first:.3f} -> last 3 steps {last:.3f} "
-        f"({last / first if first else float('inf'):.1f}x)[/] · MLflow run {result.run_id} "
-        f"in {config.tracking.uri} · final model {result.final_model}"
+        f"[bold]mean reward, first 5 steps {first:.3f} -> last 5 steps {last:.3f} "
+        f"({last / first if first else float('inf'):.1f}x)[/] · MLflow run {result.run_id} · "
+        f"final model {result.final_model}"
     )
+    return first, last
 
 
 def _mean(values: list[float]) -> float:
@@ -46,4 +48,8 @@ if __name__ == "__main__":
     parser.add_argument("--config", type=Path, default=HERE / "config.yaml")
     parser.add_argument("--steps", type=int, default=None)
     args = parser.parse_args()
-    main(args.config, args.steps)
+    config = TrainConfig.from_yaml(args.config)
+    if args.steps:
+        config.max_steps = args.steps
+    Path("runs").mkdir(exist_ok=True)
+    summarize(run(config), Console())

@@ -1,0 +1,53 @@
+"""Resolve the 'module:attr' references of a config into a graph, dataset, reward and model."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentrl_sdk.pipeline import TrainConfig
+from agentrl_sdk.rollout import default_input
+
+
+@dataclass
+class Entrypoints:
+    """What `agentrl train` passes to ``sdk.train``."""
+
+    graph: Any
+    dataset: Any
+    reward: Any
+    input_fn: Any
+
+
+def load_object(reference: str) -> Any:
+    """Import ``module.path:attr`` (the module must be importable from the working directory)."""
+    module, _, attr = reference.partition(":")
+    if not module or not attr:
+        raise ValueError(f"{reference!r} is not of the form 'module.path:attribute'")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot import {reference!r}: {exc}") from exc
+
+
+def resolve_entrypoints(config: TrainConfig) -> Entrypoints:
+    """Import the entrypoint references and fill ``model.path`` from ``model.builder``."""
+    spec = config.entrypoint
+    if not spec.graph or not spec.dataset:
+        raise ValueError("the config needs entrypoint.graph and entrypoint.dataset for `agentrl train`")
+    graph = load_object(spec.graph)
+    if not hasattr(graph, "ainvoke"):
+        graph = graph()
+    dataset: Any = spec.dataset
+    if ":" in spec.dataset and not Path(spec.dataset).exists():
+        dataset = load_object(spec.dataset)()
+    if config.model.path is None and config.model.builder:
+        config.model.path = str(load_object(config.model.builder)())
+    return Entrypoints(
+        graph=graph,
+        dataset=dataset,
+        reward=load_object(spec.reward) if spec.reward else None,
+        input_fn=load_object(spec.input_fn) if spec.input_fn else default_input,
+    )
