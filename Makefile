@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo rollout-demo test bench
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,9 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 demo: setup
+	$(PY) -m examples.tool_selection.train
+
+rollout-demo: setup
 	$(PY) -m examples.calculator.rollout_demo
 
 test: setup
