@@ -24,5 +24,7 @@ test: setup
 	$(PY) -m pytest -m "slow or not slow" -q
 
 bench: setup
+	$(PY) -m pip install -q -e '.[test,bench]'
 	$(PY) benchmarks/engine.py --quick
 	$(PY) benchmarks/overhead.py --quick
+	$(PY) benchmarks/vs_trl.py --quick

@@ -57,7 +57,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from _results import write_result  # noqa: E402
 
 import agentrl_sdk as sdk  # noqa: E402
-from agentrl_sdk.models import build_small_tokenizer, build_tiny_model, save_pretrained_pair  # noqa: E402
+from agentrl_sdk.models import (  # noqa: E402
+    build_small_tokenizer,
+    build_tiny_model,
+    save_pretrained_pair,
+)
 from agentrl_sdk.pipeline import TrainConfig, run_sync  # noqa: E402
 
 SYSTEM = "You answer with digits only."
@@ -77,7 +81,7 @@ class Job:
 
 @dataclass
 class Side:
-    """Per-step measurements of one system (warm-up step included; `summary` drops it)."""
+    """Per-step measurements of one system (warm-up step included; the means drop it)."""
 
     name: str
     step_s: list[float] = field(default_factory=list)  # between consecutive step ends
@@ -89,11 +93,13 @@ class Side:
     reward: list[float] = field(default_factory=list)
 
     def mean(self, name: str) -> float:
+        """Mean of the list ``name`` over the steps after the warm-up step."""
         values = getattr(self, name)[1:]
         return statistics.fmean(values) if values else 0.0
 
     @property
     def update_tok_s(self) -> float:
+        """Update-only tokens/s over the steps after the warm-up step."""
         return sum(self.tokens[1:]) / sum(self.update_s[1:])
 
 
@@ -178,7 +184,7 @@ def run_ours(job: Job, path: Path, rows: list[dict[str, Any]]) -> Side:
     if len(clock.stamps) != job.steps:
         raise RuntimeError(f"expected {job.steps} step lines from the pipeline, got "
                            f"{len(clock.stamps)}: its per-step logging changed")
-    side = Side("agentrl_sdk")
+    side = Side("ours")
     side.step_s = [0.0] + [b - a for a, b in zip(clock.stamps, clock.stamps[1:])]
     for m in result.history:
         side.generate_s.append(m["time/rollout_s"])
@@ -202,7 +208,7 @@ def run_trl(job: Job, path: Path, rows: list[dict[str, Any]], out_dir: Path) -> 
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    side = Side("TRL GRPOTrainer")
+    side = Side("TRL")
     begins: list[float] = []
     ends: list[float] = []
 
@@ -264,11 +270,12 @@ def run_trl(job: Job, path: Path, rows: list[dict[str, Any]], out_dir: Path) -> 
 def print_table(job: Job, trl: Side, ours: Side) -> None:
     title = (f"GRPO, {job.prompts_per_step} prompts x n={job.n}, {job.max_new_tokens} new tokens, "
              f"{job.threads} thread(s): means of steps 2..{job.steps}")
-    caption = ("agentrl_sdk: sync pipeline, TorchEngine, trainer.world_size 1 (Ray actor); "
-               "TRL: HF generate in-process, nothing to sync")
+    caption = ("ours: agentrl_sdk sync pipeline, TorchEngine, trainer.world_size 1 (Ray actor); "
+               "TRL: GRPOTrainer, HF generate in-process, nothing to sync; tok = prompt + "
+               "completion tokens per step, upd = update only")
     table = Table(title=title, caption=caption)
-    columns = ("system", "s/step", "gen s", "update s", "sync s", "tok/step", "gen tok/step",
-               "update tok/s", "reward")
+    columns = ("system", "s/step", "gen s", "upd s", "sync s", "tok", "gen tok", "upd tok/s",
+               "reward")
     for column in columns:
         table.add_column(column, justify="left" if column == "system" else "right")
     for side in (trl, ours):
