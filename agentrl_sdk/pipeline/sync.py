@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.data import LoaderPosition, RowLoader
 from agentrl_sdk.engines import create_engine
 from agentrl_sdk.pipeline.config import TrainConfig
@@ -92,7 +93,8 @@ async def _step(graph, loader, engine, tokenizer, group, weight_sync, reward_fn,
     batch_rows = loader.next_batch()
     started = time.perf_counter()
     trajectories = await arollout_batch(
-        graph, batch_rows, engine, tokenizer=tokenizer, config=config.rollout, input_fn=input_fn
+        graph, batch_rows, engine, tokenizer=tokenizer, config=_rollout_config(config, step),
+        input_fn=input_fn,
     )
     rollout_s = time.perf_counter() - started
     counts = await score(
@@ -117,6 +119,16 @@ async def _step(graph, loader, engine, tokenizer, group, weight_sync, reward_fn,
     metrics["time/weight_sync_s"] = time.perf_counter() - started
     metrics["policy_version"] = float(versions[0])
     return metrics
+
+
+def _rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
+    """The step's rollout config: a seeded run draws new samples each step, and a resumed
+    run draws exactly the samples the uninterrupted run would have."""
+    sampling = config.rollout.sampling
+    if sampling.seed is None:
+        return config.rollout
+    seeded = sampling.model_copy(update={"seed": sampling.seed + step})
+    return config.rollout.model_copy(update={"sampling": seeded})
 
 
 def _model_path(config: TrainConfig) -> str:
