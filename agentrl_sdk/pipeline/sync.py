@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.data import LoaderPosition, RowLoader
-from agentrl_sdk.engines import create_engine
+from agentrl_sdk.engines import Engine, create_engine
 from agentrl_sdk.pipeline.config import TrainConfig
 from agentrl_sdk.pipeline.metrics import rollout_metrics
 from agentrl_sdk.rollout import arollout_batch, default_input, row_id_of
@@ -37,6 +38,21 @@ class TrainResult(BaseModel):
     checkpoint: str | None = None
 
 
+@dataclass
+class _Job:
+    """Everything one training job's steps share."""
+
+    graph: Any
+    reward_fn: RewardFn | None
+    input_fn: Callable[[dict[str, Any]], Any]
+    config: TrainConfig
+    tokenizer: Any
+    loader: RowLoader
+    engine: Engine
+    group: TrainerGroup
+    weight_sync: WeightSync
+
+
 async def run_sync(
     graph: Any,
     rows: list[dict[str, Any]],
@@ -54,18 +70,21 @@ async def run_sync(
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     loader = RowLoader(rows, config.data.batch_size, shuffle=config.data.shuffle, seed=config.data.seed)
     engine = create_engine(config.engine.backend, path, max_batch_size=config.engine.max_batch_size)
-    group = await asyncio.to_thread(TrainerGroup, path, config.trainer, config.algorithm)
-    weight_sync = WeightSync()
+    try:
+        group = await asyncio.to_thread(TrainerGroup, path, config.trainer, config.algorithm)
+    except BaseException:
+        engine.close()
+        raise
+    job = _Job(graph, reward_fn, input_fn, config, tokenizer, loader, engine, group, WeightSync())
     run = _start_run(config)
     result = TrainResult(steps=0, run_id=run.run_id if run else None)
     status = "FAILED"
     try:
-        start = await _maybe_resume(config, group, loader, weight_sync, engine, console)
+        start = await _maybe_resume(job, console)
         with _progress(console) as progress:
             task = progress.add_task("train", total=config.max_steps, completed=start, reward=0.0)
             for step in range(start, config.max_steps):
-                metrics = await _step(graph, loader, engine, tokenizer, group, weight_sync,
-                                      reward_fn, config, input_fn, step)
+                metrics = await _step(job, step)
                 result.history.append(metrics)
                 result.steps = step + 1
                 if run:
@@ -74,8 +93,8 @@ async def run_sync(
                 console.log(_step_line(step, metrics))
                 every = config.checkpoint.every
                 if config.checkpoint.dir and every and (step + 1) % every == 0:
-                    result.checkpoint = await _save(group, loader, config, step + 1)
-        result = await _finish(result, group, loader, config, run)
+                    result.checkpoint = await _save(job, step + 1)
+        result = await _finish(job, result, run)
         status = "FINISHED"
         return result
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -88,19 +107,20 @@ async def run_sync(
         await asyncio.to_thread(group.shutdown)
 
 
-async def _step(graph, loader, engine, tokenizer, group, weight_sync, reward_fn, config,
-                input_fn, step) -> dict[str, float]:
-    batch_rows = loader.next_batch()
+async def _step(job: _Job, step: int) -> dict[str, float]:
+    """One policy update: rollouts, rewards, advantages, update, weight sync."""
+    config = job.config
+    batch_rows = job.loader.next_batch()
     started = time.perf_counter()
     trajectories = await arollout_batch(
-        graph, batch_rows, engine, tokenizer=tokenizer, config=_rollout_config(config, step),
-        input_fn=input_fn,
+        job.graph, batch_rows, job.engine, tokenizer=job.tokenizer,
+        config=_rollout_config(config, step), input_fn=job.input_fn,
     )
     rollout_s = time.perf_counter() - started
     counts = await score(
         trajectories,
         {row_id_of(r): r for r in batch_rows},
-        reward_fn,
+        job.reward_fn,
         on_error=config.reward.on_error,
         failed_rollout_reward=config.reward.failed_rollout_reward,
     )
@@ -111,11 +131,11 @@ async def _step(graph, loader, engine, tokenizer, group, weight_sync, reward_fn,
     metrics.update({f"count/{k}": float(v) for k, v in counts.items()})
     started = time.perf_counter()
     if samples:
-        update = await asyncio.to_thread(group.update, Batch(step=step, samples=samples))
+        update = await asyncio.to_thread(job.group.update, Batch(step=step, samples=samples))
         metrics.update({f"train/{k}": v for k, v in update.items()})
     metrics["time/train_s"] = time.perf_counter() - started
     started = time.perf_counter()
-    versions = await weight_sync.push(group, [engine])
+    versions = await job.weight_sync.push(job.group, [job.engine])
     metrics["time/weight_sync_s"] = time.perf_counter() - started
     metrics["policy_version"] = float(versions[0])
     return metrics
@@ -148,16 +168,18 @@ def _start_run(config: TrainConfig) -> TrainingRun | None:
     return run
 
 
-async def _maybe_resume(config, group, loader, weight_sync, engine, console) -> int:
-    if not config.checkpoint.resume:
+async def _maybe_resume(job: _Job, console: Console) -> int:
+    """The step to start from: 0, or the newest checkpoint's (weights pushed to the engine)."""
+    checkpoint = job.config.checkpoint
+    if not checkpoint.resume:
         return 0
-    latest = _latest_checkpoint(Path(config.checkpoint.dir))
+    latest = _latest_checkpoint(Path(checkpoint.dir))
     if latest is None:
-        console.log(f"no checkpoint in {config.checkpoint.dir}: starting from step 0")
+        console.log(f"no checkpoint in {checkpoint.dir}: starting from step 0")
         return 0
-    extra = await asyncio.to_thread(group.load_checkpoint, latest)
-    loader.position = LoaderPosition.model_validate(extra["data_position"])
-    await weight_sync.push(group, [engine])
+    extra = await asyncio.to_thread(job.group.load_checkpoint, latest)
+    job.loader.position = LoaderPosition.model_validate(extra["data_position"])
+    await job.weight_sync.push(job.group, [job.engine])
     console.log(f"resumed from {latest} at step {extra['step']}")
     return int(extra["step"])
 
@@ -167,20 +189,22 @@ def _latest_checkpoint(directory: Path) -> Path | None:
     return steps[-1] if steps else None
 
 
-async def _save(group, loader, config, step: int) -> str:
-    path = Path(config.checkpoint.dir) / f"step_{step}"
-    extra = {"step": step, "data_position": loader.position.model_dump()}
-    await asyncio.to_thread(group.save_checkpoint, path, extra)
+async def _save(job: _Job, step: int) -> str:
+    path = Path(job.config.checkpoint.dir) / f"step_{step}"
+    extra = {"step": step, "data_position": job.loader.position.model_dump()}
+    await asyncio.to_thread(job.group.save_checkpoint, path, extra)
     return str(path)
 
 
-async def _finish(result, group, loader, config, run) -> TrainResult:
-    if config.checkpoint.dir:
+async def _finish(job: _Job, result: TrainResult, run: TrainingRun | None) -> TrainResult:
+    """Checkpoint the last step (if not yet) and export the final policy."""
+    checkpoint = job.config.checkpoint
+    if checkpoint.dir:
         if result.checkpoint is None or not result.checkpoint.endswith(f"step_{result.steps}"):
-            result.checkpoint = await _save(group, loader, config, result.steps)
-        if config.checkpoint.export_final:
-            final = Path(config.checkpoint.dir) / "final_model"
-            await asyncio.to_thread(group.export_pretrained, final)
+            result.checkpoint = await _save(job, result.steps)
+        if checkpoint.export_final:
+            final = Path(checkpoint.dir) / "final_model"
+            await asyncio.to_thread(job.group.export_pretrained, final)
             result.final_model = str(final)
             if run:
                 run.log_artifacts(final, "final_model")
