@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ def load_object(reference: str) -> Any:
     module, _, attr = reference.partition(":")
     if not module or not attr:
         raise ValueError(f"{reference!r} is not of the form 'module.path:attribute'")
+    # Like `python -m` (and uvicorn's app dir): the user's project is the working directory.
+    if str(Path.cwd()) not in sys.path and "" not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
