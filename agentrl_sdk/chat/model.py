@@ -19,7 +19,7 @@ from langchain_core.messages.tool import invalid_tool_call, tool_call
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
 from agentrl_sdk.chat.messages import to_openai_tools, to_template_message
@@ -53,6 +53,7 @@ class TokenChatModel(BaseChatModel):
     max_tokens: int | None = None
     seed: int | None = None
     model_name: str = "agentrl-token-model"
+    _template: ChatTemplate | None = PrivateAttr(None)
 
     @property
     def _llm_type(self) -> str:
@@ -113,8 +114,11 @@ class TokenChatModel(BaseChatModel):
                 "TokenChatModel was called outside a rollout without an engine and tokenizer: "
                 "run the graph with sdk.rollout(...) or pass engine= and tokenizer="
             )
+        # One template per model: it compiles the Jinja once and keeps the encode cache warm.
+        if self._template is None or self._template.tokenizer is not self.tokenizer:
+            self._template = ChatTemplate(self.tokenizer)
         return RolloutRecorder(
-            self.engine, ChatTemplate(self.tokenizer), chat=self.chat,
+            self.engine, self._template, chat=self.chat,
             rollout_id=f"call-{uuid.uuid4().hex[:12]}",
         )
 

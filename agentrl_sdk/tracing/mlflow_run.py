@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,9 @@ class TrainingRun:
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
         """Finite metrics of one training step."""
+        now_ms = int(time.time() * 1000)
         entities = [
-            self._mlflow.entities.Metric(k, float(v), timestamp=_now_ms(), step=step)
+            self._mlflow.entities.Metric(k, float(v), timestamp=now_ms, step=step)
             for k, v in metrics.items()
             if isinstance(v, int | float) and v == v and abs(v) != float("inf")
         ]
@@ -85,9 +87,3 @@ class TrainingRun:
     def end(self, status: str = "FINISHED") -> None:
         """Close the run (``FINISHED``, ``FAILED`` or ``KILLED``)."""
         self._client.set_terminated(self.run_id, status=status)
-
-
-def _now_ms() -> int:
-    import time
-
-    return int(time.time() * 1000)
