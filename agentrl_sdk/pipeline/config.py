@@ -101,6 +101,11 @@ class TrainConfig(_Section):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     entrypoint: EntrypointConfig = Field(default_factory=EntrypointConfig)
     max_steps: int = Field(10, ge=1, description="Policy updates to run.")
+    prefetch_rollouts: bool = Field(
+        True, description="Start the next step's rollouts while the trainer updates: graph "
+        "start-up and prompt rendering overlap the update, and the first LLM call of each "
+        "waits for the new weights, so training stays on-policy."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:

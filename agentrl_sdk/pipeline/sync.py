@@ -17,13 +17,14 @@ from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.data import LoaderPosition, RowLoader
 from agentrl_sdk.engines import Engine, create_engine
 from agentrl_sdk.pipeline.config import TrainConfig
+from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.pipeline.metrics import rollout_metrics
 from agentrl_sdk.rollout import arollout_batch, default_input, row_id_of
 from agentrl_sdk.rollout.rewards import RewardFn, score
 from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.tracing import TrainingRun
 from agentrl_sdk.trainer import TrainerGroup, WeightSync
-from agentrl_sdk.types import Batch
+from agentrl_sdk.types import Batch, Trajectory
 
 TRAINED_POLICY = "default"
 
@@ -51,6 +52,18 @@ class _Job:
     engine: Engine
     group: TrainerGroup
     weight_sync: WeightSync
+    gate: WeightGate
+
+
+@dataclass
+class _Rollouts:
+    """One step's rollouts in flight, and the loader position from before its rows."""
+
+    step: int
+    rows: list[dict[str, Any]]
+    position: LoaderPosition
+    task: asyncio.Future[list[Trajectory]]
+    started: float
 
 
 async def run_sync(
@@ -75,16 +88,21 @@ async def run_sync(
     except BaseException:
         engine.close()
         raise
-    job = _Job(graph, reward_fn, input_fn, config, tokenizer, loader, engine, group, WeightSync())
+    job = _Job(graph, reward_fn, input_fn, config, tokenizer, loader, engine, group, WeightSync(),
+               WeightGate(engine))
     run = _start_run(config)
     result = TrainResult(steps=0, run_id=run.run_id if run else None)
     status = "FAILED"
+    pending: _Rollouts | None = None
     try:
         start = await _maybe_resume(job, console)
         with _progress(console) as progress:
             task = progress.add_task("train", total=config.max_steps, completed=start, reward=0.0)
             for step in range(start, config.max_steps):
-                metrics = await _step(job, step)
+                current = pending or _start_rollouts(job, step)
+                pending = None
+                prefetch = config.prefetch_rollouts and step + 1 < config.max_steps
+                metrics, pending = await _step(job, current, prefetch=prefetch)
                 result.history.append(metrics)
                 result.steps = step + 1
                 if run:
@@ -93,7 +111,8 @@ async def run_sync(
                 console.log(_step_line(step, metrics))
                 every = config.checkpoint.every
                 if config.checkpoint.dir and every and (step + 1) % every == 0:
-                    result.checkpoint = await _save(job, step + 1)
+                    position = pending.position if pending else job.loader.position
+                    result.checkpoint = await _save(job, step + 1, position)
         result = await _finish(job, result, run)
         status = "FINISHED"
         return result
@@ -101,25 +120,45 @@ async def run_sync(
         status = "KILLED"
         raise
     finally:
+        if pending:
+            await _cancel(pending)
         if run:
             run.end(status)
         engine.close()
         await asyncio.to_thread(group.shutdown)
 
 
-async def _step(job: _Job, step: int) -> dict[str, float]:
-    """One policy update: rollouts, rewards, advantages, update, weight sync."""
+def _start_rollouts(job: _Job, step: int) -> _Rollouts:
+    """Draw the step's rows and start their rollouts through the gate (held while closed)."""
+    position = job.loader.position
+    rows = job.loader.next_batch()
+    task = asyncio.ensure_future(arollout_batch(
+        job.graph, rows, job.gate, tokenizer=job.tokenizer,
+        config=_rollout_config(job.config, step), input_fn=job.input_fn,
+    ))
+    return _Rollouts(step, rows, position, task, time.perf_counter())
+
+
+async def _cancel(rollouts: _Rollouts) -> None:
+    rollouts.task.cancel()
+    await asyncio.gather(rollouts.task, return_exceptions=True)
+
+
+async def _step(
+    job: _Job, current: _Rollouts, *, prefetch: bool
+) -> tuple[dict[str, float], _Rollouts | None]:
+    """One policy update: rollouts, rewards, advantages, update, weight sync.
+
+    With ``prefetch``, the next step's rollouts start behind the closed gate once this
+    step's batch is scored, and the gate opens after the weight sync; they are returned.
+    """
     config = job.config
-    batch_rows = job.loader.next_batch()
-    started = time.perf_counter()
-    trajectories = await arollout_batch(
-        job.graph, batch_rows, job.engine, tokenizer=job.tokenizer,
-        config=_rollout_config(config, step), input_fn=job.input_fn,
-    )
-    rollout_s = time.perf_counter() - started
+    trajectories = await current.task
+    # Sampling time only: a prefetched step's rollouts wait at the gate until it opens.
+    rollout_s = time.perf_counter() - max(current.started, job.gate.opened_at)
     counts = await score(
         trajectories,
-        {row_id_of(r): r for r in batch_rows},
+        {row_id_of(r): r for r in current.rows},
         job.reward_fn,
         on_error=config.reward.on_error,
         failed_rollout_reward=config.reward.failed_rollout_reward,
@@ -129,16 +168,28 @@ async def _step(job: _Job, step: int) -> dict[str, float]:
     )
     metrics = {**rollout_metrics(trajectories, rollout_s), **sample_metrics}
     metrics.update({f"count/{k}": float(v) for k, v in counts.items()})
-    started = time.perf_counter()
-    if samples:
-        update = await asyncio.to_thread(job.group.update, Batch(step=step, samples=samples))
-        metrics.update({f"train/{k}": v for k, v in update.items()})
-    metrics["time/train_s"] = time.perf_counter() - started
-    started = time.perf_counter()
-    versions = await job.weight_sync.push(job.group, [job.engine])
-    metrics["time/weight_sync_s"] = time.perf_counter() - started
+    upcoming = None
+    if prefetch:
+        job.gate.close()
+        upcoming = _start_rollouts(job, current.step + 1)
+    try:
+        started = time.perf_counter()
+        if samples:
+            batch = Batch(step=current.step, samples=samples)
+            update = await asyncio.to_thread(job.group.update, batch)
+            metrics.update({f"train/{k}": v for k, v in update.items()})
+        metrics["time/train_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        versions = await job.weight_sync.push(job.group, [job.engine])
+        metrics["time/weight_sync_s"] = time.perf_counter() - started
+    except BaseException:
+        if upcoming:
+            await _cancel(upcoming)
+        raise
+    finally:
+        job.gate.open()
     metrics["policy_version"] = float(versions[0])
-    return metrics
+    return metrics, upcoming
 
 
 def _rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
@@ -189,9 +240,10 @@ def _latest_checkpoint(directory: Path) -> Path | None:
     return steps[-1] if steps else None
 
 
-async def _save(job: _Job, step: int) -> str:
+async def _save(job: _Job, step: int, position: LoaderPosition) -> str:
+    """Checkpoint after ``step`` steps; ``position`` is where the next step's rows start."""
     path = Path(job.config.checkpoint.dir) / f"step_{step}"
-    extra = {"step": step, "data_position": job.loader.position.model_dump()}
+    extra = {"step": step, "data_position": position.model_dump()}
     await asyncio.to_thread(job.group.save_checkpoint, path, extra)
     return str(path)
 
@@ -201,7 +253,7 @@ async def _finish(job: _Job, result: TrainResult, run: TrainingRun | None) -> Tr
     checkpoint = job.config.checkpoint
     if checkpoint.dir:
         if result.checkpoint is None or not result.checkpoint.endswith(f"step_{result.steps}"):
-            result.checkpoint = await _save(job, result.steps)
+            result.checkpoint = await _save(job, result.steps, job.loader.position)
         if checkpoint.export_final:
             final = Path(checkpoint.dir) / "final_model"
             await asyncio.to_thread(job.group.export_pretrained, final)

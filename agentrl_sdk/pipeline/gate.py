@@ -1,0 +1,63 @@
+"""`WeightGate`: lets the next step's rollouts start while the trainer updates, on-policy."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from agentrl_sdk.types import GenerateResult, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+    from agentrl_sdk.engines import Engine
+
+__all__ = ["WeightGate"]
+
+
+class WeightGate:
+    """An `Engine` that forwards to ``engine`` but holds every ``generate`` while closed.
+
+    The sync pipeline closes the gate, starts the next step's rollouts (LangGraph start-up,
+    prompt rendering and tokenisation run on the otherwise idle driver while the trainer
+    updates in its own process), pushes the new weights to ``engine`` and then opens the
+    gate. No token is sampled before the new weights are loaded, so training stays exactly
+    on-policy; only the work before each rollout's first LLM call moves earlier.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._open = asyncio.Event()
+        self._open.set()
+        self.opened_at = 0.0  # perf_counter() of the last `open`
+
+    @property
+    def policy_version(self) -> int:
+        """The wrapped engine's policy version."""
+        return self.engine.policy_version
+
+    def close(self) -> None:
+        """Hold new ``generate`` calls until `open` (calls already inside the engine go on)."""
+        self._open.clear()
+
+    def open(self) -> None:
+        """Release every held call and let new ones through."""
+        self.opened_at = time.perf_counter()
+        self._open.set()
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+    ) -> GenerateResult:
+        """The engine's ``generate``, once the gate is open."""
+        await self._open.wait()
+        return await self.engine.generate(prompt_ids, sampling, request_id)
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
+        """The engine's ``update_weights``; the gate does not hold it."""
+        return await self.engine.update_weights(state_dict)
+
+    async def health(self) -> bool:
+        """The engine's health."""
+        return await self.engine.health()
