@@ -22,6 +22,10 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float) -> dict[
         "llm_calls/mean": statistics.fmean(len(t.calls) for t in trajectories),
         "time/rollout_s": seconds,
     }
+    versions = [c.policy_version for t in trajectories for c in t.calls]
+    if versions:  # the weights that sampled this step: one version when on-policy
+        out["policy_version/sampled_min"] = float(min(versions))
+        out["policy_version/sampled_max"] = float(max(versions))
     components: dict[str, list[float]] = {}
     for t in trajectories:
         for name, value in t.rewards.items():

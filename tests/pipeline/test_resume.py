@@ -30,6 +30,11 @@ def test_resumed_run_matches_the_uninterrupted_run(tmp_path, monkeypatch):
     run(_config(tmp_path, "interrupted", 2))
     resumed = run(_config(tmp_path, "interrupted", 3, resume=True))
 
+    # Prefetched rollouts (on by default) still sample every step with that step's weights.
+    for step, metrics in enumerate(straight):
+        assert metrics["policy_version/sampled_min"] == step, step
+        assert metrics["policy_version/sampled_max"] == step, step
+        assert metrics["policy_version"] == step + 1, step
     assert resumed.steps == 3 and len(resumed.history) == 1  # only step 3 ran
     last, again = straight[-1], resumed.history[0]
     for key in ("reward/mean", "tokens/generated", "samples", "train/trained_tokens"):

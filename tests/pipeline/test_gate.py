@@ -1,0 +1,41 @@
+"""`WeightGate`: generate calls wait while it is closed; weight updates go through."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentrl_sdk.pipeline.gate import WeightGate
+from agentrl_sdk.types import GenerateResult, SamplingParams
+
+
+class _VersionedEngine:
+    """Answers every request with the version it was served at (unit-test stand-in)."""
+
+    def __init__(self) -> None:
+        self.policy_version = 0
+
+    async def generate(self, prompt_ids, sampling, request_id) -> GenerateResult:
+        return GenerateResult(token_ids=[1], logprobs=[0.0], finish_reason="length",
+                              policy_version=self.policy_version)
+
+    async def update_weights(self, state_dict) -> int:
+        self.policy_version += 1
+        return self.policy_version
+
+    async def health(self) -> bool:
+        return True
+
+
+async def test_closed_gate_holds_generate_until_the_new_weights() -> None:
+    engine = _VersionedEngine()
+    gate = WeightGate(engine)
+    assert (await gate.generate([1], SamplingParams(), "a")).policy_version == 0
+    gate.close()
+    held = [asyncio.ensure_future(gate.generate([1], SamplingParams(), f"r{i}")) for i in range(4)]
+    await asyncio.sleep(0.01)
+    assert not any(t.done() for t in held)
+    assert await gate.update_weights({}) == 1  # not held by the closed gate
+    gate.open()
+    results = await asyncio.wait_for(asyncio.gather(*held), timeout=5)
+    assert [r.policy_version for r in results] == [1, 1, 1, 1]
+    assert gate.policy_version == 1 and await gate.health()
