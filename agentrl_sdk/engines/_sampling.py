@@ -75,15 +75,19 @@ def sample_next(
     """
     logits = logits.float()
     greedy = temperature <= 0  # (B,)
-    greedy_tokens = logits.argmax(dim=-1)  # (B,)
-    greedy_logp = logits.log_softmax(dim=-1).gather(1, greedy_tokens[:, None]).squeeze(1)  # (B,)
-    if bool(greedy.all()):
-        return greedy_tokens, greedy_logp
+    any_greedy = bool(greedy.any())
+    if any_greedy:
+        greedy_tokens = logits.argmax(dim=-1)  # (B,)
+        greedy_logp = logits.log_softmax(dim=-1).gather(1, greedy_tokens[:, None]).squeeze(1)
+        if bool(greedy.all()):
+            return greedy_tokens, greedy_logp
 
     safe_temperature = torch.where(greedy, torch.ones_like(temperature), temperature)
     logp = filtered_logprobs(logits, safe_temperature, top_k, top_p)  # (B, V)
     sampled_tokens = (logp.exp() / noise).argmax(dim=-1)  # (B,); filtered tokens score 0
     sampled_logp = logp.gather(1, sampled_tokens[:, None]).squeeze(1)  # (B,)
+    if not any_greedy:
+        return sampled_tokens, sampled_logp
     return (
         torch.where(greedy, greedy_tokens, sampled_tokens),
         torch.where(greedy, greedy_logp, sampled_logp),
