@@ -14,6 +14,7 @@ from agentrl_sdk.graph import (
 )
 from agentrl_sdk.pipeline import TrainConfig, TrainResult
 from agentrl_sdk.rollout import arollout, arollout_batch, rollout
+from agentrl_sdk.tools import RLTool
 from agentrl_sdk.types import (
     GenerateResult,
     LLMCall,
@@ -33,6 +34,7 @@ __all__ = [
     "GenerateResult",
     "LLMCall",
     "NoEngineError",
+    "RLTool",
     "RolloutConfig",
     "SamplingParams",
     "Segment",

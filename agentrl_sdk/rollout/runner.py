@@ -15,6 +15,7 @@ from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
+from agentrl_sdk.tools import ToolSession, current_tool_session, tools_kwargs_of
 from agentrl_sdk.types import Trajectory, TrajectoryStatus
 
 if TYPE_CHECKING:
@@ -129,7 +130,9 @@ async def _run_one(
     status: TrajectoryStatus = "ok"
     error: str | None = None
     state: Any = None
+    tools = ToolSession(tools_kwargs_of(row))
     token = current_recorder.set(recorder)
+    tools_token = current_tool_session.set(tools)
     try:
         run = graph.ainvoke(input_fn(row), config={"recursion_limit": config.recursion_limit})
         state = await asyncio.wait_for(run, timeout=config.timeout_s)
@@ -144,7 +147,11 @@ async def _run_one(
     except Exception as exc:  # noqa: BLE001 - a user graph may raise anything; it is recorded
         status, error = "graph_error", f"{type(exc).__name__}: {exc}"
     finally:
+        current_tool_session.reset(tools_token)
         current_recorder.reset(token)
+        # Lifecycle tools are scored and released whatever happened to the rollout.
+        recorder.rewards.update(await tools.close())
+        recorder.metrics.update(tools.metrics)
     metrics = {k: float(v) for k, v in recorder.metrics.items()}
     return Trajectory(
         row_id=row_id,
