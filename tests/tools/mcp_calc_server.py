@@ -1,0 +1,23 @@
+"""A tiny MCP server (stdio) for the MCP tools test: integer arithmetic."""
+
+from mcp.server.fastmcp import FastMCP
+
+server = FastMCP("calc")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool()
+def divide(a: int, b: int) -> float:
+    """Divide a by b."""
+    if b == 0:
+        raise ValueError("division by zero")
+    return a / b
+
+
+if __name__ == "__main__":
+    server.run("stdio")
