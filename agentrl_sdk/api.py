@@ -40,8 +40,10 @@ async def atrain(
 ) -> TrainResult:
     """Async `train`, for callers that already run an event loop."""
     resolved = resolve_config(config)
-    rows, _skipped = load_rows(dataset)
-    return await run_sync(graph, rows, reward, resolved, input_fn=input_fn)
+    agents = set(graph) if isinstance(graph, Mapping) else None
+    rows, problems = load_rows(dataset, on_bad_row=resolved.data.on_bad_row, agent_names=agents)
+    return await run_sync(graph, rows, reward, resolved, input_fn=input_fn,
+                          skipped_rows=len(problems))
 
 
 def train(
@@ -59,8 +61,11 @@ def train(
     sync to the engine, MLflow metrics and checkpoints — ``max_steps`` times.
 
     Args:
-        graph: A compiled LangGraph graph.
-        dataset: Dict rows, a JSONL/parquet path, or a HF ``Dataset``.
+        graph: A compiled LangGraph graph, or ``{agent_name: graph}``: each row then runs the
+            graph its ``agent_name`` names (``"default"`` when it has none).
+        dataset: Dict rows, a JSONL/parquet path, or a HF ``Dataset``; verl-format rows
+            (``prompt``, ``reward_model``, ``extra_info.tools_kwargs``...) are validated and a
+            bad one is reported by index and field, then skipped (``data.on_bad_row``).
         reward: ``reward(final_state, row, trajectory)`` -> float or named components.
         config: A `TrainConfig`, a dict, or a YAML path.
         input_fn: Row -> graph input (default: the row's ``messages``/``prompt``).

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from agentrl_sdk.data.schema import RowProblem, check_row
 
 logger = logging.getLogger(__name__)
 
@@ -18,12 +20,28 @@ class DatasetError(ValueError):
     """A dataset could not be read at all (a bad single row is skipped and counted instead)."""
 
 
-def load_rows(dataset: DatasetLike) -> tuple[list[dict[str, Any]], int]:
-    """Materialise ``dataset`` as a list of dict rows.
+def load_rows(
+    dataset: DatasetLike,
+    *,
+    on_bad_row: Literal["skip", "raise"] = "skip",
+    agent_names: Collection[str] | None = None,
+) -> tuple[list[dict[str, Any]], list[RowProblem]]:
+    """Materialise ``dataset`` as a list of validated dict rows.
+
+    Each row is checked against `RowSchema` (verl's fields, when present, must have their
+    shape; other keys pass through) and, with ``agent_names``, its ``agent_name``.
+
+    Args:
+        dataset: Rows, a file path, or a HF dataset.
+        on_bad_row: ``skip`` logs and leaves out a bad row; ``raise`` fails on the first one.
+        agent_names: The agents the job can run (None: any).
 
     Returns:
-        The rows and how many entries were skipped because they were not mappings (each
-        skip is logged with its index).
+        The good rows, and one `RowProblem` (index, field, message) per row left out.
+
+    Raises:
+        DatasetError: The dataset cannot be read, has no good row, or (with
+            ``on_bad_row="raise"``) has a bad one.
     """
     if isinstance(dataset, str | Path):
         raw = _read_path(Path(dataset))
@@ -31,16 +49,28 @@ def load_rows(dataset: DatasetLike) -> tuple[list[dict[str, Any]], int]:
         raw = dataset.to_list()
     else:
         raw = list(dataset)
-    rows, skipped = [], 0
+    rows: list[dict[str, Any]] = []
+    problems: list[RowProblem] = []
     for index, row in enumerate(raw):
-        if isinstance(row, Mapping):
-            rows.append(dict(row))
+        if isinstance(row, _NotJSON):
+            problem = RowProblem(index=index, field="(row)", message=str(row))
         else:
-            skipped += 1
-            logger.warning("dataset row %d is a %s, not a mapping: skipped", index, type(row).__name__)
+            problem = check_row(row, index, agent_names)
+        if problem is None:
+            rows.append(dict(row))
+            continue
+        if on_bad_row == "raise":
+            raise DatasetError(f"bad dataset row: {problem}")
+        problems.append(problem)
+        logger.warning("dataset %s: skipped", problem)
     if not rows:
-        raise DatasetError(f"the dataset has no usable rows ({skipped} skipped)")
-    return rows, skipped
+        first = f"; first: {problems[0]}" if problems else ""
+        raise DatasetError(f"the dataset has no usable rows ({len(problems)} skipped{first})")
+    return rows, problems
+
+
+class _NotJSON(str):
+    """A JSONL line that did not parse: kept in place so row indices stay right."""
 
 
 def _read_path(path: Path) -> list[Any]:
@@ -58,8 +88,7 @@ def _read_path(path: Path) -> list[Any]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                logger.warning("%s line %d is not JSON (%s): skipped", path, number, exc.msg)
-                rows.append(None)
+                rows.append(_NotJSON(f"line {number} is not JSON: {exc.msg}"))
         return rows
     if path.suffix == ".json":
         data = json.loads(path.read_text())

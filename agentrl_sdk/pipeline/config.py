@@ -56,6 +56,10 @@ class DataConfig(_Section):
     batch_size: int = Field(8, ge=1, description="Dataset rows per step (each sampled rollout.n times).")
     shuffle: bool = Field(True, description="Reshuffle rows every epoch (seeded).")
     seed: int = Field(0, description="Seed of the row order.")
+    on_bad_row: Literal["skip", "raise"] = Field(
+        "skip", description="A row that fails validation is logged, counted and left out "
+        "(skip), or stops the job before it starts (raise)."
+    )
 
 
 class RewardConfig(_Section):

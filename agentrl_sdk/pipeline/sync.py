@@ -37,6 +37,7 @@ class TrainResult(BaseModel):
     run_id: str | None = None
     final_model: str | None = None
     checkpoint: str | None = None
+    skipped_rows: int = 0
 
 
 @dataclass
@@ -74,8 +75,12 @@ async def run_sync(
     *,
     input_fn: Callable[[dict[str, Any]], Any] = default_input,
     console: Console | None = None,
+    skipped_rows: int = 0,
 ) -> TrainResult:
-    """Train ``config.max_steps`` policy updates of ``graph`` on ``rows``."""
+    """Train ``config.max_steps`` policy updates of ``graph`` on ``rows``.
+
+    ``skipped_rows`` (dataset rows that failed validation) is reported and logged.
+    """
     from transformers import AutoTokenizer
 
     console = console or Console()
@@ -91,7 +96,11 @@ async def run_sync(
     job = _Job(graph, reward_fn, input_fn, config, tokenizer, loader, engine, group, WeightSync(),
                WeightGate(engine))
     run = _start_run(config)
-    result = TrainResult(steps=0, run_id=run.run_id if run else None)
+    result = TrainResult(steps=0, run_id=run.run_id if run else None, skipped_rows=skipped_rows)
+    if skipped_rows:
+        console.log(f"[yellow]{skipped_rows} dataset rows failed validation and are left out")
+        if run:
+            run.log_metrics(0, {"data/skipped_rows": float(skipped_rows)})
     status = "FAILED"
     pending: _Rollouts | None = None
     try:

@@ -34,6 +34,23 @@ def default_input(row: Row) -> Any:
     return dict(row)
 
 
+def select_graph(graph: Any, row: Row) -> Any:
+    """The graph for ``row``: ``graph`` itself, or ``graph[row["agent_name"]]`` from a mapping.
+
+    A mapping of agent names to graphs routes each row the way verl's ``agent_name`` selects
+    an agent loop; rows without ``agent_name`` use the ``"default"`` entry.
+
+    Raises:
+        KeyError: The mapping has no graph for the row's agent.
+    """
+    if not isinstance(graph, Mapping):
+        return graph
+    name = row.get("agent_name") or "default"
+    if name not in graph:
+        raise KeyError(f"no graph for agent_name {name!r} (known: {', '.join(sorted(graph))})")
+    return graph[name]
+
+
 def row_id_of(row: Row) -> str:
     """A row's id: its ``id`` field, else a stable hash of its content."""
     for key in ("id", "row_id", "uid"):
@@ -56,7 +73,8 @@ async def arollout(
     """Run ``graph`` ``n`` times on ``row`` concurrently and return one trajectory per run.
 
     Args:
-        graph: A compiled LangGraph graph (anything with ``ainvoke``).
+        graph: A compiled LangGraph graph (anything with ``ainvoke``), or a mapping of
+            ``agent_name`` to graph (see `select_graph`).
         row: The dataset row; ``input_fn`` turns it into the graph's input.
         engine: The engine, or one engine per policy name.
         tokenizer: The policy model's tokenizer (its chat template renders prompts).
@@ -134,7 +152,9 @@ async def _run_one(
     token = current_recorder.set(recorder)
     tools_token = current_tool_session.set(tools)
     try:
-        run = graph.ainvoke(input_fn(row), config={"recursion_limit": config.recursion_limit})
+        run = select_graph(graph, row).ainvoke(
+            input_fn(row), config={"recursion_limit": config.recursion_limit}
+        )
         state = await asyncio.wait_for(run, timeout=config.timeout_s)
     except ContextBudgetExceeded as exc:
         status, error = "context_exceeded", str(exc)

@@ -18,10 +18,13 @@ def test_sources_agree(tmp_path):
     jsonl.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n\nnot json\n")
     parquet = tmp_path / "d.parquet"
     pq.write_table(pa.Table.from_pylist(ROWS), parquet)
-    assert load_rows(ROWS) == (ROWS, 0)
-    assert load_rows(jsonl) == (ROWS, 1)  # the bad line is skipped and counted
-    assert load_rows(str(parquet)) == (ROWS, 0)
-    assert load_rows(iter([*ROWS, 7])) == (ROWS, 1)
+    assert load_rows(ROWS) == (ROWS, [])
+    rows, [problem] = load_rows(jsonl)  # the bad line is skipped and reported
+    assert rows == ROWS and str(problem) == "row 5, field '(row)': line 7 is not JSON: " \
+        "Expecting value"
+    assert load_rows(str(parquet)) == (ROWS, [])
+    rows, [problem] = load_rows(iter([*ROWS, 7]))
+    assert rows == ROWS and problem.index == 5 and "must be a mapping" in problem.message
 
 
 def test_unusable_datasets_say_why(tmp_path):
