@@ -1,0 +1,43 @@
+"""The GSM8K tool agent's tiny CPU policy: small-vocab model, warm-started on demonstrations.
+
+The demonstrations pick the right operator only part of the time, so RL has something to
+learn; the recipe's hash names the cache folder, so the second run starts at once.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from agentrl_sdk.chat.messages import to_openai_tools
+from agentrl_sdk.models import (
+    build_small_tokenizer,
+    build_tiny_model,
+    cached_build,
+    save_pretrained_pair,
+    supervised_warm_start,
+)
+from examples.gsm8k_tool_agent.agent import TOOLS, expert_conversation, training_rows
+
+RECIPE = {"version": 1, "vocab_size": 1024, "hidden_size": 64, "num_layers": 2,
+          "warm_rows": 512, "expert_accuracy": 0.6, "steps": 200, "lr": 3e-3, "batch_size": 16}
+"""Everything that decides the weights."""
+
+
+def build(folder: Path, progress: bool = True) -> None:
+    """Warm-start on demonstrations and save into ``folder``."""
+    tokenizer = build_small_tokenizer("hermes", vocab_size=RECIPE["vocab_size"])
+    model = build_tiny_model(tokenizer, hidden_size=RECIPE["hidden_size"],
+                             num_layers=RECIPE["num_layers"])
+    rng = random.Random(0)
+    conversations = [expert_conversation(r, rng, RECIPE["expert_accuracy"])
+                     for r in training_rows(RECIPE["warm_rows"], seed=1)]
+    supervised_warm_start(model, tokenizer, conversations, tools=to_openai_tools(TOOLS),
+                          steps=RECIPE["steps"], lr=RECIPE["lr"],
+                          batch_size=RECIPE["batch_size"], progress=progress)
+    save_pretrained_pair(model, tokenizer, folder)
+
+
+def model_path(progress: bool = True) -> Path:
+    """The cached model folder, built on first use."""
+    return cached_build("gsm8k-tool-agent", RECIPE, lambda folder: build(folder, progress))
