@@ -13,7 +13,7 @@ import random
 import re
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import BaseModel, Field
@@ -90,21 +90,28 @@ def build_agents() -> dict[str, Any]:
     return {"gsm8k_tool_agent": build_graph()}
 
 
-FORMAT_REWARD = 0.2
-"""For a rollout that ends with ``#### N`` and made no malformed or failing tool call."""
+FORMAT_STEP = 0.1
+"""Credit for each protocol step done cleanly: a calculator call that evaluated, a submission
+to calc_gsm8k_reward, and a final ``#### N`` line (so at most 0.3)."""
 
 
 def gsm8k_reward(state: dict[str, Any], row: dict[str, Any], trajectory: Any) -> dict[str, float]:
-    """Rule reward: ``answer`` 1 when the final ``#### N`` equals the ground truth, plus a
-    small ``format`` credit for a clean protocol (verl's GSM8K reward has the same split)."""
-    last = state["messages"][-1]
+    """Rule reward: ``answer`` 1 when the final ``#### N`` equals the ground truth, and a
+    small ``format`` credit per protocol step (shaping for a policy that still learns it)."""
+    messages = state["messages"]
+    last = messages[-1]
     text = last.text if isinstance(last, AIMessage) else ""
     match = re.fullmatch(r"\s*####\s*(\S+)\s*", text)
     final = _parse_number(match.group(1)) if match else None
-    clean = final is not None and not trajectory.metrics.get("tool_errors")
+    replies = [m for m in messages if isinstance(m, ToolMessage) and m.status != "error"]
+    steps = (
+        any(m.name == "calculator" for m in replies),
+        any(m.name == "calc_gsm8k_reward" for m in replies),
+        final is not None,
+    )
     return {
         "answer": float(final is not None and final == row["reward_model"]["ground_truth"]),
-        "format": FORMAT_REWARD * clean,
+        "format": FORMAT_STEP * sum(steps),
     }
 
 

@@ -7,7 +7,7 @@ import pytest
 from agentrl_sdk.data import load_rows
 from agentrl_sdk.pipeline import TrainConfig
 from examples.data.make_gsm8k_tool_data import convert, extract_answer, write_sample
-from examples.gsm8k_tool_agent.agent import FORMAT_REWARD, TOOL_REWARD, build_agents
+from examples.gsm8k_tool_agent.agent import FORMAT_STEP, TOOL_REWARD, build_agents
 from examples.gsm8k_tool_agent.train import HERE, run
 
 
@@ -46,5 +46,5 @@ def test_brief_training_run(tmp_path):
         assert metrics["rollouts"] == 32
         # Every rollout's checking-tool instance was created and released.
         assert metrics.get("rollout/tools_created", 0) == metrics.get("rollout/tools_released", 0)
-        top = 1.0 + TOOL_REWARD + FORMAT_REWARD
+        top = 1.0 + TOOL_REWARD + 3 * FORMAT_STEP
         assert 0.0 <= metrics["reward/mean"] <= top
