@@ -47,8 +47,9 @@ def resolve_entrypoints(config: TrainConfig) -> Entrypoints:
     dataset: Any = spec.dataset
     if ":" in spec.dataset and not Path(spec.dataset).exists():
         dataset = load_object(spec.dataset)()
-    if config.model.path is None and config.model.builder:
-        config.model.path = str(load_object(config.model.builder)())
+    for model in (config.model, *config.policies.values()):
+        if model.path is None and model.builder:
+            model.path = str(load_object(model.builder)())
     return Entrypoints(
         graph=graph,
         dataset=dataset,

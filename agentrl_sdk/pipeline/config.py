@@ -30,6 +30,14 @@ class ModelConfig(_Section):
     )
 
 
+class PolicyConfig(ModelConfig):
+    """Another policy of the job (a separate set of weights that some nodes name)."""
+
+    trained: bool = Field(
+        True, description="Train this policy; False serves it frozen (its weights never change)."
+    )
+
+
 class EntrypointConfig(_Section):
     """What `agentrl train config.yaml` imports; ``sdk.train`` takes these as arguments."""
 
@@ -95,6 +103,11 @@ class TrainConfig(_Section):
     """A training job: model, engine, rollouts, algorithm, trainer, data, tracking."""
 
     model: ModelConfig = Field(default_factory=ModelConfig)
+    policies: dict[str, PolicyConfig] = Field(
+        default_factory=dict, description="Policies besides 'default' (= model), by the name "
+        "nodes give in @trainable(policy=...) / @frozen(policy=...); each gets its own engine "
+        "and, when trained, its own trainer. They share the default policy's tokenizer."
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
@@ -113,6 +126,8 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
+        if "default" in self.policies:
+            raise ValueError("policies must not redefine 'default': that policy is `model`")
         if self.checkpoint.resume and not self.checkpoint.dir:
             raise ValueError("checkpoint.resume needs checkpoint.dir")
         sampled = self.rollout.sampling.temperature

@@ -15,18 +15,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.data import LoaderPosition, RowLoader
-from agentrl_sdk.engines import Engine, create_engine
 from agentrl_sdk.pipeline.config import TrainConfig
-from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.pipeline.metrics import rollout_metrics
+from agentrl_sdk.pipeline.policies import (
+    DEFAULT_POLICY,
+    Policy,
+    model_path,
+    start_policies,
+    stop_policies,
+)
 from agentrl_sdk.rollout import arollout_batch, default_input, row_id_of
 from agentrl_sdk.rollout.rewards import RewardFn, score
 from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.tracing import TrainingRun
-from agentrl_sdk.trainer import TrainerGroup, WeightSync
 from agentrl_sdk.types import Batch, Trajectory
-
-TRAINED_POLICY = "default"
 
 
 class TrainResult(BaseModel):
@@ -36,6 +38,7 @@ class TrainResult(BaseModel):
     history: list[dict[str, float]] = Field(default_factory=list)
     run_id: str | None = None
     final_model: str | None = None
+    final_models: dict[str, str] = Field(default_factory=dict)  # other trained policies
     checkpoint: str | None = None
     skipped_rows: int = 0
 
@@ -50,10 +53,17 @@ class _Job:
     config: TrainConfig
     tokenizer: Any
     loader: RowLoader
-    engine: Engine
-    group: TrainerGroup
-    weight_sync: WeightSync
-    gate: WeightGate
+    policies: dict[str, Policy]
+
+    @property
+    def trained(self) -> list[Policy]:
+        return [p for p in self.policies.values() if p.group is not None]
+
+    @property
+    def engines(self) -> Any:
+        """What rollouts call: the gate of the one policy, or every policy's gate by name."""
+        gates = {name: p.gate for name, p in self.policies.items()}
+        return gates[DEFAULT_POLICY] if len(gates) == 1 else gates
 
 
 @dataclass
@@ -84,17 +94,10 @@ async def run_sync(
     from transformers import AutoTokenizer
 
     console = console or Console()
-    path = _model_path(config)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(model_path(config.model), local_files_only=True)
     loader = RowLoader(rows, config.data.batch_size, shuffle=config.data.shuffle, seed=config.data.seed)
-    engine = create_engine(config.engine.backend, path, max_batch_size=config.engine.max_batch_size)
-    try:
-        group = await asyncio.to_thread(TrainerGroup, path, config.trainer, config.algorithm)
-    except BaseException:
-        engine.close()
-        raise
-    job = _Job(graph, reward_fn, input_fn, config, tokenizer, loader, engine, group, WeightSync(),
-               WeightGate(engine))
+    policies = await start_policies(config)
+    job = _Job(graph, reward_fn, input_fn, config, tokenizer, loader, policies)
     run = _start_run(config)
     result = TrainResult(steps=0, run_id=run.run_id if run else None, skipped_rows=skipped_rows)
     if skipped_rows:
@@ -133,8 +136,7 @@ async def run_sync(
             await _cancel(pending)
         if run:
             run.end(status)
-        engine.close()
-        await asyncio.to_thread(group.shutdown)
+        await stop_policies(policies)
 
 
 def _start_rollouts(job: _Job, step: int) -> _Rollouts:
@@ -142,7 +144,7 @@ def _start_rollouts(job: _Job, step: int) -> _Rollouts:
     position = job.loader.position
     rows = job.loader.next_batch()
     task = asyncio.ensure_future(arollout_batch(
-        job.graph, rows, job.gate, tokenizer=job.tokenizer,
+        job.graph, rows, job.engines, tokenizer=job.tokenizer,
         config=_rollout_config(job.config, step), input_fn=job.input_fn,
     ))
     return _Rollouts(step, rows, position, task, time.perf_counter())
@@ -164,7 +166,8 @@ async def _step(
     config = job.config
     trajectories = await current.task
     # Sampling time only: a prefetched step's rollouts wait at the gate until it opens.
-    rollout_s = time.perf_counter() - max(current.started, job.gate.opened_at)
+    opened = max(p.gate.opened_at for p in job.policies.values())
+    rollout_s = time.perf_counter() - max(current.started, opened)
     counts = await score(
         trajectories,
         {row_id_of(r): r for r in current.rows},
@@ -173,32 +176,46 @@ async def _step(
         failed_rollout_reward=config.reward.failed_rollout_reward,
     )
     samples, sample_metrics = build_samples(
-        trajectories, estimator=config.algorithm.advantage_estimator, policies=[TRAINED_POLICY]
+        trajectories, estimator=config.algorithm.advantage_estimator,
+        policies=[p.name for p in job.trained],
     )
     metrics = {**rollout_metrics(trajectories, rollout_s), **sample_metrics}
     metrics.update({f"count/{k}": float(v) for k, v in counts.items()})
     upcoming = None
     if prefetch:
-        job.gate.close()
+        for policy in job.policies.values():
+            policy.gate.close()
         upcoming = _start_rollouts(job, current.step + 1)
     try:
         started = time.perf_counter()
-        if samples:
-            batch = Batch(step=current.step, samples=samples)
-            update = await asyncio.to_thread(job.group.update, batch)
-            metrics.update({f"train/{k}": v for k, v in update.items()})
+        updates = await asyncio.gather(*(
+            _update(policy, current.step, [s for s in samples if s.policy == policy.name])
+            for policy in job.trained
+        ))
+        for update in updates:
+            metrics.update(update)
         metrics["time/train_s"] = time.perf_counter() - started
         started = time.perf_counter()
-        versions = await job.weight_sync.push(job.group, [job.engine])
+        for policy in job.trained:
+            versions = await policy.weight_sync.push(policy.group, [policy.engine])
+            metrics[policy.prefix("policy_version").rstrip("/")] = float(versions[0])
         metrics["time/weight_sync_s"] = time.perf_counter() - started
     except BaseException:
         if upcoming:
             await _cancel(upcoming)
         raise
     finally:
-        job.gate.open()
-    metrics["policy_version"] = float(versions[0])
+        for policy in job.policies.values():
+            policy.gate.open()
     return metrics, upcoming
+
+
+async def _update(policy: Policy, step: int, samples: list) -> dict[str, float]:
+    """One policy's update on its samples (none: no update, nothing logged)."""
+    if not samples:
+        return {}
+    update = await asyncio.to_thread(policy.group.update, Batch(step=step, samples=samples))
+    return {f"{policy.prefix('train')}{k}": v for k, v in update.items()}
 
 
 def _rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
@@ -211,15 +228,6 @@ def _rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
     return config.rollout.model_copy(update={"sampling": seeded})
 
 
-def _model_path(config: TrainConfig) -> str:
-    if not config.model.path or not Path(config.model.path).is_dir():
-        raise ValueError(
-            f"model.path must be a local save_pretrained folder, got {config.model.path!r} "
-            "(build one with `agentrl build-model OUT` or agentrl_sdk.models)"
-        )
-    return config.model.path
-
-
 def _start_run(config: TrainConfig) -> TrainingRun | None:
     if not config.tracking.enabled:
         return None
@@ -229,7 +237,7 @@ def _start_run(config: TrainConfig) -> TrainingRun | None:
 
 
 async def _maybe_resume(job: _Job, console: Console) -> int:
-    """The step to start from: 0, or the newest checkpoint's (weights pushed to the engine)."""
+    """The step to start from: 0, or the newest checkpoint's (weights pushed to the engines)."""
     checkpoint = job.config.checkpoint
     if not checkpoint.resume:
         return 0
@@ -237,9 +245,13 @@ async def _maybe_resume(job: _Job, console: Console) -> int:
     if latest is None:
         console.log(f"no checkpoint in {checkpoint.dir}: starting from step 0")
         return 0
-    extra = await asyncio.to_thread(job.group.load_checkpoint, latest)
+    extra: dict[str, Any] = {}
+    for policy in job.trained:
+        path = policy.checkpoint_dir(checkpoint.dir) / latest.name
+        loaded = await asyncio.to_thread(policy.group.load_checkpoint, path)
+        extra = loaded if policy.name == DEFAULT_POLICY else extra
+        await policy.weight_sync.push(policy.group, [policy.engine])
     job.loader.position = LoaderPosition.model_validate(extra["data_position"])
-    await job.weight_sync.push(job.group, [job.engine])
     console.log(f"resumed from {latest} at step {extra['step']}")
     return int(extra["step"])
 
@@ -250,25 +262,32 @@ def _latest_checkpoint(directory: Path) -> Path | None:
 
 
 async def _save(job: _Job, step: int, position: LoaderPosition) -> str:
-    """Checkpoint after ``step`` steps; ``position`` is where the next step's rows start."""
-    path = Path(job.config.checkpoint.dir) / f"step_{step}"
+    """Checkpoint every trained policy after ``step`` steps; ``position`` is where the next
+    step's rows start. Returns the default policy's checkpoint folder."""
     extra = {"step": step, "data_position": position.model_dump()}
-    await asyncio.to_thread(job.group.save_checkpoint, path, extra)
-    return str(path)
+    root = job.config.checkpoint.dir
+    for policy in job.trained:
+        path = policy.checkpoint_dir(root) / f"step_{step}"
+        await asyncio.to_thread(policy.group.save_checkpoint, path, extra)
+    return str(Path(root) / f"step_{step}")
 
 
 async def _finish(job: _Job, result: TrainResult, run: TrainingRun | None) -> TrainResult:
-    """Checkpoint the last step (if not yet) and export the final policy."""
+    """Checkpoint the last step (if not yet) and export the final policies."""
     checkpoint = job.config.checkpoint
     if checkpoint.dir:
         if result.checkpoint is None or not result.checkpoint.endswith(f"step_{result.steps}"):
             result.checkpoint = await _save(job, result.steps, job.loader.position)
         if checkpoint.export_final:
-            final = Path(checkpoint.dir) / "final_model"
-            await asyncio.to_thread(job.group.export_pretrained, final)
-            result.final_model = str(final)
-            if run:
-                run.log_artifacts(final, "final_model")
+            for policy in job.trained:
+                final = policy.checkpoint_dir(checkpoint.dir) / "final_model"
+                await asyncio.to_thread(policy.group.export_pretrained, final)
+                if policy.name == DEFAULT_POLICY:
+                    result.final_model = str(final)
+                else:
+                    result.final_models[policy.name] = str(final)
+                if run:
+                    run.log_artifacts(final, policy.prefix("final_model").rstrip("/"))
     return result
 
 

@@ -1,0 +1,81 @@
+"""The policies a job serves: per policy an engine behind a `WeightGate`, and a trainer if trained."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentrl_sdk.engines import Engine, create_engine
+from agentrl_sdk.pipeline.config import ModelConfig, TrainConfig
+from agentrl_sdk.pipeline.gate import WeightGate
+from agentrl_sdk.trainer import TrainerGroup, WeightSync
+
+DEFAULT_POLICY = "default"
+"""The policy ``model`` configures; ``@trainable`` nodes use it unless they name another."""
+
+
+@dataclass
+class Policy:
+    """One set of weights: the engine that serves it and, if it learns, its trainer."""
+
+    name: str
+    path: str
+    engine: Engine
+    gate: WeightGate
+    group: TrainerGroup | None = None  # None: served but never trained (a frozen policy)
+    weight_sync: WeightSync = field(default_factory=WeightSync)
+
+    def prefix(self, section: str) -> str:
+        """Metric prefix: ``train/`` for the default policy, ``train/<name>/`` for others."""
+        return f"{section}/" if self.name == DEFAULT_POLICY else f"{section}/{self.name}/"
+
+    def checkpoint_dir(self, root: str | Path) -> Path:
+        """Where this policy's checkpoints live under the job's checkpoint root."""
+        root = Path(root)
+        return root if self.name == DEFAULT_POLICY else root / "policies" / self.name
+
+
+def model_path(model: ModelConfig, name: str = DEFAULT_POLICY) -> str:
+    """The local folder of a policy's weights (resolved from ``builder`` beforehand)."""
+    if not model.path or not Path(model.path).is_dir():
+        where = "model.path" if name == DEFAULT_POLICY else f"policies.{name}.path"
+        raise ValueError(
+            f"{where} must be a local save_pretrained folder, got {model.path!r} "
+            "(build one with `agentrl build-model OUT` or agentrl_sdk.models)"
+        )
+    return model.path
+
+
+async def start_policies(config: TrainConfig) -> dict[str, Policy]:
+    """Engines for every policy, then trainers for the trained ones; all torn down on failure."""
+    specs = {DEFAULT_POLICY: (config.model, True)}
+    specs |= {name: (spec, spec.trained) for name, spec in config.policies.items()}
+    policies: dict[str, Policy] = {}
+    try:
+        for name, (spec, _) in specs.items():
+            path = model_path(spec, name)
+            engine = create_engine(config.engine.backend, path,
+                                   max_batch_size=config.engine.max_batch_size)
+            policies[name] = Policy(name, path, engine, WeightGate(engine))
+        for name, (_, trained) in specs.items():
+            if trained:
+                policy = policies[name]
+                policy.group = await asyncio.to_thread(
+                    TrainerGroup, policy.path, config.trainer, config.algorithm
+                )
+    except BaseException:
+        await stop_policies(policies)
+        raise
+    return policies
+
+
+async def stop_policies(policies: dict[str, Policy]) -> None:
+    """Close every engine and shut every trainer down (the one that started Ray last)."""
+    for policy in policies.values():
+        with contextlib.suppress(Exception):
+            policy.engine.close()
+    for policy in reversed(list(policies.values())):
+        if policy.group is not None:
+            await asyncio.to_thread(policy.group.shutdown)
