@@ -1,0 +1,119 @@
+"""A supervisor and two workers, three sets of weights: one graph, per-node training.
+
+- ``supervisor`` (policy ``supervisor``, trained): reads the question and routes it by
+  writing ``math`` or ``words``; it earns the per-node reward ``routing`` when right.
+- ``math_worker`` (policy ``default``, trained): picks the arithmetic tool (the
+  tool-selection task), rewarded when the tool is right.
+- ``words_worker`` (policy ``words``, ``@frozen``): answers word questions; its calls are
+  recorded in the trajectory but never trained, and its engine's weights never change.
+
+Each policy's samples are its own nodes' segments; advantages are grouped per (row, policy).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+import agentrl_sdk as sdk
+from examples.tool_selection.agent import TOOLS, make_rows, right_tool_reward
+
+ROUTER_SYSTEM = "You route questions. Reply with one word: math or words."
+ROUTES = ("math", "words")
+ROUTING_REWARD = 0.5
+_WORDS = ["apple", "river", "cloud", "stone", "green", "music", "table", "light"]
+
+
+class State(TypedDict):
+    messages: Annotated[list, add_messages]
+    operands: list[int]
+    question: str
+    kind: str
+    route: str
+
+
+def router_prompt(question: str) -> list[dict[str, str]]:
+    """What the supervisor sees."""
+    return [{"role": "system", "content": ROUTER_SYSTEM}, {"role": "user", "content": question}]
+
+
+@sdk.trainable("supervisor", policy="supervisor")
+async def supervisor(state: State, config) -> dict:
+    """Route the question; a right route earns the node's own reward."""
+    reply = await sdk.chat_model(config).ainvoke(router_prompt(state["question"]))
+    words = reply.text.strip().split()
+    route = words[0].strip(".").lower() if words else ""
+    sdk.emit_reward(ROUTING_REWARD * (route == state["kind"]), name="routing")
+    return {"route": route if route in ROUTES else "none"}
+
+
+@sdk.trainable("math_worker")
+async def math_worker(state: State, config) -> dict:
+    """The tool-selection solver: a tool call, then the answer."""
+    llm = sdk.chat_model(config).bind_tools(TOOLS)
+    return {"messages": [await llm.ainvoke(state["messages"])]}
+
+
+@sdk.frozen("words_worker", policy="words")
+async def words_worker(state: State, config) -> dict:
+    """Answer a word question with the frozen policy (recorded, never trained)."""
+    reply = await sdk.chat_model(config).ainvoke([{"role": "user", "content": state["question"]}])
+    return {"messages": [reply]}
+
+
+def build_graph() -> Any:
+    """supervisor -> math_worker (<-> tools) | words_worker -> end."""
+    graph = StateGraph(State)
+    graph.add_node("supervisor", supervisor)
+    graph.add_node("math_worker", math_worker)
+    graph.add_node("tools", sdk.ToolNode(TOOLS))
+    graph.add_node("words_worker", words_worker)
+    graph.add_edge(START, "supervisor")
+    graph.add_conditional_edges("supervisor", lambda s: s["route"],
+                                {"math": "math_worker", "words": "words_worker", "none": END})
+    graph.add_conditional_edges("math_worker", sdk.tools_condition)
+    graph.add_edge("tools", "math_worker")
+    graph.add_edge("words_worker", END)
+    return graph.compile()
+
+
+def graph_input(row: dict[str, Any]) -> dict[str, Any]:
+    return {"messages": row["messages"], "operands": row["operands"],
+            "question": row["question"], "kind": row["kind"], "route": ""}
+
+
+def make_mixed_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Half arithmetic questions (tool-selection rows), half word questions."""
+    rng = random.Random(seed)
+    rows = []
+    for i, row in enumerate(make_rows(count, seed)):
+        if rng.random() < 0.5:
+            rows.append({**row, "question": row["messages"][-1]["content"], "kind": "math"})
+        else:
+            question = f"Spell the word {rng.choice(_WORDS)}."
+            rows.append({"id": f"words-{seed}-{i}", "messages": [], "operands": [0, 1],
+                         "tool": "", "question": question, "kind": "words"})
+    return rows
+
+
+def training_rows() -> list[dict[str, Any]]:
+    return make_mixed_rows(256, seed=2)
+
+
+def team_reward(state: dict[str, Any], row: dict[str, Any], trajectory: Any) -> float:
+    """The team's outcome: a math question solved with the right tool, or a word question
+    handed to the words worker (the supervisor's routing reward comes on top)."""
+    if row["kind"] == "math":
+        return right_tool_reward(state, row, trajectory) if state["route"] == "math" else 0.0
+    answered = any(isinstance(m, AIMessage) for m in state["messages"])
+    return float(state["route"] == "words" and answered)
+
+
+def routing_demo(row: dict[str, Any], rng: random.Random, accuracy: float) -> list[dict[str, str]]:
+    """A supervisor demonstration that routes right with probability ``accuracy``."""
+    route = row["kind"] if rng.random() < accuracy else rng.choice(ROUTES)
+    return [*router_prompt(row["question"]), {"role": "assistant", "content": route}]
