@@ -58,6 +58,18 @@ class WeightGate:
         """The engine's ``update_weights``; the gate does not hold it."""
         return await self.engine.update_weights(state_dict)
 
+    async def pause(self) -> None:
+        """The engine's ``pause`` (requests already inside keep their partial output)."""
+        await self.engine.pause()
+
+    async def resume(self) -> None:
+        """The engine's ``resume``."""
+        await self.engine.resume()
+
     async def health(self) -> bool:
         """The engine's health."""
         return await self.engine.health()
+
+    def close(self) -> None:
+        """Close the engine."""
+        self.engine.close()
