@@ -7,11 +7,14 @@ with the error counted.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import StructuredTool, ToolException
 from langgraph.prebuilt import ToolNode as _LangGraphToolNode
 from langgraph.runtime import Runtime
 
@@ -23,10 +26,22 @@ class ToolNode(_LangGraphToolNode):
 
     Each malformed call gets an error ``ToolMessage`` naming what was wrong; tool exceptions
     become error messages (``handle_tool_errors=True`` by default). Both are counted in the
-    rollout's metrics (``tool_errors``).
+    rollout's metrics (``tool_errors``). With ``timeout_s``, a function tool (``@tool`` /
+    ``StructuredTool``) that runs longer becomes an error message too (counted as
+    ``tool_timeouts``); `agentrl_sdk.RLTool` has its own ``timeout_s``. Parallel calls of one
+    AI message run concurrently under ``ainvoke``.
     """
 
-    def __init__(self, tools: Sequence[Any], *, handle_tool_errors: Any = True, **kwargs: Any):
+    def __init__(
+        self,
+        tools: Sequence[Any],
+        *,
+        handle_tool_errors: Any = True,
+        timeout_s: float | None = None,
+        **kwargs: Any,
+    ):
+        if timeout_s is not None:
+            tools = [_with_timeout(t, timeout_s) for t in tools]
         super().__init__(tools, handle_tool_errors=handle_tool_errors, **kwargs)
 
     # LangGraph injects config/runtime by annotation: keep the parent's exact types.
@@ -81,6 +96,35 @@ def _malformed_reply(call: dict[str, Any]) -> ToolMessage:
         name=call.get("name") or "unknown",
         status="error",
     )
+
+
+def _with_timeout(tool: Any, timeout_s: float) -> Any:
+    """A copy of a function tool whose calls fail with `ToolException` after ``timeout_s``.
+
+    A sync function runs in a worker thread; past the limit the rollout moves on (the thread
+    finishes on its own, as Python threads cannot be killed).
+    """
+    if not isinstance(tool, StructuredTool):
+        return tool
+    original = tool.coroutine
+    function = tool.func
+
+    async def limited(*args: Any, **kwargs: Any) -> Any:
+        if original is not None:
+            call = original(*args, **kwargs)
+        else:
+            call = asyncio.to_thread(function, *args, **kwargs)
+        try:
+            return await asyncio.wait_for(call, timeout=timeout_s)
+        except TimeoutError:
+            recorder = current_recorder.get()
+            if recorder is not None:
+                recorder.metrics["tool_timeouts"] += 1
+            raise ToolException(f"tool {tool.name!r} timed out after {timeout_s} s") from None
+
+    if original is not None:
+        limited = functools.wraps(original)(limited)
+    return tool.model_copy(update={"coroutine": limited})
 
 
 def _count_errors(output: Any, key: str) -> None:

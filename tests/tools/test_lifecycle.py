@@ -157,3 +157,41 @@ async def test_outside_a_rollout_each_call_gets_its_own_instance() -> None:
     assert [event for event, _ in tool.log] == ["create", "execute", "calc_reward", "release"]
     with pytest.raises(NotImplementedError, match="ainvoke"):
         tool.invoke({"x": 3})
+
+
+async def test_plain_function_tools_time_out_into_counted_error_messages() -> None:
+    import time
+
+    from langchain_core.tools import tool
+
+    @tool
+    def slow(x: int) -> str:
+        """Sleeps (a hung API)."""
+        time.sleep(0.5)
+        return "late"
+
+    @tool
+    async def fast(x: int) -> str:
+        """Answers at once."""
+        return f"fast {x}"
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        if len(state["messages"]) > 1:
+            return {"messages": [AIMessage("done")]}
+        calls = [{"name": "slow", "args": {"x": 1}, "id": "a"},
+                 {"name": "fast", "args": {"x": 2}, "id": "b"}]
+        return {"messages": [AIMessage("", tool_calls=calls)]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", model)
+    graph.add_node("tools", sdk.ToolNode([slow, fast], timeout_s=0.05))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", sdk.tools_condition)
+    graph.add_edge("tools", "model")
+    trajectory = await _rollout(graph.compile(), _row())
+
+    slow_reply, fast_reply = [m for m in trajectory.final_state["messages"]
+                              if isinstance(m, ToolMessage)]
+    assert slow_reply.status == "error" and "timed out after 0.05 s" in slow_reply.content
+    assert fast_reply.content == "fast 2"
+    assert trajectory.metrics["tool_timeouts"] == 1 and trajectory.metrics["tool_errors"] == 1
