@@ -20,9 +20,9 @@ __all__ = ["WeightGate"]
 class WeightGate:
     """An `Engine` that forwards to ``engine`` but holds every ``generate`` while closed.
 
-    The sync pipeline closes the gate, starts the next step's rollouts (LangGraph start-up,
+    The sync pipeline holds the gate, starts the next step's rollouts (LangGraph start-up,
     prompt rendering and tokenisation run on the otherwise idle driver while the trainer
-    updates in its own process), pushes the new weights to ``engine`` and then opens the
+    updates in its own process), pushes the new weights to ``engine`` and then releases the
     gate. No token is sampled before the new weights are loaded, so training stays exactly
     on-policy; only the work before each rollout's first LLM call moves earlier.
     """
@@ -31,18 +31,18 @@ class WeightGate:
         self.engine = engine
         self._open = asyncio.Event()
         self._open.set()
-        self.opened_at = 0.0  # perf_counter() of the last `open`
+        self.opened_at = 0.0  # perf_counter() of the last `release`
 
     @property
     def policy_version(self) -> int:
         """The wrapped engine's policy version."""
         return self.engine.policy_version
 
-    def close(self) -> None:
-        """Hold new ``generate`` calls until `open` (calls already inside the engine go on)."""
+    def hold(self) -> None:
+        """Hold new ``generate`` calls until `release` (calls already inside the engine go on)."""
         self._open.clear()
 
-    def open(self) -> None:
+    def release(self) -> None:
         """Release every held call and let new ones through."""
         self.opened_at = time.perf_counter()
         self._open.set()
@@ -50,12 +50,12 @@ class WeightGate:
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
     ) -> GenerateResult:
-        """The engine's ``generate``, once the gate is open."""
+        """The engine's ``generate``, once the gate is released."""
         await self._open.wait()
         return await self.engine.generate(prompt_ids, sampling, request_id)
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """The engine's ``update_weights``; the gate does not hold it."""
+        """The engine's ``update_weights``; a held gate does not hold it."""
         return await self.engine.update_weights(state_dict)
 
     async def pause(self) -> None:

@@ -184,7 +184,7 @@ async def _step(
     upcoming = None
     if prefetch:
         for policy in job.policies.values():
-            policy.gate.close()
+            policy.gate.hold()
         upcoming = _start_rollouts(job, current.step + 1)
     try:
         started = time.perf_counter()
@@ -206,7 +206,7 @@ async def _step(
         raise
     finally:
         for policy in job.policies.values():
-            policy.gate.open()
+            policy.gate.release()
     return metrics, upcoming
 
 

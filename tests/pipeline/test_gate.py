@@ -13,6 +13,10 @@ class _VersionedEngine:
 
     def __init__(self) -> None:
         self.policy_version = 0
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
 
     async def generate(self, prompt_ids, sampling, request_id) -> GenerateResult:
         return GenerateResult(token_ids=[1], logprobs=[0.0], finish_reason="length",
@@ -30,12 +34,13 @@ async def test_closed_gate_holds_generate_until_the_new_weights() -> None:
     engine = _VersionedEngine()
     gate = WeightGate(engine)
     assert (await gate.generate([1], SamplingParams(), "a")).policy_version == 0
-    gate.close()
+    gate.hold()
     held = [asyncio.ensure_future(gate.generate([1], SamplingParams(), f"r{i}")) for i in range(4)]
     await asyncio.sleep(0.01)
     assert not any(t.done() for t in held)
-    assert await gate.update_weights({}) == 1  # not held by the closed gate
-    gate.open()
+    assert await gate.update_weights({}) == 1  # not held by the held gate
+    gate.release()
     results = await asyncio.wait_for(asyncio.gather(*held), timeout=5)
     assert [r.policy_version for r in results] == [1, 1, 1, 1]
     assert gate.policy_version == 1 and await gate.health()
+    assert engine.closed == 0  # holding the gate never closes the engine
