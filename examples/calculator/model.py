@@ -9,14 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_sdk.chat.messages import to_openai_tools
-from agentrl_sdk.models import (
-    build_small_tokenizer,
-    build_tiny_model,
-    cached_build,
-    load_pretrained_pair,
-    save_pretrained_pair,
-    supervised_warm_start,
-)
+from agentrl_sdk.models import cached_build, load_pretrained_pair
+from examples._warm import build_warm_started
 from examples.calculator.agent import calculator, expert_conversation, make_rows
 
 RECIPE = {
@@ -34,17 +28,9 @@ RECIPE = {
 
 def build(folder: Path, progress: bool = True) -> None:
     """Warm-start a tiny model on expert solutions and save it into ``folder``."""
-    tokenizer = build_small_tokenizer("hermes", vocab_size=RECIPE["vocab_size"])
-    model = build_tiny_model(
-        tokenizer, hidden_size=RECIPE["hidden_size"], num_layers=RECIPE["num_layers"]
-    )
     conversations = [expert_conversation(r) for r in make_rows(RECIPE["warm_rows"], seed=1)]
-    supervised_warm_start(
-        model, tokenizer, conversations, tools=to_openai_tools([calculator]),
-        steps=RECIPE["steps"], lr=RECIPE["lr"], batch_size=RECIPE["batch_size"],
-        progress=progress,
-    )
-    save_pretrained_pair(model, tokenizer, folder)
+    build_warm_started(folder, RECIPE, conversations, tools=to_openai_tools([calculator]),
+                       progress=progress)
 
 
 def model_path(progress: bool = True) -> Path:

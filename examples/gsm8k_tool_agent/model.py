@@ -10,13 +10,8 @@ import random
 from pathlib import Path
 
 from agentrl_sdk.chat.messages import to_openai_tools
-from agentrl_sdk.models import (
-    build_small_tokenizer,
-    build_tiny_model,
-    cached_build,
-    save_pretrained_pair,
-    supervised_warm_start,
-)
+from agentrl_sdk.models import cached_build
+from examples._warm import build_warm_started
 from examples.gsm8k_tool_agent.agent import TOOLS, expert_conversation, training_rows
 
 RECIPE = {"version": 1, "vocab_size": 1024, "hidden_size": 64, "num_layers": 2,
@@ -26,16 +21,11 @@ RECIPE = {"version": 1, "vocab_size": 1024, "hidden_size": 64, "num_layers": 2,
 
 def build(folder: Path, progress: bool = True) -> None:
     """Warm-start on demonstrations and save into ``folder``."""
-    tokenizer = build_small_tokenizer("hermes", vocab_size=RECIPE["vocab_size"])
-    model = build_tiny_model(tokenizer, hidden_size=RECIPE["hidden_size"],
-                             num_layers=RECIPE["num_layers"])
     rng = random.Random(0)
     conversations = [expert_conversation(r, rng, RECIPE["expert_accuracy"])
                      for r in training_rows(RECIPE["warm_rows"], seed=1)]
-    supervised_warm_start(model, tokenizer, conversations, tools=to_openai_tools(TOOLS),
-                          steps=RECIPE["steps"], lr=RECIPE["lr"],
-                          batch_size=RECIPE["batch_size"], progress=progress)
-    save_pretrained_pair(model, tokenizer, folder)
+    build_warm_started(folder, RECIPE, conversations, tools=to_openai_tools(TOOLS),
+                       progress=progress)
 
 
 def model_path(progress: bool = True) -> Path:

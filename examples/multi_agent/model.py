@@ -9,13 +9,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from agentrl_sdk.models import (
-    build_small_tokenizer,
-    build_tiny_model,
-    cached_build,
-    save_pretrained_pair,
-    supervised_warm_start,
-)
+from agentrl_sdk.models import cached_build
+from examples._warm import build_warm_started
 from examples.multi_agent.agent import make_mixed_rows, routing_demo
 
 RECIPE = {"version": 1, "vocab_size": 1024, "hidden_size": 64, "num_layers": 2,
@@ -23,15 +18,10 @@ RECIPE = {"version": 1, "vocab_size": 1024, "hidden_size": 64, "num_layers": 2,
 
 
 def build(folder: Path, progress: bool = True) -> None:
-    tokenizer = build_small_tokenizer("hermes", vocab_size=RECIPE["vocab_size"])
-    model = build_tiny_model(tokenizer, hidden_size=RECIPE["hidden_size"],
-                             num_layers=RECIPE["num_layers"])
     rng = random.Random(0)
     demos = [routing_demo(r, rng, RECIPE["accuracy"])
              for r in make_mixed_rows(RECIPE["warm_rows"], seed=1)]
-    supervised_warm_start(model, tokenizer, demos, steps=RECIPE["steps"], lr=RECIPE["lr"],
-                          batch_size=RECIPE["batch_size"], progress=progress)
-    save_pretrained_pair(model, tokenizer, folder)
+    build_warm_started(folder, RECIPE, demos, progress=progress)
 
 
 def supervisor_path(progress: bool = True) -> Path:
