@@ -8,6 +8,7 @@ fails, and tensors do not pickle through ``collective_rpc``. What works is the m
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -101,8 +102,13 @@ class WorkerWeightLoader:
     bf16 attention kernels die with SIGILL on AMX CPUs.
     """
 
-    def agentrl_load_weights(self, paths: list[str]) -> int:
-        """Stream the tensors of ``paths`` into the model; returns how many were read."""
+    def agentrl_load_weights(self, paths: list[str] | str) -> int:
+        """Stream the tensors of ``paths`` into the model; returns how many were read.
+
+        ``paths`` may be a JSON list: vLLM's HTTP ``/collective_rpc`` passes strings only.
+        """
+        if isinstance(paths, str):
+            paths = json.loads(paths)
         count = 0
 
         def tensors() -> Iterator[tuple[str, torch.Tensor]]:

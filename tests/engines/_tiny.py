@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentrl_sdk.models import build_small_tokenizer, build_tiny_model, cached_build, save_pretrained_pair
+from agentrl_sdk.models import (
+    build_small_tokenizer,
+    build_tiny_model,
+    cached_build,
+    save_pretrained_pair,
+)
 
 # head_dim 64: a size every vLLM CPU attention kernel supports.
-RECIPE = {"vocab": 1024, "hidden_size": 128, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1}
+# Untied: a random tied model mostly repeats its last token, a weak test of equal ids.
+RECIPE = {
+    "vocab": 1024, "hidden_size": 128, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
+    "tied": False,
+}
 
 
 def tiny_model_dir(seed: int = 0) -> Path:
@@ -23,6 +32,7 @@ def tiny_model_dir(seed: int = 0) -> Path:
             num_kv_heads=RECIPE["num_kv_heads"],
             max_position_embeddings=2048,
             seed=seed,
+            tie_word_embeddings=RECIPE["tied"],
         )
         save_pretrained_pair(model, tokenizer, folder)
 
