@@ -70,6 +70,9 @@ class ResumableRequests:
         self._running = asyncio.Event()
         self._running.set()
         self._attempts: set[asyncio.Task[FinishReason]] = set()
+        self._partials: set[PartialOutput] = set()
+        self.resubmissions = 0
+        """Attempts cut by a pause and submitted again (a metric)."""
 
     @property
     def paused(self) -> bool:
@@ -81,8 +84,19 @@ class ResumableRequests:
         """Attempts submitted to the backend and not finished."""
         return len(self._attempts)
 
+    def tokens_in_flight(self) -> int:
+        """Tokens generated so far by the requests not finished yet (paused ones included)."""
+        return sum(len(p.token_ids) for p in self._partials)
+
     async def run(self, partial: PartialOutput, attempt: Attempt) -> GenerateResult:
         """Submit ``partial`` until it finishes, waiting out pauses; cancellation aborts it."""
+        self._partials.add(partial)
+        try:
+            return await self._run(partial, attempt)
+        finally:
+            self._partials.discard(partial)
+
+    async def _run(self, partial: PartialOutput, attempt: Attempt) -> GenerateResult:
         number = 0
         while True:
             await self._running.wait()
@@ -100,6 +114,7 @@ class ResumableRequests:
             if not task.cancelled():
                 return partial.result(task.result(), self._version())
             number += 1  # cancelled by pause(): go round, the partial output is kept
+            self.resubmissions += 1
 
     async def pause(self) -> None:
         """Abort every attempt in flight, keeping partial output; new attempts wait."""

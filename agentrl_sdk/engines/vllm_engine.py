@@ -156,6 +156,8 @@ class VLLMEngine:
         prompt = TokensPrompt(prompt_token_ids=partial.context)
         finish: str | None = None
         async for out in self._llm.generate(prompt, params, request_id):
+            if self._requests.paused:
+                raise asyncio.CancelledError  # a pause is under way; vLLM aborts on exit
             completion = out.outputs[0]
             ids = list(completion.token_ids)
             partial.extend(ids, _sampled_logprobs(ids, completion.logprobs), version)

@@ -224,6 +224,9 @@ class VLLMServerEngine:
                 detail = (await r.aread()).decode(errors="replace")[:500]
                 raise EngineError(f"request {request_id!r}: HTTP {r.status_code}: {detail}")
             async for line in r.aiter_lines():
+                if self._requests.paused:
+                    # httpx (anyio) can swallow the pause's cancellation mid-read; stop here.
+                    raise asyncio.CancelledError
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 for choice in json.loads(line[6:]).get("choices", []):

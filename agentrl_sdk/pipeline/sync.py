@@ -69,7 +69,7 @@ async def run_sync(
     path = _model_path(config)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     loader = RowLoader(rows, config.data.batch_size, shuffle=config.data.shuffle, seed=config.data.seed)
-    engine = create_engine(config.engine.backend, path, max_batch_size=config.engine.max_batch_size)
+    engine = create_engine(config.engine.backend, path, **config.engine.create_kwargs())
     try:
         group = await asyncio.to_thread(TrainerGroup, path, config.trainer, config.algorithm)
     except BaseException:

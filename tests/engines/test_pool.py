@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from agentrl_sdk.engines import Engine, EnginePool, TorchEngine
 from agentrl_sdk.engines.pool import session_of_request
@@ -201,3 +201,49 @@ async def test_weight_sync_reaches_every_replica_behind_one_barrier(pool_of, mod
     after = await asyncio.gather(*(pool.generate([8, i + 1], GREEDY, f"n{i}-0") for i in range(2)))
     assert {name for name, request_id, _ in log if request_id.startswith("n")} == {0, 1}
     assert all(r.token_ids == greedy(new_model, [8, i + 1], 8) for i, r in enumerate(after))
+
+
+@pytest.fixture(scope="module")
+def ray_started():
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+@pytest.mark.slow
+async def test_pool_over_an_in_process_and_a_ray_actor_replica(ray_started) -> None:
+    from agentrl_sdk.engines import create_engine
+    from agentrl_sdk.engines.ray_engine import RayEngine
+    from tests.engines._tiny import tiny_model_dir
+
+    path = str(tiny_model_dir(0))
+    local = create_engine("torch", path, dtype=torch.float32)
+    remote = create_engine("torch", path, ray_actors=True, dtype=torch.float32)
+    assert isinstance(remote, RayEngine)
+    pool = EnginePool([local, remote])
+    try:
+        prompts = [[5, i + 1, 40] for i in range(4)]
+        for turn in range(2):
+            results = await asyncio.gather(
+                *(pool.generate(p, GREEDY, f"ray{i}:0-{turn}") for i, p in enumerate(prompts))
+            )
+            expected = await asyncio.gather(*(local.generate(p, GREEDY, "ref") for p in prompts))
+            assert [r.token_ids for r in results] == [r.token_ids for r in expected]
+        assert {pool.replica_of(f"ray{i}:0") for i in range(4)} == {0, 1}
+        new_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(1), dtype=torch.float32)
+        assert await pool.update_weights(new_model.state_dict()) == 1
+        assert remote.policy_version == local.policy_version == 1
+        moved = await asyncio.gather(*(pool.generate(p, GREEDY, f"ray{i}:0-2") for i, p in enumerate(prompts)))
+        expected = [greedy(new_model, p, 8) for p in prompts]
+        assert [r.token_ids for r in moved] == expected
+        # The actor dies: its rollouts move to the in-process replica.
+        ray_started.kill(remote._actor)
+        again = await asyncio.gather(*(pool.generate(p, GREEDY, f"ray{i}:0-3") for i, p in enumerate(prompts)))
+        assert [r.token_ids for r in again] == expected
+        assert pool.healthy == [0]
+    finally:
+        pool.close()

@@ -29,6 +29,15 @@ def load(seed: int):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir(seed), dtype=torch.float32).eval()
 
 
+async def started(engine, running: asyncio.Future, tokens: int = 20) -> None:
+    """Wait until the engine's unfinished requests have generated ``tokens`` (a pause then
+    catches them midway, however fast this machine is)."""
+    for _ in range(2000):
+        if engine._requests.tokens_in_flight() >= tokens or running.done():
+            return
+        await asyncio.sleep(0.005)
+
+
 @pytest.fixture(scope="module")
 def models():
     return {0: load(0), 1: load(1)}
@@ -106,17 +115,21 @@ async def test_stop_token_ends_the_response_and_is_kept(vllm_engine, models, pro
 async def test_pause_resume_gives_one_trajectory_equal_to_an_uninterrupted_run(
     vllm_engine, prompts
 ) -> None:
-    long = SamplingParams(temperature=0.0, max_tokens=400, stop_token_ids=())
+    long = SamplingParams(temperature=0.0, max_tokens=400)
     prompt = prompts[1]
     reference = await vllm_engine.generate(prompt, long, "ref")
+    resubmitted = vllm_engine._requests.resubmissions
     running = asyncio.ensure_future(vllm_engine.generate(prompt, long, "held"))
-    await asyncio.sleep(0.3)
+    await started(vllm_engine, running)
     await vllm_engine.pause()
     waiting = asyncio.ensure_future(vllm_engine.generate(prompts[2], GREEDY, "new"))
+    held = vllm_engine._requests.tokens_in_flight()
     await asyncio.sleep(0.3)
+    assert vllm_engine._requests.tokens_in_flight() == held  # paused: nothing decodes
     assert not running.done() and not waiting.done()
     await vllm_engine.resume()
     result, new = await asyncio.wait_for(asyncio.gather(running, waiting), 120)
+    assert vllm_engine._requests.resubmissions == resubmitted + 1  # it was cut, then resumed
     assert result.token_ids == reference.token_ids
     assert result.logprobs == pytest.approx(reference.logprobs, abs=LOGPROB_TOL)
     assert new.finish_reason in ("stop", "length")
@@ -163,17 +176,18 @@ async def test_weight_updates_change_outputs_to_the_new_weights(vllm_engine, mod
     assert all(r.policy_version == v0 + 1 for r in after)
 
     # Back to the first weights while a request is held: its tail comes from them.
-    long = SamplingParams(temperature=0.0, max_tokens=300)
+    long = SamplingParams(temperature=0.0, max_tokens=400)
     prompt = prompts[0]
     running = asyncio.ensure_future(vllm_engine.generate(prompt, long, "straddle"))
-    await asyncio.sleep(0.3)
+    await started(vllm_engine, running)
     await vllm_engine.pause()
     assert await vllm_engine.update_weights(models[0].state_dict()) == v0 + 2
     await vllm_engine.resume()
     result = await asyncio.wait_for(running, 120)
     k = result.versions.count(v0 + 1)
+    assert 0 < k < len(result.token_ids)
     assert result.versions == [v0 + 1] * k + [v0 + 2] * (len(result.token_ids) - k)
-    assert result.token_ids[:k] == greedy(models[1], prompt, 300)[:k]
-    assert result.token_ids[k:] == greedy(models[0], prompt + result.token_ids[:k], 300 - k)
+    assert result.token_ids[:k] == greedy(models[1], prompt, 400)[:k]
+    assert result.token_ids[k:] == greedy(models[0], prompt + result.token_ids[:k], 400 - k)
     restored = await vllm_engine.generate(prompts[5], GREEDY, "restored")
     assert restored.token_ids == before.token_ids
