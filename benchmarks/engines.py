@@ -59,7 +59,8 @@ def model_dir(hidden: int, layers: int) -> Path:
         model.generation_config = GenerationConfig(do_sample=False)  # no EOS: equal work
         model.save_pretrained(folder)
 
-    return cached_build("bench-engines", {"hidden": hidden, "layers": layers, "vocab": VOCAB}, build)
+    recipe = {"hidden": hidden, "layers": layers, "vocab": VOCAB}
+    return cached_build("bench-engines", recipe, build)
 
 
 def make_prompts(n: int) -> list[list[int]]:
@@ -163,7 +164,7 @@ def sync_by_size(sizes: list[tuple[int, int]]) -> list[dict]:
         finally:
             engine.close()
         params = sum(p.numel() for p in model.parameters())
-        points.append({"params": params, "vllm_ms": round(vllm_ms, 1), "torch_ms": round(torch_ms, 1)})
+        points.append(_point(params, vllm_ms, torch_ms))
     return points
 
 
@@ -179,7 +180,7 @@ def main() -> None:
     new_tokens = 16 if args.quick else 64
 
     rates, sync, params = throughput(args, new_tokens)
-    points = [{"params": params, "vllm_ms": round(sync["vllm"], 1), "torch_ms": round(sync["torch"], 1)}]
+    points = [_point(params, sync["vllm"], sync["torch"])]
     points += sync_by_size(SIZES[1:2] if args.quick else SIZES[1:])
 
     tok_s = {name: tokens / seconds for name, (tokens, seconds) in rates.items()}
@@ -216,6 +217,10 @@ def main() -> None:
         console.print(f"{name} = {figure['value']} vs {figure['baseline']} {figure['unit']} "
                       f"(ratio {figure['ratio']}, goal {figure['goal']})")  # fmt: skip
     console.print(f"wrote {write_result('engines', figures)}")
+
+
+def _point(params: int, vllm_ms: float, torch_ms: float) -> dict:
+    return {"params": params, "vllm_ms": round(vllm_ms, 1), "torch_ms": round(torch_ms, 1)}
 
 
 def _figure(value: float, baseline: float, goal: float, unit: str) -> dict:

@@ -104,7 +104,9 @@ class RayEngine:
         try:
             return await asyncio.wait_for(getattr(self._actor, method).remote(*args), self._timeout)
         except TimeoutError as exc:
-            raise EngineError(f"the engine actor did not answer {method} in {self._timeout}s") from exc
+            raise EngineError(
+                f"the engine actor did not answer {method} in {self._timeout}s"
+            ) from exc
         except (ValueError, EngineError):
             raise
         except Exception as exc:

@@ -142,7 +142,11 @@ class VLLMEngine:
 
         try:
             return await self._requests.run(partial, attempt)
-        except (asyncio.CancelledError, ValueError, EngineError):
+        except asyncio.CancelledError:
+            if self._closed:  # cancelled by close(), not by the caller
+                raise EngineError(f"request {request_id!r} aborted: the engine closed") from None
+            raise
+        except (ValueError, EngineError):
             raise
         except Exception as exc:
             raise EngineError(f"request {request_id!r} failed in vLLM: {exc!r}") from exc

@@ -194,6 +194,10 @@ class VLLMServerEngine:
 
         try:
             return await self._requests.run(partial, attempt)
+        except asyncio.CancelledError:
+            if self._closed:  # cancelled by close(), not by the caller
+                raise EngineError(f"request {request_id!r} aborted: the engine closed") from None
+            raise
         except httpx.HTTPError as exc:
             raise EngineError(f"request {request_id!r} to {self.url} failed: {exc!r}") from exc
 

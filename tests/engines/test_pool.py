@@ -237,12 +237,16 @@ async def test_pool_over_an_in_process_and_a_ray_actor_replica(ray_started) -> N
         new_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(1), dtype=torch.float32)
         assert await pool.update_weights(new_model.state_dict()) == 1
         assert remote.policy_version == local.policy_version == 1
-        moved = await asyncio.gather(*(pool.generate(p, GREEDY, f"ray{i}:0-2") for i, p in enumerate(prompts)))
+        moved = await asyncio.gather(
+            *(pool.generate(p, GREEDY, f"ray{i}:0-2") for i, p in enumerate(prompts))
+        )
         expected = [greedy(new_model, p, 8) for p in prompts]
         assert [r.token_ids for r in moved] == expected
         # The actor dies: its rollouts move to the in-process replica.
         ray_started.kill(remote._actor)
-        again = await asyncio.gather(*(pool.generate(p, GREEDY, f"ray{i}:0-3") for i, p in enumerate(prompts)))
+        again = await asyncio.gather(
+            *(pool.generate(p, GREEDY, f"ray{i}:0-3") for i, p in enumerate(prompts))
+        )
         assert [r.token_ids for r in again] == expected
         assert pool.healthy == [0]
     finally:

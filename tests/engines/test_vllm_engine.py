@@ -1,4 +1,4 @@
-"""VLLMEngine against a real vLLM(-CPU) on a tiny model: same ids as the TorchEngine, weights, pause.
+"""VLLMEngine on a real vLLM(-CPU), tiny model: same ids as the TorchEngine, weights, pause.
 
 One engine serves the whole module (start-up is ~45 s on CPU); tests that change its weights
 put the original ones back.
@@ -62,7 +62,8 @@ def torch_engine():
 @pytest.fixture(scope="module")
 def prompts() -> list[list[int]]:
     g = torch.Generator().manual_seed(3)
-    return [torch.randint(1, 1000, (n,), generator=g).tolist() for n in (1, 2, 5, 9, 17, 33, 64, 120)]
+    lengths = (1, 2, 5, 9, 17, 33, 64, 120)
+    return [torch.randint(1, 1000, (n,), generator=g).tolist() for n in lengths]
 
 
 def greedy(model, prompt: list[int], n: int) -> list[int]:
@@ -81,18 +82,25 @@ def reference_logprobs(model, prompt, response, temperature) -> list[float]:
 async def test_greedy_ids_equal_the_torch_engine_and_logprobs_are_close(
     vllm_engine, torch_engine, prompts
 ) -> None:
-    ours = await asyncio.gather(*(vllm_engine.generate(p, GREEDY, f"v{i}") for i, p in enumerate(prompts)))
-    ref = await asyncio.gather(*(torch_engine.generate(p, GREEDY, f"t{i}") for i, p in enumerate(prompts)))
+    ours = await asyncio.gather(
+        *(vllm_engine.generate(p, GREEDY, f"v{i}") for i, p in enumerate(prompts))
+    )
+    ref = await asyncio.gather(
+        *(torch_engine.generate(p, GREEDY, f"t{i}") for i, p in enumerate(prompts))
+    )
     assert [r.token_ids for r in ours] == [r.token_ids for r in ref]
     assert [r.finish_reason for r in ours] == [r.finish_reason for r in ref]
     gap = max(abs(a - b) for o, t in zip(ours, ref) for a, b in zip(o.logprobs, t.logprobs))
     print(f"\nvLLM vs TorchEngine greedy: {sum(len(r.token_ids) for r in ours)} ids equal, "
           f"max |logprob diff| = {gap:.2e}")  # fmt: skip
     assert gap < LOGPROB_TOL
-    assert all(r.policy_version == vllm_engine.policy_version and r.token_versions is None for r in ours)
+    assert all(r.policy_version == vllm_engine.policy_version for r in ours)
+    assert all(r.token_versions is None for r in ours)
 
 
-async def test_sampled_logprobs_are_those_of_the_sampling_distribution(vllm_engine, models, prompts) -> None:
+async def test_sampled_logprobs_are_those_of_the_sampling_distribution(
+    vllm_engine, models, prompts
+) -> None:
     sampling = SamplingParams(temperature=0.7, max_tokens=24, seed=5)
     first, again = [
         await vllm_engine.generate(prompts[4], sampling, f"s{i}") for i in range(2)
@@ -157,7 +165,8 @@ async def test_pool_of_a_vllm_and_a_torch_replica(vllm_engine, models, prompts) 
             results = await asyncio.gather(
                 *(pool.generate(p, GREEDY, f"row{i}:0-{turn}") for i, p in enumerate(prompts[:4]))
             )
-            assert [r.token_ids for r in results] == [greedy(models[0], p, 48) for p in prompts[:4]]
+            expected = [greedy(models[0], p, 48) for p in prompts[:4]]
+            assert [r.token_ids for r in results] == expected
         assert {pool.replica_of(f"row{i}:0") for i in range(4)} == {0, 1}
         version = await pool.update_weights(models[0].state_dict())
         assert version == vllm_engine.policy_version == torch_replica.policy_version
@@ -165,12 +174,16 @@ async def test_pool_of_a_vllm_and_a_torch_replica(vllm_engine, models, prompts) 
         torch_replica.close()
 
 
-async def test_weight_updates_change_outputs_to_the_new_weights(vllm_engine, models, prompts) -> None:
+async def test_weight_updates_change_outputs_to_the_new_weights(
+    vllm_engine, models, prompts
+) -> None:
     v0 = vllm_engine.policy_version
     before = await vllm_engine.generate(prompts[5], GREEDY, "before")
     versions = await WeightSync().push(_Source(models[1]), [vllm_engine])
     assert versions == [v0 + 1]
-    after = await asyncio.gather(*(vllm_engine.generate(p, GREEDY, f"a{i}") for i, p in enumerate(prompts)))
+    after = await asyncio.gather(
+        *(vllm_engine.generate(p, GREEDY, f"a{i}") for i, p in enumerate(prompts))
+    )
     assert [r.token_ids for r in after] == [greedy(models[1], p, 48) for p in prompts]
     assert after[5].token_ids != before.token_ids
     assert all(r.policy_version == v0 + 1 for r in after)

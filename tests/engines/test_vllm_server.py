@@ -47,10 +47,14 @@ async def test_token_ids_over_http_equal_the_torch_engine(server, prompts) -> No
     assert await server.health()
     reference = TorchEngine.from_pretrained(tiny_model_dir(0), dtype=torch.float32)
     try:
-        ref = await asyncio.gather(*(reference.generate(p, GREEDY, f"t{i}") for i, p in enumerate(prompts)))
+        ref = await asyncio.gather(
+            *(reference.generate(p, GREEDY, f"t{i}") for i, p in enumerate(prompts))
+        )
     finally:
         reference.close()
-    ours = await asyncio.gather(*(server.generate(p, GREEDY, f"s{i}") for i, p in enumerate(prompts)))
+    ours = await asyncio.gather(
+        *(server.generate(p, GREEDY, f"s{i}") for i, p in enumerate(prompts))
+    )
     assert [r.token_ids for r in ours] == [r.token_ids for r in ref]
     gap = max(abs(a - b) for o, t in zip(ours, ref) for a, b in zip(o.logprobs, t.logprobs))
     assert gap < 1e-4
@@ -80,7 +84,9 @@ async def test_unreachable_url_fails_with_a_clear_error() -> None:
     from agentrl_sdk.engines.vllm_server import VLLMServerEngine, _free_port
 
     with pytest.raises(EngineError, match="not healthy within 1s"):
-        VLLMServerEngine(url=f"http://127.0.0.1:{_free_port()}", eos_token_ids=(), start_timeout_s=1)
+        VLLMServerEngine(
+            url=f"http://127.0.0.1:{_free_port()}", eos_token_ids=(), start_timeout_s=1
+        )
 
 
 def test_a_server_that_exits_at_start_reports_its_log() -> None:
