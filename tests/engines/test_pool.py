@@ -142,19 +142,21 @@ async def test_later_calls_of_a_rollout_stick_to_its_replica(pool_of) -> None:
 
 async def test_replica_failure_reroutes_without_losing_a_rollout(pool_of, model) -> None:
     pool, log = pool_of(2)
-    long = SamplingParams(temperature=0.0, max_tokens=150)
+    long = SamplingParams(temperature=0.0, max_tokens=60)
     prompts = {f"r{i}": [11, i + 1, 4, 2] for i in range(6)}  # no 0: HF pads with it
     tasks = {
         rid: asyncio.ensure_future(pool.generate(p, long, f"{rid}-0")) for rid, p in prompts.items()
     }
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.01)
     on_zero = [rid for rid in prompts if pool.replica_of(rid) == 0]
     assert len(on_zero) == 3
-    await asyncio.to_thread(pool.replicas[0].close)  # replica 0 dies mid-generation
+    # Replica 0 dies mid-generation (held by a pause first, so none of its requests can finish).
+    await pool.replicas[0].pause()
+    await asyncio.to_thread(pool.replicas[0].close)
     results = await asyncio.wait_for(asyncio.gather(*tasks.values()), 120)
     # Every rollout's call completed, restarted from its prompt on the survivor.
     for (rid, prompt), result in zip(prompts.items(), results, strict=True):
-        assert result.token_ids == greedy(model, prompt, 150), rid
+        assert result.token_ids == greedy(model, prompt, 60), rid
     assert pool.reroutes == 3
     assert pool.healthy == [1]
     # The moved rollouts' next calls go to the survivor.

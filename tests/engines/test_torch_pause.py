@@ -13,7 +13,7 @@ from agentrl_sdk.engines import TorchEngine
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
 VOCAB = 512
-LONG = SamplingParams(temperature=0.0, max_tokens=300)
+LONG = SamplingParams(temperature=0.0, max_tokens=120)
 
 
 def _tiny_model(seed: int) -> Qwen2ForCausalLM:
@@ -41,10 +41,16 @@ def model() -> Qwen2ForCausalLM:
 PROMPT = [5, 17, 99, 3, 250, 7]
 
 
+def _generated(engine: TorchEngine) -> int:
+    """Tokens decoded so far by the running requests (read from the engine thread's batch)."""
+    return sum(len(row.token_ids) for row in list(engine._scheduler._batch.rows))
+
+
 async def _paused_midway(engine: TorchEngine, prompt: list[int]) -> asyncio.Future[GenerateResult]:
     """Start a long request and pause once it has decoded some tokens (but not all)."""
     running = asyncio.ensure_future(engine.generate(prompt, LONG, "long"))
-    await asyncio.sleep(0.1)
+    while not running.done() and _generated(engine) < 20:
+        await asyncio.sleep(0.001)
     await engine.pause()
     assert not running.done()
     return running
