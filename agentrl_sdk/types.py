@@ -52,21 +52,39 @@ class SamplingParams(BaseModel):
 
 
 class GenerateResult(BaseModel):
-    """What an engine returns for one request: token ids out, never text."""
+    """What an engine returns for one request: token ids out, never text.
+
+    ``policy_version`` is the version serving when the request finished. A request that
+    outlived a weight update (paused, then resumed on new weights) also carries
+    ``token_versions``: the version that sampled each token. `versions` reads either form.
+    """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: FinishReason
     policy_version: int
+    token_versions: list[int] | None = Field(
+        None, description="Policy version of each token; None means all are policy_version."
+    )
 
     @model_validator(mode="after")
     def _aligned(self) -> GenerateResult:
-        if len(self.token_ids) != len(self.logprobs):
+        n = len(self.token_ids)
+        versions = n if self.token_versions is None else len(self.token_versions)
+        if len(self.logprobs) != n or versions != n:
             raise ValueError(
-                f"token_ids ({len(self.token_ids)}) and logprobs ({len(self.logprobs)}) "
+                f"token_ids ({n}), logprobs ({len(self.logprobs)}) and token_versions "
+                f"({None if self.token_versions is None else len(self.token_versions)}) "
                 "must have the same length"
             )
         return self
+
+    @property
+    def versions(self) -> list[int]:
+        """The policy version that sampled each token, aligned with ``token_ids``."""
+        if self.token_versions is not None:
+            return list(self.token_versions)
+        return [self.policy_version] * len(self.token_ids)
 
 
 class LLMCall(BaseModel):

@@ -94,7 +94,6 @@ class TokenLedger:
         self, plan: PromptPlan, result: GenerateResult, reply: dict[str, Any], request_id: str
     ) -> LLMCall:
         """Record the engine's answer to ``plan`` and the reply message built from it."""
-        n = len(result.token_ids)
         if plan.segment_index is None:
             segment = Segment(
                 node=plan.node.name,
@@ -111,7 +110,7 @@ class TokenLedger:
             segment = self.segments[index]
             _append(segment, plan.observation_ids, mask=0, logprobs=None, version=-1)
         _append(segment, result.token_ids, mask=1, logprobs=result.logprobs,
-                version=result.policy_version)
+                version=result.versions)
         segment.num_calls += 1
         conv = self._conversations[index]
         conv.messages = [*plan.messages, reply]
@@ -177,9 +176,15 @@ class TokenLedger:
 
 
 def _append(
-    segment: Segment, ids: list[int], *, mask: int, logprobs: list[float] | None, version: int
+    segment: Segment,
+    ids: list[int],
+    *,
+    mask: int,
+    logprobs: list[float] | None,
+    version: int | list[int],
 ) -> None:
     segment.response_ids.extend(ids)
     segment.response_mask.extend([mask] * len(ids))
     segment.response_logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
-    segment.response_versions.extend([version] * len(ids))
+    # A resumed request's tokens may come from several policy versions, one per token.
+    segment.response_versions.extend(version if isinstance(version, list) else [version] * len(ids))

@@ -24,11 +24,18 @@ class SequenceState:
     generator: torch.Generator
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
 
-    def append(self, token: int, logprob: float) -> FinishReason | None:
-        """Record one sampled token; return why generation ended, or None to go on."""
+    @property
+    def context(self) -> list[int]:
+        """What a prefill must feed: the prompt, then whatever was generated before a re-prefill."""
+        return self.prompt_ids + self.token_ids
+
+    def append(self, token: int, logprob: float, version: int = 0) -> FinishReason | None:
+        """Record one token sampled by policy ``version``; return why generation ended, or None."""
         self.token_ids.append(token)
         self.logprobs.append(logprob)
+        self.versions.append(version)
         if token in self.stop_ids:
             return "stop"
         if len(self.token_ids) >= self.sampling.max_tokens:
@@ -69,13 +76,14 @@ class RunningBatch:
 
     @staticmethod
     def prefill_inputs(rows: list[SequenceState]) -> dict[str, torch.Tensor]:
-        """Left-padded ``input_ids``, ``attention_mask`` and ``position_ids`` for new prompts."""
-        width = max(len(r.prompt_ids) for r in rows)
+        """Left-padded ``input_ids``, ``attention_mask`` and ``position_ids`` for rows' contexts."""
+        contexts = [r.context for r in rows]
+        width = max(len(c) for c in contexts)
         ids = torch.zeros(len(rows), width, dtype=torch.long)  # (B, L)
         mask = torch.zeros(len(rows), width, dtype=torch.long)  # (B, L)
-        for b, r in enumerate(rows):
-            n = len(r.prompt_ids)
-            ids[b, width - n :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+        for b, context in enumerate(contexts):
+            n = len(context)
+            ids[b, width - n :] = torch.tensor(context, dtype=torch.long)
             mask[b, width - n :] = 1
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # (B, L)
         return {"input_ids": ids, "attention_mask": mask, "position_ids": positions}

@@ -19,7 +19,7 @@ from agentrl_sdk.types import GenerateResult
 if TYPE_CHECKING:
     from transformers import DynamicCache, PreTrainedModel
 
-__all__ = ["STOP", "Request", "Scheduler", "WeightUpdate"]
+__all__ = ["STOP", "Control", "Request", "Scheduler", "WeightUpdate"]
 
 STOP = object()
 """Put in the inbox to make `Scheduler.run` return."""
@@ -37,6 +37,15 @@ class Request(SequenceState):
 
 
 @dataclass(eq=False)
+class Control:
+    """Pause (``pause=True``) or resume decoding; the future settles once the loop obeyed."""
+
+    pause: bool
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[None]
+
+
+@dataclass(eq=False)
 class WeightUpdate:
     """A state dict to load between two decode steps, and where to report the new version."""
 
@@ -49,9 +58,14 @@ class Scheduler:
     """Admits, prefills, decodes and answers requests; touched only by the engine thread.
 
     Each iteration, between two forwards: take everything from the inbox (applying weight
-    updates on the spot), drop cancelled requests, prefill as many waiting prompts as the
-    batch has room for in one left-padded forward and merge them in, then decode one token
-    for every running request. Rows that finish are answered and removed at once.
+    updates and pause/resume on the spot), drop cancelled requests, prefill as many waiting
+    prompts as the batch has room for in one left-padded forward and merge them in, then
+    decode one token for every running request. Rows that finish are answered and removed at once.
+
+    While paused the loop only takes inbox items: requests in flight keep their partial
+    output and wait. New weights send every running request back to prefill its prompt plus
+    partial output on the new weights (its KV cache came from the old ones); each token
+    records the version that sampled it.
 
     Args:
         model: The causal LM to run.
@@ -62,6 +76,7 @@ class Scheduler:
         self.model = model
         self.max_batch_size = max_batch_size
         self.version = 0
+        self.paused = False
         self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._waiting: deque[Request] = deque()
         self._prefilling: list[Request] = []
@@ -69,7 +84,9 @@ class Scheduler:
 
     def run(self) -> None:
         """Serve until `STOP` arrives; a failing step fails only the requests in flight."""
-        while self._receive(block=not (self._batch.rows or self._waiting)):
+        while self._receive(block=self.paused or not (self._batch.rows or self._waiting)):
+            if self.paused:
+                continue
             try:
                 self._drop_cancelled()
                 self._admit()
@@ -85,6 +102,8 @@ class Scheduler:
             elif isinstance(item, WeightUpdate):
                 error = EngineError("update_weights aborted: the TorchEngine closed")
                 deliver(item.loop, item.future, error=error)
+            elif isinstance(item, Control):
+                deliver(item.loop, item.future, error=EngineError("the TorchEngine closed"))
         self._fail(self._batch.rows + self._prefilling + list(self._waiting), cause=None)
         self._waiting.clear()
 
@@ -97,6 +116,9 @@ class Scheduler:
                 return False
             if isinstance(item, WeightUpdate):
                 self._apply_weights(item)
+            elif isinstance(item, Control):
+                self.paused = item.pause
+                deliver(item.loop, item.future, result=None)
             else:
                 self._waiting.append(item)
         return True
@@ -111,6 +133,10 @@ class Scheduler:
             deliver(update.loop, update.future, error=error)
             return
         self.version += 1
+        # The running rows' KV cache holds the old weights' keys: prefill them again, first.
+        rows = [r for r in self._batch.rows if not r.cancelled]
+        self._batch = RunningBatch.empty()
+        self._waiting.extendleft(reversed(rows))
         deliver(update.loop, update.future, result=self.version)
 
     def _drop_cancelled(self) -> None:
@@ -126,7 +152,7 @@ class Scheduler:
         self._prefilling = [self._waiting.popleft() for _ in range(room)]
         inputs = RunningBatch.prefill_inputs(self._prefilling)
         logits, cache = self._forward(**inputs, logits_to_keep=1)
-        lengths = torch.tensor([len(r.prompt_ids) for r in self._prefilling])
+        lengths = torch.tensor([len(r.context) for r in self._prefilling])
         fresh = RunningBatch(self._prefilling, cache, inputs["attention_mask"], lengths, lengths)
         noise = fresh.noise(logits.shape[-1])
         tokens, logprobs = sample_next(logits, fresh.temperature, fresh.top_k, fresh.top_p, noise)
@@ -157,15 +183,17 @@ class Scheduler:
         survivors = []
         rows = zip(batch.rows, tokens.tolist(), logprobs.tolist(), strict=True)
         for i, (row, token, logprob) in enumerate(rows):
-            reason = row.append(token, logprob)
+            reason = row.append(token, logprob, self.version)
             if reason is None:
                 survivors.append(i)
                 continue
+            mixed = any(v != self.version for v in row.versions)
             result = GenerateResult(
                 token_ids=row.token_ids,
                 logprobs=row.logprobs,
                 finish_reason=reason,
                 policy_version=self.version,
+                token_versions=row.versions if mixed else None,
             )
             deliver(row.loop, row.future, result=result)
         batch.keep(survivors)

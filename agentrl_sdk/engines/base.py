@@ -14,7 +14,15 @@ from agentrl_sdk.types import GenerateResult, SamplingParams
 class Engine(Protocol):
     """An inference backend. It never sees text, only token ids.
 
-    Implementations: `TorchEngine` (embedded, CPU default); vLLM backends follow the same contract.
+    Implementations: `TorchEngine` (embedded, CPU default), `VLLMEngine` (in-process vLLM),
+    `VLLMServerEngine` (vLLM's OpenAI-compatible server), `RayEngine` (any of them in a Ray
+    actor) and `EnginePool` (several replicas behind one engine).
+
+    Pause/resume contract: `pause` stops decoding and holds every request in flight with its
+    partial ids, logprobs and versions; `generate` calls made while paused wait; weights may
+    be updated while paused; `resume` continues the held requests on the current weights,
+    their partial output becoming part of the prompt. The result's ``token_versions`` then
+    says which policy version sampled each token.
     """
 
     @property
@@ -32,6 +40,18 @@ class Engine(Protocol):
         """Load new weights between decoding steps and return the new policy version."""
         ...
 
+    async def pause(self) -> None:
+        """Stop decoding; requests in flight keep their partial output until `resume`."""
+        ...
+
+    async def resume(self) -> None:
+        """Continue the requests held by `pause`."""
+        ...
+
     async def health(self) -> bool:
         """True while the engine can serve requests."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine (threads, processes); later requests fail with `EngineError`."""
         ...

@@ -6,17 +6,57 @@ from typing import Any
 
 from agentrl_sdk.engines.base import Engine
 
+BACKENDS = ("torch", "vllm", "vllm-server")
 
-def create_engine(backend: str, model_path: str, **options: Any) -> Engine:
+
+def create_engine(
+    backend: str,
+    model_path: str,
+    *,
+    replicas: int = 1,
+    ray_actors: bool = False,
+    **options: Any,
+) -> Engine:
     """Start the ``backend`` engine over the local model folder ``model_path``.
 
     Args:
-        backend: ``torch`` (embedded, CPU default).
+        backend: ``torch`` (embedded, CPU default), ``vllm`` (in-process vLLM `AsyncLLM`) or
+            ``vllm-server`` (vLLM's OpenAI-compatible server; ``url=`` uses a running one).
         model_path: A local ``save_pretrained`` folder.
-        **options: Backend options (``max_batch_size`` for ``torch``).
+        replicas: More than one builds an `EnginePool` of that many engines.
+        ray_actors: Run each engine in its own Ray actor (`RayEngine`); Ray must be started.
+        **options: Backend options: ``max_batch_size`` for all; ``dtype``,
+            ``max_model_len``, ``engine_args`` for ``vllm``; ``url``, ``server_args`` for
+            ``vllm-server``.
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown engine backend {backend!r}; available: {BACKENDS}")
+    if replicas < 1:
+        raise ValueError(f"replicas must be >= 1, got {replicas}")
+    if replicas > 1:
+        from agentrl_sdk.engines.pool import EnginePool
+
+        engines: list[Engine] = []
+        try:
+            for _ in range(replicas):
+                engines.append(create_engine(backend, model_path, ray_actors=ray_actors, **options))
+        except BaseException:
+            for engine in engines:
+                engine.close()
+            raise
+        return EnginePool(engines)
+    if ray_actors:
+        from agentrl_sdk.engines.ray_engine import RayEngine
+
+        return RayEngine(backend, model_path, **options)
     if backend == "torch":
         from agentrl_sdk.engines.torch_engine import TorchEngine
 
         return TorchEngine.from_pretrained(model_path, **options)
-    raise ValueError(f"unknown engine backend {backend!r}; available: 'torch'")
+    if backend == "vllm":
+        from agentrl_sdk.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(model_path, **options)
+    from agentrl_sdk.engines.vllm_server import VLLMServerEngine
+
+    return VLLMServerEngine(model_path, **options)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import DynamicCache
 
-from agentrl_sdk.engines._scheduler import STOP, Request, Scheduler, WeightUpdate
+from agentrl_sdk.engines._scheduler import STOP, Control, Request, Scheduler, WeightUpdate
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
@@ -35,7 +35,10 @@ class TorchEngine:
     with ``loop.call_soon_threadsafe``, so the caller's loop never waits on a forward.
 
     A response's ``policy_version`` is the version current when it *finished*; after an
-    ``update_weights`` the requests already in flight continue on the new weights.
+    ``update_weights`` the requests already in flight continue on the new weights (their
+    prompt and partial output prefilled again) and ``token_versions`` says which version
+    sampled each token. `pause` stops decoding with every request held where it is;
+    `resume` continues them.
 
     Args:
         model: A causal LM (e.g. ``Qwen2ForCausalLM``) with full attention; moved to eval mode.
@@ -160,6 +163,24 @@ class TorchEngine:
         self._submit(update)
         return await update.future
 
+    async def pause(self) -> None:
+        """Stop decoding between two steps; requests in flight keep their partial output.
+
+        New requests are accepted and wait; weight updates are applied at once. Returns once
+        the engine thread has stopped stepping.
+        """
+        await self._control(pause=True)
+
+    async def resume(self) -> None:
+        """Continue the requests held by `pause` (on the newest weights)."""
+        await self._control(pause=False)
+
+    async def _control(self, *, pause: bool) -> None:
+        loop = asyncio.get_running_loop()
+        control = Control(pause, loop, loop.create_future())
+        self._submit(control)
+        await control.future
+
     async def health(self) -> bool:
         """True until `close` (or a crash of the engine thread)."""
         thread = self._thread
@@ -180,7 +201,7 @@ class TorchEngine:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
-    def _submit(self, item: Request | WeightUpdate) -> None:
+    def _submit(self, item: Request | WeightUpdate | Control) -> None:
         with self._lock:
             if self._closed:
                 raise EngineError("the TorchEngine is closed; create a new one to serve requests")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -54,8 +54,31 @@ class EntrypointConfig(_Section):
 class EngineConfig(_Section):
     """The inference engine rollouts sample from."""
 
-    backend: Literal["torch"] = Field("torch", description="Engine implementation.")
+    backend: Literal["torch", "vllm", "vllm-server"] = Field(
+        "torch", description="Engine implementation: embedded torch, in-process vLLM, or a "
+        "vLLM OpenAI-compatible server (started here, or at `url`)."
+    )
     max_batch_size: int = Field(64, ge=1, description="Requests decoded together.")
+    replicas: int = Field(1, ge=1, description="Engine replicas behind one EnginePool.")
+    url: str | None = Field(None, description="vllm-server: a running server to use.")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="More backend options (vllm: dtype, max_model_len, engine_args; "
+        "vllm-server: server_args, start_timeout_s).",
+    )
+
+    @model_validator(mode="after")
+    def _url_for_server(self) -> EngineConfig:
+        if self.url is not None and self.backend != "vllm-server":
+            raise ValueError(f"engine.url is for backend 'vllm-server', not {self.backend!r}")
+        return self
+
+    def create_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `create_engine` besides the backend and model path."""
+        kwargs: dict[str, Any] = {"max_batch_size": self.max_batch_size, **self.options}
+        if self.url is not None:
+            kwargs["url"] = self.url
+        return {"replicas": self.replicas, **kwargs}
 
 
 class DataConfig(_Section):

@@ -56,8 +56,7 @@ async def start_policies(config: TrainConfig) -> dict[str, Policy]:
     try:
         for name, (spec, _) in specs.items():
             path = model_path(spec, name)
-            engine = create_engine(config.engine.backend, path,
-                                   max_batch_size=config.engine.max_batch_size)
+            engine = create_engine(config.engine.backend, path, **config.engine.create_kwargs())
             policies[name] = Policy(name, path, engine, WeightGate(engine))
         for name, (_, trained) in specs.items():
             if trained:

@@ -156,3 +156,17 @@ def test_concurrent_calls_never_extend_the_same_segment(qwen_tokenizer):
     assert b.segment_index is None
     ledger.release(a)
     assert ledger.plan(history, TOOLS, NODE).segment_index == 0
+
+
+def test_a_response_resumed_on_new_weights_keeps_each_tokens_version(qwen_tokenizer):
+    template = ChatTemplate(qwen_tokenizer)
+    ledger = TokenLedger(template)
+    plan = ledger.plan([SYSTEM, USER], TOOLS, NODE)
+    result = _result(template, COMPACT_CALL, version=4)
+    n = len(result.token_ids)
+    # Paused after 3 tokens, resumed after a weight update: 3 tokens of v3, the rest of v4.
+    resumed = result.model_copy(update={"token_versions": [3] * 3 + [4] * (n - 3)})
+    call = ledger.commit(plan, resumed, _reply_with_call(), "r-0")
+    (segment,) = ledger.segments
+    assert segment.response_versions == [3, 3, 3] + [4] * (n - 3)
+    assert call.policy_version == 4

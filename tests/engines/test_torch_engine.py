@@ -74,7 +74,7 @@ def reference_logprobs(
 
 
 async def test_package_exports_engine_and_torch_engine(engine: TorchEngine) -> None:
-    assert engines.__all__ == ["Engine", "TorchEngine", "create_engine"]
+    assert engines.__all__ == ["Engine", "EnginePool", "TorchEngine", "create_engine"]
     assert isinstance(engine, Engine)
     assert await engine.health()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 
 from agentrl_sdk.rollout.rewards import score
 from agentrl_sdk.rollout.samples import build_samples

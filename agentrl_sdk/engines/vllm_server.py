@@ -1,0 +1,350 @@
+"""`VLLMServerEngine`: vLLM's OpenAI-compatible server, spoken to in token ids over HTTP.
+
+The engine either starts ``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1 (a
+child process it owns) or talks to a server at a given URL. Requests go to
+``/v1/completions`` with the prompt as a token-id list and stream back token ids and
+sampled-token logprobs, so a pause can keep the partial output of each request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from agentrl_sdk.engines._loop_thread import LoopThread
+from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
+from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION, WeightFiles
+from agentrl_sdk.engines.vllm_engine import default_eos
+from agentrl_sdk.errors import EngineError
+from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["VLLMServerEngine"]
+
+logger = logging.getLogger(__name__)
+
+MODEL_NAME = "agentrl"
+
+
+class VLLMServerEngine:
+    """Serves a model through a vLLM OpenAI-compatible server, token ids in and out.
+
+    Give ``model_path`` to start a server on 127.0.0.1 (``VLLM_SERVER_DEV_MODE=1`` so weights
+    can be reloaded over ``/collective_rpc``); give ``url`` to use a running one (weight
+    updates then need it started with our ``--worker-extension-cls``, dev mode, and to share
+    this host's /dev/shm). Pause/resume and weight updates behave as in `VLLMEngine`.
+
+    Args:
+        model_path: A local ``save_pretrained`` folder (also read for the EOS ids).
+        url: Base URL of a running server, e.g. ``http://127.0.0.1:8000``.
+        model_name: The served model name of a running server.
+        dtype: Weight dtype of a started server.
+        max_batch_size: A started server's ``--max-num-seqs``.
+        max_model_len: A started server's ``--max-model-len``; ``None`` takes the model's.
+        eos_token_ids: Ids that end every request; ``None`` reads ``model_path``.
+        bucket_bytes: Size of one weight file written by `update_weights`.
+        start_timeout_s: Longest wait for the server to report healthy.
+        request_timeout_s: Longest wait for one HTTP call (a whole generation included).
+        server_args: More command-line arguments for a started server.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        url: str | None = None,
+        model_name: str = MODEL_NAME,
+        dtype: str = "float32",
+        max_batch_size: int = 64,
+        max_model_len: int | None = None,
+        eos_token_ids: Iterable[int] | None = None,
+        bucket_bytes: int = 256 << 20,
+        start_timeout_s: float = 600.0,
+        request_timeout_s: float = 600.0,
+        server_args: Iterable[str] = (),
+    ) -> None:
+        if model_path is None and url is None:
+            raise ValueError("VLLMServerEngine needs model_path (to start a server) or url")
+        if eos_token_ids is None and model_path is None:
+            raise ValueError("give eos_token_ids when using a server by url without model_path")
+        path = None if model_path is None else os.fspath(model_path)
+        if path is not None and not os.path.isdir(path):
+            raise FileNotFoundError(f"{path!r} is not a local model directory")
+        self._eos = tuple(default_eos(path) if eos_token_ids is None else eos_token_ids)
+        self._model_name = model_name
+        self._bucket_bytes = bucket_bytes
+        self._timeout = request_timeout_s
+        self._version = 0
+        self._closed = False
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_path: Path | None = None
+        if url is None:
+            assert path is not None
+            url = self._spawn(path, dtype, max_batch_size, max_model_len, list(server_args))
+        self.url = url.rstrip("/")
+        self._loop = LoopThread("agentrl-vllm-server-client")
+        try:
+            self._client, self._requests = self._loop.run(self._connect(), timeout=30)
+            self._loop.run(self._wait_healthy(start_timeout_s), timeout=start_timeout_s + 30)
+        except BaseException:
+            self.close()
+            raise
+
+    def _spawn(
+        self, path: str, dtype: str, max_batch_size: int, max_model_len: int | None,
+        extra: list[str],
+    ) -> str:  # fmt: skip
+        """Start the server on a free 127.0.0.1 port in its own process group."""
+        port = _free_port()
+        command = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", path, "--served-model-name", self._model_name,
+            "--host", "127.0.0.1", "--port", str(port),
+            "--dtype", dtype, "--enforce-eager", "--max-num-seqs", str(max_batch_size),
+            "--logprobs-mode", "processed_logprobs",
+            "--worker-extension-cls", WORKER_EXTENSION,
+            "--disable-log-stats",
+        ]  # fmt: skip
+        if max_model_len is not None:
+            command += ["--max-model-len", str(max_model_len)]
+        command += extra
+        handle, log_name = tempfile.mkstemp(prefix="agentrl-vllm-server-", suffix=".log")
+        self._log_path = Path(log_name)
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+        with os.fdopen(handle, "wb") as log:
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        logger.info("started vLLM server pid %d on port %d (log %s)", self._process.pid, port,
+                    log_name)  # fmt: skip
+        return f"http://127.0.0.1:{port}"
+
+    async def _connect(self) -> tuple[httpx.AsyncClient, ResumableRequests]:
+        client = httpx.AsyncClient(
+            base_url=self.url,
+            timeout=httpx.Timeout(self._timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        )
+        return client, ResumableRequests(lambda: self._version)
+
+    async def _wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._process is not None and self._process.poll() is not None:
+                raise EngineError(
+                    f"the vLLM server exited with code {self._process.returncode} while "
+                    f"starting; its log ends with:\n{self._log_tail()}"
+                )
+            try:
+                response = await self._client.get("/health", timeout=5.0)
+                if response.status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                raise EngineError(
+                    f"the vLLM server at {self.url} was not healthy within {timeout_s:.0f}s; "
+                    f"raise start_timeout_s or read its log:\n{self._log_tail()}"
+                )
+            await asyncio.sleep(0.5)
+
+    def _log_tail(self, lines: int = 30) -> str:
+        if self._log_path is None or not self._log_path.exists():
+            return "(no log: the server was not started by this engine)"
+        return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the weights currently served; bumped by every `update_weights`."""
+        return self._version
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+    ) -> GenerateResult:
+        """Sample one response to ``prompt_ids``; cancelling the caller aborts the request.
+
+        Raises:
+            ValueError: The prompt is empty.
+            EngineError: The server refused or failed the request, or did not answer in time.
+        """
+        if not prompt_ids:
+            raise ValueError(f"request {request_id!r}: prompt must be non-empty")
+        self._check_open()
+        partial = PartialOutput(list(prompt_ids), sampling)
+        return await self._loop.call(self._run(partial, request_id))
+
+    async def _run(self, partial: PartialOutput, request_id: str) -> GenerateResult:
+        async def attempt(partial: PartialOutput, number: int) -> FinishReason:
+            return await self._stream(partial, f"{request_id}#{number}" if number else request_id)
+
+        try:
+            return await self._requests.run(partial, attempt)
+        except asyncio.CancelledError:
+            if self._closed:  # cancelled by close(), not by the caller
+                raise EngineError(f"request {request_id!r} aborted: the engine closed") from None
+            raise
+        except httpx.HTTPError as exc:
+            raise EngineError(f"request {request_id!r} to {self.url} failed: {exc!r}") from exc
+
+    async def _stream(self, partial: PartialOutput, request_id: str) -> FinishReason:
+        """One submission: stream new tokens into ``partial`` until the server finishes it."""
+        sampling = partial.sampling
+        body = {
+            "model": self._model_name,
+            "prompt": partial.context,
+            "max_tokens": partial.remaining,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": max(sampling.top_k, 0),
+            "seed": sampling.seed,
+            "stop_token_ids": sorted({*sampling.stop_token_ids, *self._eos}),
+            "ignore_eos": True,
+            "skip_special_tokens": False,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "stream": True,
+        }
+        version = self._version
+        finish: str | None = None
+        headers = {"X-Request-Id": request_id}
+        async with self._client.stream("POST", "/v1/completions", json=body, headers=headers) as r:
+            if r.status_code != 200:
+                detail = (await r.aread()).decode(errors="replace")[:500]
+                raise EngineError(f"request {request_id!r}: HTTP {r.status_code}: {detail}")
+            async for line in r.aiter_lines():
+                if self._requests.paused:
+                    # httpx (anyio) can swallow the pause's cancellation mid-read; stop here.
+                    raise asyncio.CancelledError
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                for choice in json.loads(line[6:]).get("choices", []):
+                    ids, logprobs = _delta(choice)
+                    partial.extend(ids, logprobs, version)
+                    finish = choice.get("finish_reason") or finish
+        if finish not in ("stop", "length", "abort"):
+            raise EngineError(f"request {request_id!r}: the stream ended with {finish!r}")
+        return finish  # type: ignore[return-value]
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
+        """Reload the server's weights from ``state_dict`` (bucket files) without a restart.
+
+        Returns:
+            The new policy version.
+
+        Raises:
+            EngineError: The server failed to load the weights or did not answer in time.
+        """
+        self._check_open()
+        files = await asyncio.to_thread(WeightFiles, state_dict, self._bucket_bytes)
+        try:
+            return await self._loop.call(self._reload(files.paths))
+        finally:
+            files.close()
+
+    async def _reload(self, paths: list[str]) -> int:
+        was_paused = self._requests.paused
+        await self._requests.pause()
+        try:
+            rpc = {"method": RPC_METHOD, "args": [json.dumps(paths)], "timeout": self._timeout}
+            for route, body in (("/collective_rpc", rpc), ("/reset_prefix_cache", None)):
+                response = await self._client.post(route, json=body)
+                if response.status_code != 200:
+                    raise EngineError(
+                        f"{route} answered HTTP {response.status_code}: {response.text[:300]} "
+                        "(the server needs VLLM_SERVER_DEV_MODE=1 and our worker extension)"
+                    )
+        except httpx.HTTPError as exc:
+            raise EngineError(f"weight update on {self.url} failed: {exc!r}") from exc
+        finally:
+            if not was_paused:
+                self._requests.resume()
+        self._version += 1
+        return self._version
+
+    async def pause(self) -> None:
+        """Abort the requests in flight, keeping their partial output; new ones wait."""
+        self._check_open()
+        await self._loop.call(self._requests.pause())
+
+    async def resume(self) -> None:
+        """Submit the held requests again (prompt + partial output) and let new ones in."""
+        self._check_open()
+
+        async def resume() -> None:
+            self._requests.resume()
+
+        await self._loop.call(resume())
+
+    async def health(self) -> bool:
+        """True while the server answers ``/health`` with 200."""
+        if self._closed or (self._process is not None and self._process.poll() is not None):
+            return False
+
+        async def check() -> bool:
+            response = await self._client.get("/health", timeout=10.0)
+            return response.status_code == 200
+
+        try:
+            return await asyncio.wait_for(self._loop.call(check()), 15)
+        except Exception:  # noqa: BLE001 - any failure means unhealthy, which is the answer
+            return False
+
+    def close(self) -> None:
+        """Stop the client, and the server if this engine started it."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            client = getattr(self, "_client", None)
+            try:
+                if client is not None:
+                    loop.run(client.aclose(), timeout=10)
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+            loop.stop()
+        if self._process is not None and self._process.poll() is None:
+            os.killpg(self._process.pid, signal.SIGTERM)
+            try:
+                self._process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._process.pid, signal.SIGKILL)
+                self._process.wait(10)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("the VLLMServerEngine is closed; create a new one")
+
+
+def _delta(choice: Mapping[str, Any]) -> tuple[list[int], list[float]]:
+    """New token ids and their logprobs from one streamed completion choice."""
+    logprobs = choice.get("logprobs") or {}
+    values = [float(v) for v in logprobs.get("token_logprobs") or []]
+    ids = choice.get("token_ids")
+    if ids is None:  # older servers: ids only as "token_id:N" strings
+        ids = [int(t.split(":", 1)[1]) for t in logprobs.get("tokens") or []]
+    if len(values) != len(ids):
+        raise EngineError(f"the server sent {len(ids)} token ids but {len(values)} logprobs")
+    return list(ids), values
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

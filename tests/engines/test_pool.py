@@ -1,0 +1,255 @@
+"""EnginePool over in-process TorchEngines: least-loaded routing, stickiness, failover, weights."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from agentrl_sdk.engines import Engine, EnginePool, TorchEngine
+from agentrl_sdk.engines.pool import session_of_request
+from agentrl_sdk.errors import EngineError
+from agentrl_sdk.trainer.weight_sync import WeightSync
+from agentrl_sdk.types import SamplingParams
+
+VOCAB = 512
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
+
+
+def _tiny_model(seed: int) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        dtype="float32",
+    )  # fmt: skip
+    return Qwen2ForCausalLM(config).eval()
+
+
+def greedy(model: Qwen2ForCausalLM, prompt: list[int], n: int) -> list[int]:
+    out = model.generate(
+        torch.tensor([prompt]), do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0
+    )
+    return out[0, len(prompt) :].tolist()
+
+
+class Recorded:
+    """A replica that notes every request it serves and the pool's in-flight counts then."""
+
+    def __init__(self, engine: TorchEngine, name: int, log: list) -> None:
+        self.engine, self.name, self.log = engine, name, log
+        self.pool: EnginePool | None = None
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
+
+    async def generate(self, prompt_ids, sampling, request_id):
+        self.log.append((self.name, request_id, self.pool.in_flight if self.pool else None))
+        return await self.engine.generate(prompt_ids, sampling, request_id)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+@pytest.fixture(scope="module")
+def model() -> Qwen2ForCausalLM:
+    return _tiny_model(0)
+
+
+@pytest.fixture
+def pool_of(model):
+    """Factory: a pool of ``n`` recorded TorchEngine replicas; closes them afterwards."""
+    made: list[EnginePool] = []
+
+    def make(n: int, **kwargs) -> tuple[EnginePool, list]:
+        log: list = []
+        replicas = [
+            Recorded(TorchEngine(copy.deepcopy(model), eos_token_ids=()), i, log) for i in range(n)
+        ]
+        pool = EnginePool(replicas, **kwargs)
+        for r in replicas:
+            r.pool = pool
+        made.append(pool)
+        return pool, log
+
+    yield make
+    for pool in made:
+        pool.close()
+
+
+def test_session_of_request_strips_the_call_number() -> None:
+    assert session_of_request("row-3:1-0") == "row-3:1"
+    assert session_of_request("row-3:1-12") == "row-3:1"
+    assert session_of_request("plain") == "plain"
+
+
+async def test_pool_is_an_engine(pool_of) -> None:
+    pool, _ = pool_of(2)
+    assert isinstance(pool, Engine)
+    assert await pool.health()
+
+
+async def test_least_loaded_by_requests_in_flight_under_skewed_load(pool_of) -> None:
+    pool, log = pool_of(2)
+    long = SamplingParams(temperature=0.0, max_tokens=100_000)
+    short = SamplingParams(temperature=0.0, max_tokens=2)
+    # Eight first calls alternate replicas; those on replica 0 are endless, those on 1 short.
+    first = []
+    for i in range(8):
+        sampling = long if i % 2 == 0 else short
+        first.append(asyncio.ensure_future(pool.generate([1 + i, 2, 3], sampling, f"warm{i}-0")))
+        await asyncio.sleep(0)
+    await asyncio.gather(*first[1::2])
+    assert [name for name, *_ in log] == [0, 1] * 4
+    assert pool.in_flight == [4, 0]  # an ever-growing counter would say 4 and 4
+    log.clear()
+    burst = [
+        asyncio.ensure_future(pool.generate([7, i], long, f"burst{i}-0")) for i in range(8)
+    ]
+    await asyncio.sleep(0.05)
+    try:
+        # The burst fills replica 1 first, then alternates: in flight stays within 1.
+        assert [name for name, *_ in log] == [1, 1, 1, 1, 0, 1, 0, 1]
+        assert max(pool.in_flight) - min(pool.in_flight) <= 1
+        assert pool.in_flight == [6, 6]
+        assert all(max(seen) - min(seen) <= 4 for _, _, seen in log)
+    finally:
+        for task in burst + first[0::2]:
+            task.cancel()
+        await asyncio.gather(*burst, *first[0::2], return_exceptions=True)
+
+
+async def test_later_calls_of_a_rollout_stick_to_its_replica(pool_of) -> None:
+    pool, log = pool_of(3, max_sessions=4)
+    for turn in range(3):
+        await asyncio.gather(
+            *(pool.generate([5, r, turn], GREEDY, f"row{r}:0-{turn}") for r in range(4))
+        )
+    by_session: dict[str, set[int]] = {}
+    for name, request_id, _ in log:
+        by_session.setdefault(session_of_request(request_id), set()).add(name)
+    assert all(len(names) == 1 for names in by_session.values())
+    assert {next(iter(n)) for n in by_session.values()} == {0, 1, 2}  # all replicas used
+    # LRU bound: a fifth session evicts the least recently used one.
+    await pool.generate([9], GREEDY, "row9:0-0")
+    assert pool.replica_of("row0:0") is None
+    assert pool.replica_of("row3:0") is not None
+
+
+async def test_replica_failure_reroutes_without_losing_a_rollout(pool_of, model) -> None:
+    pool, log = pool_of(2)
+    long = SamplingParams(temperature=0.0, max_tokens=60)
+    prompts = {f"r{i}": [11, i + 1, 4, 2] for i in range(6)}  # no 0: HF pads with it
+    tasks = {
+        rid: asyncio.ensure_future(pool.generate(p, long, f"{rid}-0")) for rid, p in prompts.items()
+    }
+    await asyncio.sleep(0.01)
+    on_zero = [rid for rid in prompts if pool.replica_of(rid) == 0]
+    assert len(on_zero) == 3
+    # Replica 0 dies mid-generation (held by a pause first, so none of its requests can finish).
+    await pool.replicas[0].pause()
+    await asyncio.to_thread(pool.replicas[0].close)
+    results = await asyncio.wait_for(asyncio.gather(*tasks.values()), 120)
+    # Every rollout's call completed, restarted from its prompt on the survivor.
+    for (rid, prompt), result in zip(prompts.items(), results, strict=True):
+        assert result.token_ids == greedy(model, prompt, 60), rid
+    assert pool.reroutes == 3
+    assert pool.healthy == [1]
+    # The moved rollouts' next calls go to the survivor.
+    await pool.generate([1, 2], GREEDY, f"{on_zero[0]}-1")
+    assert pool.replica_of(on_zero[0]) == 1
+
+
+async def test_failure_on_a_healthy_replica_is_raised(pool_of) -> None:
+    pool, _ = pool_of(2)
+    with pytest.raises(ValueError, match="out of range"):
+        await pool.generate([VOCAB + 1], GREEDY, "bad-0")
+    pool.replicas[0].close()
+    pool.replicas[1].close()
+    with pytest.raises(EngineError, match="drained"):
+        await pool.generate([1], GREEDY, "late-0")
+
+
+class _Source:
+    """A WeightSource streaming one model's state dict in two buckets."""
+
+    def __init__(self, model: Qwen2ForCausalLM) -> None:
+        self.state = model.state_dict()
+
+    def full_state_dict(self, bucket_bytes: int = 0):
+        items = list(self.state.items())
+        yield dict(items[: len(items) // 2])
+        yield dict(items[len(items) // 2 :])
+
+
+async def test_weight_sync_reaches_every_replica_behind_one_barrier(pool_of, model) -> None:
+    pool, log = pool_of(2)
+    new_model = _tiny_model(seed=1)
+    long = SamplingParams(temperature=0.0, max_tokens=200)
+    running = [asyncio.ensure_future(pool.generate([3, i + 1], long, f"w{i}-0")) for i in range(4)]
+    await asyncio.sleep(0.05)
+    versions = await WeightSync().push(_Source(new_model), [pool])
+    results = await asyncio.gather(*running)
+    assert versions == [1] and pool.policy_version == 1
+    assert [r.policy_version for r in pool.replicas] == [1, 1]
+    for i, result in enumerate(results):
+        k = result.versions.count(0)
+        assert result.versions == [0] * k + [1] * (200 - k)
+        assert result.token_ids[k:] == greedy(new_model, [3, i + 1, *result.token_ids[:k]], 200 - k)
+    after = await asyncio.gather(*(pool.generate([8, i + 1], GREEDY, f"n{i}-0") for i in range(2)))
+    assert {name for name, request_id, _ in log if request_id.startswith("n")} == {0, 1}
+    assert all(r.token_ids == greedy(new_model, [8, i + 1], 8) for i, r in enumerate(after))
+
+
+@pytest.fixture(scope="module")
+def ray_started():
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+@pytest.mark.slow
+async def test_pool_over_an_in_process_and_a_ray_actor_replica(ray_started) -> None:
+    from agentrl_sdk.engines import create_engine
+    from agentrl_sdk.engines.ray_engine import RayEngine
+    from tests.engines._tiny import tiny_model_dir
+
+    path = str(tiny_model_dir(0))
+    local = create_engine("torch", path, dtype=torch.float32)
+    remote = create_engine("torch", path, ray_actors=True, dtype=torch.float32)
+    assert isinstance(remote, RayEngine)
+    pool = EnginePool([local, remote])
+    try:
+        prompts = [[5, i + 1, 40] for i in range(4)]
+        for turn in range(2):
+            results = await asyncio.gather(
+                *(pool.generate(p, GREEDY, f"ray{i}:0-{turn}") for i, p in enumerate(prompts))
+            )
+            expected = await asyncio.gather(*(local.generate(p, GREEDY, "ref") for p in prompts))
+            assert [r.token_ids for r in results] == [r.token_ids for r in expected]
+        assert {pool.replica_of(f"ray{i}:0") for i in range(4)} == {0, 1}
+        new_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(1), dtype=torch.float32)
+        assert await pool.update_weights(new_model.state_dict()) == 1
+        assert remote.policy_version == local.policy_version == 1
+        moved = await asyncio.gather(
+            *(pool.generate(p, GREEDY, f"ray{i}:0-2") for i, p in enumerate(prompts))
+        )
+        expected = [greedy(new_model, p, 8) for p in prompts]
+        assert [r.token_ids for r in moved] == expected
+        # The actor dies: its rollouts move to the in-process replica.
+        ray_started.kill(remote._actor)
+        again = await asyncio.gather(
+            *(pool.generate(p, GREEDY, f"ray{i}:0-3") for i, p in enumerate(prompts))
+        )
+        assert [r.token_ids for r in again] == expected
+        assert pool.healthy == [0]
+    finally:
+        pool.close()

@@ -1,0 +1,60 @@
+"""ResumableRequests: a paused attempt keeps its partial output and goes on from it on resume."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
+from agentrl_sdk.types import SamplingParams
+
+
+class CountingBackend:
+    """Emits token = position in the whole sequence, one per 5 ms, from the context it gets."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.contexts: list[list[int]] = []
+
+    async def attempt(self, partial: PartialOutput, number: int):
+        self.contexts.append(partial.context)
+        while partial.remaining > 0:
+            await asyncio.sleep(0.005)
+            partial.extend([len(partial.context)], [-0.5], self.version)
+        return "length"
+
+
+async def test_pause_keeps_partial_output_and_resume_continues_it() -> None:
+    backend = CountingBackend()
+    requests = ResumableRequests(lambda: backend.version)
+    partial = PartialOutput([100, 101], SamplingParams(max_tokens=40))
+    running = asyncio.ensure_future(requests.run(partial, backend.attempt))
+    while len(partial.token_ids) < 5:
+        await asyncio.sleep(0.001)
+    await requests.pause()
+    held = len(partial.token_ids)
+    assert requests.paused and requests.in_flight == 0
+    await asyncio.sleep(0.05)
+    assert len(partial.token_ids) == held and not running.done()
+    backend.version = 1
+    requests.resume()
+    result = await asyncio.wait_for(running, 5)
+    assert result.token_ids == list(range(2, 42))  # one sequence, as if never interrupted
+    assert result.token_versions == [0] * held + [1] * (40 - held)
+    assert result.policy_version == 1
+    assert backend.contexts == [[100, 101], [100, 101, *range(2, 2 + held)]]
+    assert requests.resubmissions == 1
+
+
+async def test_cancelling_the_caller_while_paused_drops_the_request() -> None:
+    backend = CountingBackend()
+    requests = ResumableRequests(lambda: backend.version)
+    await requests.pause()
+    waiting = asyncio.ensure_future(
+        requests.run(PartialOutput([1], SamplingParams(max_tokens=3)), backend.attempt)
+    )
+    await asyncio.sleep(0.02)
+    assert backend.contexts == []  # nothing is submitted while paused
+    waiting.cancel()
+    requests.resume()
+    await asyncio.sleep(0.02)
+    assert waiting.cancelled() and backend.contexts == [] and requests.tokens_in_flight() == 0

@@ -1,0 +1,206 @@
+"""VLLMEngine on a real vLLM(-CPU), tiny model: same ids as the TorchEngine, weights, pause.
+
+One engine serves the whole module (start-up is ~45 s on CPU); tests that change its weights
+put the original ones back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agentrl_sdk.engines import EnginePool, TorchEngine
+from agentrl_sdk.trainer.weight_sync import WeightSync
+from agentrl_sdk.types import SamplingParams
+
+from tests.engines._tiny import tiny_model_dir
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.slow
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=48)
+LOGPROB_TOL = 1e-4  # measured: ~5e-7 (float32 on both sides)
+
+
+def load(seed: int):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir(seed), dtype=torch.float32).eval()
+
+
+async def started(engine, running: asyncio.Future, tokens: int = 20) -> None:
+    """Wait until the engine's unfinished requests have generated ``tokens`` (a pause then
+    catches them midway, however fast this machine is)."""
+    for _ in range(2000):
+        if engine._requests.tokens_in_flight() >= tokens or running.done():
+            return
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {0: load(0), 1: load(1)}
+
+
+@pytest.fixture(scope="module")
+def vllm_engine():
+    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(tiny_model_dir(0), max_batch_size=32, max_model_len=1024)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def torch_engine():
+    engine = TorchEngine.from_pretrained(tiny_model_dir(0), dtype=torch.float32)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(3)
+    lengths = (1, 2, 5, 9, 17, 33, 64, 120)
+    return [torch.randint(1, 1000, (n,), generator=g).tolist() for n in lengths]
+
+
+def greedy(model, prompt: list[int], n: int) -> list[int]:
+    """HF greedy ids; like the engines, HF stops after an EOS id and keeps it."""
+    out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=n)
+    return out[0, len(prompt) :].tolist()
+
+
+def reference_logprobs(model, prompt, response, temperature) -> list[float]:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
+    logp = (logits / (temperature or 1.0)).log_softmax(-1)
+    return logp.gather(1, torch.tensor(response)[:, None]).squeeze(1).tolist()
+
+
+async def test_greedy_ids_equal_the_torch_engine_and_logprobs_are_close(
+    vllm_engine, torch_engine, prompts
+) -> None:
+    ours = await asyncio.gather(
+        *(vllm_engine.generate(p, GREEDY, f"v{i}") for i, p in enumerate(prompts))
+    )
+    ref = await asyncio.gather(
+        *(torch_engine.generate(p, GREEDY, f"t{i}") for i, p in enumerate(prompts))
+    )
+    assert [r.token_ids for r in ours] == [r.token_ids for r in ref]
+    assert [r.finish_reason for r in ours] == [r.finish_reason for r in ref]
+    gap = max(abs(a - b) for o, t in zip(ours, ref) for a, b in zip(o.logprobs, t.logprobs))
+    print(f"\nvLLM vs TorchEngine greedy: {sum(len(r.token_ids) for r in ours)} ids equal, "
+          f"max |logprob diff| = {gap:.2e}")  # fmt: skip
+    assert gap < LOGPROB_TOL
+    assert all(r.policy_version == vllm_engine.policy_version for r in ours)
+    assert all(r.token_versions is None for r in ours)
+
+
+async def test_sampled_logprobs_are_those_of_the_sampling_distribution(
+    vllm_engine, models, prompts
+) -> None:
+    sampling = SamplingParams(temperature=0.7, max_tokens=24, seed=5)
+    first, again = [
+        await vllm_engine.generate(prompts[4], sampling, f"s{i}") for i in range(2)
+    ]
+    assert first.token_ids == again.token_ids  # seeded
+    expected = reference_logprobs(models[0], prompts[4], first.token_ids, 0.7)
+    assert first.logprobs == pytest.approx(expected, abs=LOGPROB_TOL)
+
+
+async def test_stop_token_ends_the_response_and_is_kept(vllm_engine, models, prompts) -> None:
+    full = greedy(models[0], prompts[3], 20)
+    stop = full[5]
+    result = await vllm_engine.generate(
+        prompts[3], GREEDY.model_copy(update={"stop_token_ids": (stop,)}), "stop"
+    )
+    assert result.token_ids == full[: full.index(stop) + 1]
+    assert result.finish_reason == "stop"
+
+
+async def test_pause_resume_gives_one_trajectory_equal_to_an_uninterrupted_run(
+    vllm_engine, prompts
+) -> None:
+    long = SamplingParams(temperature=0.0, max_tokens=400)
+    prompt = prompts[1]
+    reference = await vllm_engine.generate(prompt, long, "ref")
+    resubmitted = vllm_engine._requests.resubmissions
+    running = asyncio.ensure_future(vllm_engine.generate(prompt, long, "held"))
+    await started(vllm_engine, running)
+    await vllm_engine.pause()
+    waiting = asyncio.ensure_future(vllm_engine.generate(prompts[2], GREEDY, "new"))
+    held = vllm_engine._requests.tokens_in_flight()
+    await asyncio.sleep(0.3)
+    assert vllm_engine._requests.tokens_in_flight() == held  # paused: nothing decodes
+    assert not running.done() and not waiting.done()
+    await vllm_engine.resume()
+    result, new = await asyncio.wait_for(asyncio.gather(running, waiting), 120)
+    assert vllm_engine._requests.resubmissions == resubmitted + 1  # it was cut, then resumed
+    assert result.token_ids == reference.token_ids
+    assert result.logprobs == pytest.approx(reference.logprobs, abs=LOGPROB_TOL)
+    assert new.finish_reason in ("stop", "length")
+
+
+class _Source:
+    """A WeightSource: one model's state dict, streamed in two buckets."""
+
+    def __init__(self, model) -> None:
+        self.state = model.state_dict()
+
+    def full_state_dict(self, bucket_bytes: int = 0):
+        items = list(self.state.items())
+        yield dict(items[: len(items) // 2])
+        yield dict(items[len(items) // 2 :])
+
+
+async def test_pool_of_a_vllm_and_a_torch_replica(vllm_engine, models, prompts) -> None:
+    torch_replica = TorchEngine(load(0))
+    try:
+        for _ in range(vllm_engine.policy_version):  # a replica that missed updates catches up
+            await torch_replica.update_weights(models[0].state_dict())
+        pool = EnginePool([vllm_engine, torch_replica])
+        for turn in range(2):
+            results = await asyncio.gather(
+                *(pool.generate(p, GREEDY, f"row{i}:0-{turn}") for i, p in enumerate(prompts[:4]))
+            )
+            expected = [greedy(models[0], p, 48) for p in prompts[:4]]
+            assert [r.token_ids for r in results] == expected
+        assert {pool.replica_of(f"row{i}:0") for i in range(4)} == {0, 1}
+        version = await pool.update_weights(models[0].state_dict())
+        assert version == vllm_engine.policy_version == torch_replica.policy_version
+    finally:
+        torch_replica.close()
+
+
+async def test_weight_updates_change_outputs_to_the_new_weights(
+    vllm_engine, models, prompts
+) -> None:
+    v0 = vllm_engine.policy_version
+    before = await vllm_engine.generate(prompts[5], GREEDY, "before")
+    versions = await WeightSync().push(_Source(models[1]), [vllm_engine])
+    assert versions == [v0 + 1]
+    after = await asyncio.gather(
+        *(vllm_engine.generate(p, GREEDY, f"a{i}") for i, p in enumerate(prompts))
+    )
+    assert [r.token_ids for r in after] == [greedy(models[1], p, 48) for p in prompts]
+    assert after[5].token_ids != before.token_ids
+    assert all(r.policy_version == v0 + 1 for r in after)
+
+    # Back to the first weights while a request is held: its tail comes from them.
+    long = SamplingParams(temperature=0.0, max_tokens=400)
+    prompt = prompts[0]
+    running = asyncio.ensure_future(vllm_engine.generate(prompt, long, "straddle"))
+    await started(vllm_engine, running)
+    await vllm_engine.pause()
+    assert await vllm_engine.update_weights(models[0].state_dict()) == v0 + 2
+    await vllm_engine.resume()
+    result = await asyncio.wait_for(running, 120)
+    k = result.versions.count(v0 + 1)
+    assert 0 < k < len(result.token_ids)
+    assert result.versions == [v0 + 1] * k + [v0 + 2] * (len(result.token_ids) - k)
+    assert result.token_ids[:k] == greedy(models[1], prompt, 400)[:k]
+    assert result.token_ids[k:] == greedy(models[0], prompt + result.token_ids[:k], 400 - k)
+    restored = await vllm_engine.generate(prompts[5], GREEDY, "restored")
+    assert restored.token_ids == before.token_ids
