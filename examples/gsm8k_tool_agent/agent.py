@@ -92,7 +92,8 @@ def build_agents() -> dict[str, Any]:
 
 FORMAT_STEP = 0.1
 """Credit for each protocol step done cleanly: a calculator call that evaluated, a submission
-to calc_gsm8k_reward, and a final ``#### N`` line (so at most 0.3)."""
+to calc_gsm8k_reward, and a final ``#### N`` line (so at most 0.3); each malformed or failing
+tool call (up to three) takes one step's credit back."""
 
 
 def gsm8k_reward(state: dict[str, Any], row: dict[str, Any], trajectory: Any) -> dict[str, float]:
@@ -111,7 +112,7 @@ def gsm8k_reward(state: dict[str, Any], row: dict[str, Any], trajectory: Any) ->
     )
     return {
         "answer": float(final is not None and final == row["reward_model"]["ground_truth"]),
-        "format": FORMAT_STEP * sum(steps),
+        "format": FORMAT_STEP * (sum(steps) - min(trajectory.metrics.get("tool_errors", 0), 3)),
     }
 
 
