@@ -21,9 +21,9 @@ from agentrl_sdk.pipeline.metrics import rollout_metrics
 from agentrl_sdk.rollout import arollout_batch, default_input, row_id_of
 from agentrl_sdk.rollout.rewards import RewardFn, score
 from agentrl_sdk.rollout.samples import build_samples
-from agentrl_sdk.tracing import TrainingRun
+from agentrl_sdk.tracing import TrainingRun, rollout_credit
 from agentrl_sdk.trainer import TrainerGroup, WeightSync
-from agentrl_sdk.types import Batch
+from agentrl_sdk.types import Batch, Sample, Trajectory
 
 TRAINED_POLICY = "default"
 
@@ -51,6 +51,7 @@ class _Job:
     engine: Engine
     group: TrainerGroup
     weight_sync: WeightSync
+    run: TrainingRun | None = None
 
 
 async def run_sync(
@@ -75,8 +76,9 @@ async def run_sync(
     except BaseException:
         engine.close()
         raise
-    job = _Job(graph, reward_fn, input_fn, config, tokenizer, loader, engine, group, WeightSync())
     run = _start_run(config)
+    job = _Job(graph, reward_fn, input_fn, config, tokenizer, loader, engine, group, WeightSync(),
+               run)
     result = TrainResult(steps=0, run_id=run.run_id if run else None)
     status = "FAILED"
     try:
@@ -111,10 +113,11 @@ async def _step(job: _Job, step: int) -> dict[str, float]:
     """One policy update: rollouts, rewards, advantages, update, weight sync."""
     config = job.config
     batch_rows = job.loader.next_batch()
+    traced = job.run is not None and config.tracking.traces != "off"
     started = time.perf_counter()
     trajectories = await arollout_batch(
         job.graph, batch_rows, job.engine, tokenizer=job.tokenizer,
-        config=_rollout_config(config, step), input_fn=job.input_fn,
+        config=_rollout_config(config, step), input_fn=job.input_fn, record_events=traced,
     )
     rollout_s = time.perf_counter() - started
     counts = await score(
@@ -138,7 +141,23 @@ async def _step(job: _Job, step: int) -> dict[str, float]:
     versions = await job.weight_sync.push(job.group, [job.engine])
     metrics["time/weight_sync_s"] = time.perf_counter() - started
     metrics["policy_version"] = float(versions[0])
+    if traced and job.run is not None:
+        metrics["time/traces_s"] = await _log_traces(job, job.run, step, trajectories, samples)
     return metrics
+
+
+async def _log_traces(
+    job: _Job, run: TrainingRun, step: int, trajectories: list[Trajectory], samples: list[Sample]
+) -> float:
+    """Trace the step's sampled rollouts (off the rollout's path); returns the seconds spent."""
+    started = time.perf_counter()
+    tracking = job.config.tracking
+    credit = rollout_credit(samples, job.config.algorithm.agg)
+    await asyncio.to_thread(
+        run.log_traces, step, trajectories, sampling=tracking.traces, k=tracking.traces_k,
+        credit=credit, tokenizer=job.tokenizer,
+    )
+    return time.perf_counter() - started
 
 
 def _rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
@@ -193,6 +212,8 @@ async def _save(job: _Job, step: int) -> str:
     path = Path(job.config.checkpoint.dir) / f"step_{step}"
     extra = {"step": step, "data_position": job.loader.position.model_dump()}
     await asyncio.to_thread(job.group.save_checkpoint, path, extra)
+    if job.run and job.config.tracking.log_checkpoints:
+        await asyncio.to_thread(job.run.log_artifacts, path, f"checkpoints/{path.name}")
     return str(path)
 
 
