@@ -86,6 +86,12 @@ class MlflowServer:
                 time.sleep(0.5)
         raise RuntimeError(f"mlflow server at {self.url} did not answer within {timeout_s}s")
 
+    def join(self) -> int:
+        """Block until the server exits; its exit code."""
+        if self._process is None:
+            raise RuntimeError("the server was not started")
+        return self._process.wait()
+
     def stop(self) -> None:
         """Stop the server and its workers."""
         if self._process is None or self._process.poll() is not None:

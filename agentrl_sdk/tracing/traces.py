@@ -132,6 +132,8 @@ def build_trace(
         if event.kind != "graph":
             _add_event(builder, event, ids, root, traj, tokenizer)
     tags = trace_tags(traj, step, run_id)
+    if credit is not None:
+        tags["advantage"] = f"{credit.advantage:.4g}"
     info = TraceInfo(
         trace_id=builder.trace_id,
         trace_location=TraceLocation.from_experiment_id(experiment_id),
