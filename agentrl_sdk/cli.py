@@ -89,8 +89,10 @@ def inspect(
             raise typer.BadParameter("--html needs a TRACE_ID (list traces first)")
         infos = search_rollout_traces(uri, experiment=experiment, run_id=run, step=step,
                                       status=status, row_id=row, limit=limit)
-        table = Table("trace", "step", "row", "sample", "status", "reward", "advantage",
-                      "versions", "ms", title=f"{len(infos)} rollout traces in {uri}")
+        table = Table(title=f"{len(infos)} rollout traces in {uri}")
+        table.add_column("trace", no_wrap=True, min_width=35)
+        for name in ("step", "row", "sample", "status", "reward", "advantage", "versions", "ms"):
+            table.add_column(name)
         for info in infos:
             t = info.tags
             table.add_row(info.trace_id, t.get("step"), t.get("row_id"), t.get("sample_index"),
