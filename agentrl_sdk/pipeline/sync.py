@@ -132,6 +132,8 @@ async def _step(job: _Job, step: int) -> dict[str, float]:
     )
     metrics = {**rollout_metrics(trajectories, rollout_s), **sample_metrics}
     metrics.update({f"count/{k}": float(v) for k, v in counts.items()})
+    if traced and job.run is not None:
+        metrics.update(_log_traces(job, job.run, step, trajectories, samples))
     started = time.perf_counter()
     if samples:
         update = await asyncio.to_thread(job.group.update, Batch(step=step, samples=samples))
@@ -141,23 +143,23 @@ async def _step(job: _Job, step: int) -> dict[str, float]:
     versions = await job.weight_sync.push(job.group, [job.engine])
     metrics["time/weight_sync_s"] = time.perf_counter() - started
     metrics["policy_version"] = float(versions[0])
-    if traced and job.run is not None:
-        metrics["time/traces_s"] = await _log_traces(job, job.run, step, trajectories, samples)
     return metrics
 
 
-async def _log_traces(
+def _log_traces(
     job: _Job, run: TrainingRun, step: int, trajectories: list[Trajectory], samples: list[Sample]
-) -> float:
-    """Trace the step's sampled rollouts (off the rollout's path); returns the seconds spent."""
+) -> dict[str, float]:
+    """Trace the step's sampled rollouts: built here, written on the run's writer thread while
+    the trainer updates (the trainer runs in its own processes)."""
     started = time.perf_counter()
     tracking = job.config.tracking
-    credit = rollout_credit(samples, job.config.algorithm.agg)
-    await asyncio.to_thread(
-        run.log_traces, step, trajectories, sampling=tracking.traces, k=tracking.traces_k,
-        credit=credit, tokenizer=job.tokenizer,
+    ids = run.log_traces(
+        step, trajectories, sampling=tracking.traces, k=tracking.traces_k,
+        credit=rollout_credit(samples, job.config.algorithm.agg), tokenizer=job.tokenizer,
+        background=True,
     )
-    return time.perf_counter() - started
+    return {"traces/logged": float(len(ids)), "traces/write_errors": float(run.trace_write_errors),
+            "time/traces_build_s": time.perf_counter() - started}
 
 
 def _rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
