@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -117,6 +119,8 @@ def ui(
 
     server = MlflowServer(uri, port=port)
     console.print(f"starting: {' '.join(server.command())}")
+    # The server runs in its own session: stop it on SIGTERM as on Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.start()
     try:
         server.wait()
