@@ -28,3 +28,4 @@ bench: setup
 	$(PY) benchmarks/engine.py --quick
 	$(PY) benchmarks/overhead.py --quick
 	$(PY) benchmarks/vs_trl.py --quick
+	$(PY) benchmarks/tracing.py --quick
