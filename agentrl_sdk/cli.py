@@ -66,6 +66,7 @@ DEFAULT_URI = "sqlite:///mlflow.db"
 def inspect(
     trace_id: Annotated[str | None, typer.Argument(help="Show this trace; list traces when omitted.")] = None,
     uri: Annotated[str, typer.Option(help="MLflow tracking URI (sqlite file or server).")] = DEFAULT_URI,
+    config: Annotated[Path | None, typer.Option(help="Take the URI from this training config's tracking section.")] = None,
     experiment: Annotated[str | None, typer.Option(help="Experiment name (default: all).")] = None,
     run: Annotated[str | None, typer.Option(help="Training run id: only its traces.")] = None,
     step: Annotated[int | None, typer.Option(help="Only traces of this training step.")] = None,
@@ -86,6 +87,7 @@ def inspect(
         trace_html,
     )
 
+    uri = _tracking_uri(uri, config)
     if trace_id is None:
         if html is not None:
             raise typer.BadParameter("--html needs a TRACE_ID (list traces first)")
@@ -112,12 +114,13 @@ def inspect(
 @app.command()
 def ui(
     uri: Annotated[str, typer.Option(help="MLflow tracking URI of the project's store.")] = DEFAULT_URI,
+    config: Annotated[Path | None, typer.Option(help="Take the URI from this training config's tracking section.")] = None,
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 5000,
 ) -> None:
     """Serve the MLflow UI on 127.0.0.1 over the project's store and print the link."""
     from agentrl_sdk.tracing import MlflowServer
 
-    server = MlflowServer(uri, port=port)
+    server = MlflowServer(_tracking_uri(uri, config), port=port)
     console.print(f"starting: {' '.join(server.command())}")
     # The server runs in its own session: stop it on SIGTERM as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -130,6 +133,14 @@ def ui(
         pass
     finally:
         server.stop()
+
+
+def _tracking_uri(uri: str, config: Path | None) -> str:
+    if config is None:
+        return uri
+    from agentrl_sdk.pipeline import TrainConfig
+
+    return TrainConfig.from_yaml(config).tracking.uri
 
 
 @app.command("build-model")
