@@ -38,3 +38,4 @@ bench: setup
 	$(PY) benchmarks/vs_trl.py --quick
 	$(MAKE) $(VENV)/.installed-vllm
 	$(PY) benchmarks/engines.py --quick
+	$(PY) benchmarks/tracing.py --quick

@@ -1,7 +1,9 @@
-"""The ``agentrl`` command: look at trajectories, build the local tiny models."""
+"""The ``agentrl`` command: train, inspect rollouts and their MLflow traces, build tiny models."""
 
 from __future__ import annotations
 
+import signal
+import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -54,6 +56,91 @@ def train(
     curve = ", ".join(f"{m['reward/mean']:.3f}" for m in result.history)
     console.print(f"reward per step: {curve}")
     console.print(f"MLflow run {result.run_id} · final model {result.final_model}")
+
+
+DEFAULT_URI = "sqlite:///mlflow.db"
+"""The tracking store `TrackingConfig` writes to by default."""
+
+
+@app.command()
+def inspect(
+    trace_id: Annotated[str | None, typer.Argument(help="Show this trace; list traces when omitted.")] = None,
+    uri: Annotated[str, typer.Option(help="MLflow tracking URI (sqlite file or server).")] = DEFAULT_URI,
+    config: Annotated[Path | None, typer.Option(help="Take the URI from this training config's tracking section.")] = None,
+    experiment: Annotated[str | None, typer.Option(help="Experiment name (default: all).")] = None,
+    run: Annotated[str | None, typer.Option(help="Training run id: only its traces.")] = None,
+    step: Annotated[int | None, typer.Option(help="Only traces of this training step.")] = None,
+    status: Annotated[str | None, typer.Option(help="Only this status (ok, graph_error, ...).")] = None,
+    row: Annotated[str | None, typer.Option(help="Only this dataset row id.")] = None,
+    limit: Annotated[int, typer.Option(help="List at most this many traces.")] = 50,
+    html: Annotated[Path | None, typer.Option(help="Also write the trace as a self-contained HTML page.")] = None,
+    prompt: Annotated[bool, typer.Option(help="Print prompt tokens too.")] = True,
+) -> None:
+    """List rollout traces (reward, status) or show one: tokens by mask and advantage, spans,
+    tool calls and errors."""
+    from rich.table import Table
+
+    from agentrl_sdk.tracing import (
+        load_trace_view,
+        render_trace,
+        search_rollout_traces,
+        trace_html,
+    )
+
+    uri = _tracking_uri(uri, config)
+    if trace_id is None:
+        if html is not None:
+            raise typer.BadParameter("--html needs a TRACE_ID (list traces first)")
+        infos = search_rollout_traces(uri, experiment=experiment, run_id=run, step=step,
+                                      status=status, row_id=row, limit=limit)
+        table = Table(title=f"{len(infos)} rollout traces in {uri}")
+        table.add_column("trace", no_wrap=True, min_width=35)
+        for name in ("step", "row", "sample", "status", "reward", "advantage", "versions", "ms"):
+            table.add_column(name)
+        for info in infos:
+            t = info.tags
+            table.add_row(info.trace_id, t.get("step"), t.get("row_id"), t.get("sample_index"),
+                          t.get("status"), t.get("reward"), t.get("advantage"),
+                          t.get("policy_versions"), str(info.execution_duration))
+        console.print(table)
+        return
+    view = load_trace_view(uri, trace_id)
+    console.print(render_trace(view, show_prompt=prompt))
+    if html is not None:
+        html.write_text(trace_html(view), encoding="utf-8")
+        console.print(f"wrote {html}")
+
+
+@app.command()
+def ui(
+    uri: Annotated[str, typer.Option(help="MLflow tracking URI of the project's store.")] = DEFAULT_URI,
+    config: Annotated[Path | None, typer.Option(help="Take the URI from this training config's tracking section.")] = None,
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 5000,
+) -> None:
+    """Serve the MLflow UI on 127.0.0.1 over the project's store and print the link."""
+    from agentrl_sdk.tracing import MlflowServer
+
+    server = MlflowServer(_tracking_uri(uri, config), port=port)
+    console.print(f"starting: {' '.join(server.command())}")
+    # The server runs in its own session: stop it on SIGTERM as on Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    server.start()
+    try:
+        server.wait()
+        console.print(f"MLflow UI: [bold]{server.url}[/] (traces: Experiments → Traces) · Ctrl-C stops")
+        server.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+def _tracking_uri(uri: str, config: Path | None) -> str:
+    if config is None:
+        return uri
+    from agentrl_sdk.pipeline import TrainConfig
+
+    return TrainConfig.from_yaml(config).tracking.uri
 
 
 @app.command("build-model")

@@ -132,6 +132,28 @@ class Segment(BaseModel):
         return len(self.prompt_ids) + len(self.response_ids)
 
 
+EventKind = Literal["graph", "node", "llm", "engine", "tool"]
+"""What a `RolloutEvent` times: the graph run, a node, a chat-model call, its engine call, a tool."""
+
+
+class RolloutEvent(BaseModel):
+    """One timed step of a rollout, recorded for its trace (only when traces are on).
+
+    Events form a tree through ``parent_id``; times are wall-clock nanoseconds since the epoch.
+    """
+
+    kind: EventKind
+    name: str
+    id: str = Field(description="Unique within the rollout (a LangChain run id).")
+    parent_id: str | None = Field(None, description="The enclosing event's id; None at the top.")
+    start_ns: int
+    end_ns: int | None = None
+    inputs: Any = None
+    outputs: Any = None
+    error: str | None = None
+    call_index: int | None = Field(None, description="Index in `Trajectory.calls` (llm/engine).")
+
+
 class Trajectory(BaseModel):
     """Everything one rollout of a graph on one dataset row produced."""
 
@@ -148,6 +170,9 @@ class Trajectory(BaseModel):
     status: TrajectoryStatus = "ok"
     error: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+    events: list[RolloutEvent] = Field(
+        default_factory=list, description="Timed nodes, LLM/engine calls and tools, for traces."
+    )
     final_state: Any = Field(None, exclude=True, description="The graph's output state.")
 
     @property

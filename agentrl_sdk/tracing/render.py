@@ -1,14 +1,17 @@
-"""Render a trajectory for a person: prompt, generated (mask 1) and observation (mask 0) tokens."""
+"""Render trajectories and rollout traces for a person: tokens coloured by mask and advantage."""
 
 from __future__ import annotations
 
+import json
 from itertools import groupby
 from typing import Any
 
 from rich.console import Group
 from rich.panel import Panel
 from rich.text import Text
+from rich.tree import Tree
 
+from agentrl_sdk.tracing.view import SpanLine, TraceView
 from agentrl_sdk.types import Segment, Trajectory
 
 STYLES = {"prompt": "grey50", "generated": "bold green", "observation": "cyan"}
@@ -61,3 +64,90 @@ def render_trajectory(traj: Trajectory, tokenizer: Any, *, show_prompt: bool = T
         style="bold" if traj.status == "ok" else "bold red",
     )
     return Group(head, *panels)
+
+
+ADVANTAGE_STYLES = {"+": "bold green", "-": "bold red", "0": "bold yellow"}
+"""Generated (trained) tokens of a traced rollout, by the sign of the rollout's advantage."""
+
+
+def advantage_sign(advantage: float | None) -> str:
+    """``+``, ``-`` or ``0`` (no advantage: not trained on, or a zero-variance group)."""
+    if not advantage:
+        return "0"
+    return "+" if advantage > 0 else "-"
+
+
+def trace_legend() -> Text:
+    """The colours of `render_trace`."""
+    text = Text("legend: ")
+    text.append("[prompt] ", style=STYLES["prompt"])
+    text.append("[observation, mask 0] ", style=STYLES["observation"])
+    for sign, label in (("+", "advantage > 0"), ("-", "advantage < 0"), ("0", "advantage 0")):
+        text.append(f"[generated, mask 1, {label}] ", style=ADVANTAGE_STYLES[sign])
+    return text
+
+
+def render_trace(view: TraceView, *, show_prompt: bool = True) -> Group:
+    """A traced rollout for the terminal: summary, span tree (tools and errors inline) and every
+    segment's tokens coloured by mask and advantage."""
+    summary = view.summary()
+    ok = summary["status"] == "ok"
+    head = Text(f"trace {view.trace_id} · {view.title}", style="bold" if ok else "bold red")
+    facts = Text()
+    for key, value in summary.items():
+        if value not in (None, {}, []):
+            facts.append(f"{key}: ", style="bold")
+            facts.append(f"{_short(value)}   ", style="red" if key == "error" else "")
+    tree = Tree(Text("spans", style="bold"))
+    stack = [tree]
+    for line in view.spans:
+        del stack[line.depth + 1:]
+        node = stack[-1].add(_span_text(line))
+        stack.append(node)
+    sign = advantage_sign(summary["advantage"])
+    panels = [_segment_panel(i, seg, sign, show_prompt) for i, seg in enumerate(view.segments)]
+    return Group(head, facts, tree, trace_legend(), *panels)
+
+
+def _span_text(line: SpanLine) -> Text:
+    text = Text(f"{line.name} ", style="red" if line.error else "")
+    text.append(f"{line.duration_ms:.1f} ms", style="grey50")
+    if line.kind == "TOOL" and line.inputs is not None:
+        text.append(f"  in: {_short(line.inputs)}", style="cyan")
+        if not line.error:
+            out = line.outputs.get("content") if isinstance(line.outputs, dict) else line.outputs
+            text.append(f"  out: {_short(out)}", style="cyan")
+    if line.kind == "CHAT_MODEL":
+        a = line.attributes
+        text.append(f"  {len(a.get('prompt_ids', []))} prompt + "
+                    f"{len(a.get('response_ids', []))} generated tokens · "
+                    f"v{a.get('policy_version')} · {a.get('finish_reason')}", style="grey50")
+    if line.error:
+        text.append(f"  error: {_short(line.error)}", style="bold red")
+    return text
+
+
+def _segment_panel(index: int, seg: dict[str, Any], sign: str, show_prompt: bool) -> Panel:
+    text = Text()
+    if show_prompt:
+        text.append(seg.get("prompt_text") or _ids(seg["prompt_ids"]), style=STYLES["prompt"])
+    for run in seg.get("runs", []):
+        chunk = run["text"] if run["text"] is not None else _ids(
+            seg["response_ids"][run["start"]:run["end"]])
+        style = ADVANTAGE_STYLES[sign] if run["mask"] else STYLES["observation"]
+        text.append(chunk, style=style)
+    generated = sum(seg["response_mask"])
+    title = (f"segment {index} · node {seg['node']} · policy {seg['policy']} · "
+             f"{'trained' if seg['trained'] else 'frozen'} · started: {seg['started_because']}")
+    subtitle = (f"prompt {len(seg['prompt_ids'])} · generated {generated} · observation "
+                f"{len(seg['response_ids']) - generated} tokens · {seg['num_calls']} calls")
+    return Panel(text, title=title, subtitle=subtitle, title_align="left", subtitle_align="left")
+
+
+def _ids(ids: list[int]) -> str:
+    return " ".join(f"[{t}]" for t in ids)
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

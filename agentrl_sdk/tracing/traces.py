@@ -1,0 +1,292 @@
+"""One MLflow trace per sampled rollout, built after the step from the rollout's recorded events.
+
+Spans follow the graph: rollout (root) → node → LLM call → engine call, with tool spans under
+their node. Nothing is traced live: `build_trace` turns a finished `Trajectory` (its
+``events``, ``calls`` and ``segments``) into MLflow span entities with explicit ids, parents and
+timestamps, and `write_traces` logs a whole step's traces in one batch. So concurrent rollouts
+cannot mis-parent spans, and the rollout itself only pays for appending events.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from typing import TYPE_CHECKING, Any, Literal
+
+from agentrl_sdk.types import RolloutEvent, Sample, Trajectory
+
+if TYPE_CHECKING:
+    from mlflow.entities import Span, TraceInfo
+
+TraceSampling = Literal["all", "first_k", "failures", "off"]
+"""Which rollouts of a step get a trace: all, those of the first k rows, failed ones, none."""
+
+ATTR = "agentrl."
+"""Prefix of every attribute this package sets on spans."""
+
+_SPAN_TYPES = {"node": "CHAIN", "llm": "CHAT_MODEL", "engine": "LLM", "tool": "TOOL"}
+_MALFORMED = "Error: malformed tool call"
+
+
+@dataclass(frozen=True)
+class RolloutCredit:
+    """What the update made of one rollout: its advantage and its share of the loss."""
+
+    advantage: float
+    loss_share: float
+
+
+def select_rollouts(
+    trajectories: Sequence[Trajectory], mode: TraceSampling, k: int = 1
+) -> list[Trajectory]:
+    """The rollouts to trace under ``mode`` (``first_k``: every sample of the first ``k`` rows)."""
+    if mode == "all":
+        return list(trajectories)
+    if mode == "failures":
+        return [t for t in trajectories if t.status != "ok"]
+    if mode == "first_k":
+        rows = list(dict.fromkeys(t.row_id for t in trajectories))[:k]
+        return [t for t in trajectories if t.row_id in rows]
+    return []
+
+
+def rollout_credit(
+    samples: Iterable[Sample], agg: str = "seq-mean-token-mean"
+) -> dict[tuple[str, int], RolloutCredit]:
+    """Each rollout's advantage and share of the aggregated loss's weight (shares sum to 1).
+
+    Under ``token-mean`` a sample weighs ``weight × trained tokens``; under the seq-mean modes
+    it weighs ``weight`` (if it has a trained token). A rollout's share is the sum over its
+    samples divided by the total.
+    """
+    mass: dict[tuple[str, int], float] = {}
+    advantage: dict[tuple[str, int], float] = {}
+    for s in samples:
+        key = (s.row_id, s.sample_index)
+        trained = sum(s.response_mask)
+        m = s.weight * trained if agg == "token-mean" else (s.weight if trained else 0.0)
+        mass[key] = mass.get(key, 0.0) + m
+        advantage[key] = s.advantage
+    total = sum(mass.values()) or 1.0
+    return {key: RolloutCredit(advantage[key], m / total) for key, m in mass.items()}
+
+
+def trace_tags(traj: Trajectory, step: int, run_id: str | None) -> dict[str, str]:
+    """The searchable tags of a rollout's trace (``tags.step = '3'``, ``tags.status = 'ok'``)."""
+    versions = sorted({c.policy_version for c in traj.calls})
+    tags = {
+        "step": str(step),
+        "row_id": traj.row_id,
+        "sample_index": str(traj.sample_index),
+        "status": traj.status,
+        "policy_versions": ",".join(map(str, versions)),
+        "mlflow.traceName": f"rollout {traj.row_id}#{traj.sample_index}",
+    }
+    if traj.reward is not None:
+        tags["reward"] = f"{traj.reward:g}"
+    if run_id:
+        tags["run_id"] = run_id
+    return tags
+
+
+def build_trace(
+    traj: Trajectory,
+    *,
+    experiment_id: str,
+    step: int,
+    run_id: str | None = None,
+    credit: RolloutCredit | None = None,
+    tokenizer: Any = None,
+) -> tuple[TraceInfo, list[Span]]:
+    """The MLflow trace of one finished rollout: its info (tags, status) and its spans.
+
+    Args:
+        traj: The rollout, with ``events`` recorded (``arollout(..., record_events=True)``);
+            without events the trace holds the root span only.
+        experiment_id: Experiment the trace belongs to.
+        step: Training step, a tag.
+        run_id: The training job's MLflow run; the trace is linked to it.
+        credit: The rollout's advantage and loss share, when it was trained on.
+        tokenizer: Decodes token ids into the spans' text; ids only when None.
+    """
+    from mlflow.entities import TraceInfo, TraceLocation, TraceState
+
+    builder = _SpanBuilder(random.getrandbits(128))
+    graph = next((e for e in traj.events if e.kind == "graph"), None)
+    times = [e.start_ns for e in traj.events] + [e.end_ns or 0 for e in traj.events]
+    start, end = (graph.start_ns, graph.end_ns or max(times)) if graph else (
+        (min(times), max(times)) if times else _now_pair()
+    )
+    root_attrs = _root_attributes(traj, step, credit, tokenizer)
+    inputs = {"row_id": traj.row_id, "sample_index": traj.sample_index, "step": step}
+    outputs = {k: root_attrs[ATTR + k] for k in ("status", "reward", "rewards", "advantage",
+                                                 "loss_share", "error")}
+    root = builder.add(None, f"rollout {traj.row_id}#{traj.sample_index}", "AGENT", start, end,
+                       inputs, outputs, root_attrs, traj.error if traj.status != "ok" else None)
+    ids = {graph.id: root} if graph else {}
+    for event in traj.events:
+        if event.kind != "graph":
+            _add_event(builder, event, ids, root, traj, tokenizer)
+    tags = trace_tags(traj, step, run_id)
+    if credit is not None:
+        tags["advantage"] = f"{credit.advantage:.4g}"
+    info = TraceInfo(
+        trace_id=builder.trace_id,
+        trace_location=TraceLocation.from_experiment_id(experiment_id),
+        request_time=start // 1_000_000,
+        execution_duration=max(0, (end - start) // 1_000_000),
+        state=TraceState.OK if traj.status == "ok" else TraceState.ERROR,
+        request_preview=json.dumps(inputs),
+        response_preview=json.dumps(outputs)[:1000],
+        trace_metadata={"mlflow.sourceRun": run_id} if run_id else {},
+        tags=tags,
+    )
+    return info, builder.spans
+
+
+def write_traces(tracking_uri: str, experiment_id: str, traces: Sequence[tuple[Any, Any]]) -> None:
+    """Log built traces: every span in one batch, then each trace's info."""
+    from mlflow.tracing.client import TracingClient
+
+    if not traces:
+        return
+    client = TracingClient(tracking_uri)
+    client.log_spans(experiment_id, [span for _, spans in traces for span in spans])
+    for info, _ in traces:
+        client.start_trace(info)
+
+
+# --- span assembly -------------------------------------------------------------------------------
+class _SpanBuilder:
+    """Span entities of one trace, with sequential span ids."""
+
+    def __init__(self, otel_trace_id: int) -> None:
+        self.otel_trace_id = otel_trace_id
+        self.trace_id = f"tr-{otel_trace_id:032x}"
+        self.spans: list[Any] = []
+        self._b64_trace = _b64(otel_trace_id, 16)
+
+    def add(self, parent: int | None, name: str, span_type: str, start: int, end: int,
+            inputs: Any, outputs: Any, attributes: Mapping[str, Any], error: str | None) -> int:
+        from mlflow.entities import Span
+
+        span_id = len(self.spans) + 1
+        attrs = {"mlflow.traceRequestId": self.trace_id, "mlflow.spanType": span_type,
+                 "mlflow.spanInputs": inputs, "mlflow.spanOutputs": outputs, **attributes}
+        events = []
+        if error:
+            events.append({"name": "exception", "time_unix_nano": end,
+                           "attributes": {"exception.message": error}})
+        self.spans.append(Span.from_dict({
+            "trace_id": self._b64_trace,
+            "span_id": _b64(span_id, 8),
+            "parent_span_id": _b64(parent, 8) if parent else None,
+            "name": name,
+            "start_time_unix_nano": start,
+            "end_time_unix_nano": max(start, end),
+            "events": events,
+            "status": {"code": "STATUS_CODE_ERROR" if error else "STATUS_CODE_OK",
+                       "message": error or ""},
+            "attributes": {k: json.dumps(v) for k, v in attrs.items() if v is not None},
+        }))
+        return span_id
+
+
+def _add_event(builder: _SpanBuilder, event: RolloutEvent, ids: dict[str, int], root: int,
+               traj: Trajectory, tokenizer: Any) -> None:
+    parent = ids.get(event.parent_id or "", root)
+    end = event.end_ns or event.start_ns
+    attrs: dict[str, Any] = {ATTR + "kind": event.kind}
+    inputs, outputs, name = event.inputs, event.outputs, event.name
+    call = traj.calls[event.call_index] if event.call_index is not None else None
+    if call is not None and event.kind == "llm":
+        attrs.update(_call_attributes(traj, event.call_index or 0))
+        name = f"llm · {call.node} · turn {call.turn}"
+        inputs = {"prompt_text": _decode(tokenizer, call.prompt_ids)}
+        outputs = {"response_text": _decode(tokenizer, call.response_ids),
+                   "finish_reason": call.finish_reason}
+    elif call is not None and event.kind == "engine":
+        attrs.update({ATTR + "request_id": call.request_id,
+                      ATTR + "prompt_tokens": len(call.prompt_ids),
+                      ATTR + "generated_tokens": len(call.response_ids),
+                      ATTR + "policy_version": call.policy_version})
+        inputs = {"request_id": call.request_id, "prompt_tokens": len(call.prompt_ids)}
+        outputs = {"token_ids": call.response_ids, "finish_reason": call.finish_reason}
+    span = builder.add(parent, name, _SPAN_TYPES[event.kind], event.start_ns, end,
+                       inputs, outputs, attrs, event.error)
+    ids[event.id] = span
+    if event.kind == "node":
+        for message in _malformed_calls(event.outputs):
+            builder.add(span, f"{message.get('name') or 'unknown'} (malformed call)", "TOOL",
+                        end, end, None, message, {ATTR + "kind": "tool"}, message["content"])
+
+
+def _call_attributes(traj: Trajectory, index: int) -> dict[str, Any]:
+    """Token-level attributes of LLM call ``index``, located in its segment."""
+    call = traj.calls[index]
+    seg = traj.segments[call.segment_index]
+    offset = len(call.prompt_ids) - len(seg.prompt_ids)
+    stop = offset + len(call.response_ids)
+    return {
+        ATTR + "node": call.node, ATTR + "policy": call.policy, ATTR + "turn": call.turn,
+        ATTR + "trained": call.trained, ATTR + "call_index": index,
+        ATTR + "segment_index": call.segment_index, ATTR + "segment_offset": offset,
+        ATTR + "request_id": call.request_id, ATTR + "finish_reason": call.finish_reason,
+        ATTR + "policy_version": call.policy_version,
+        ATTR + "prompt_ids": call.prompt_ids, ATTR + "response_ids": call.response_ids,
+        ATTR + "response_logprobs": call.response_logprobs,
+        ATTR + "response_mask": seg.response_mask[offset:stop],
+    }
+
+
+def _root_attributes(traj: Trajectory, step: int, credit: RolloutCredit | None,
+                     tokenizer: Any) -> dict[str, Any]:
+    return {
+        ATTR + "row_id": traj.row_id, ATTR + "sample_index": traj.sample_index,
+        ATTR + "step": step, ATTR + "status": traj.status, ATTR + "error": traj.error,
+        ATTR + "reward": traj.reward, ATTR + "rewards": traj.rewards,
+        ATTR + "advantage": credit.advantage if credit else None,
+        ATTR + "loss_share": credit.loss_share if credit else None,
+        ATTR + "policy_versions": sorted({c.policy_version for c in traj.calls}),
+        ATTR + "metrics": traj.metrics,
+        ATTR + "segments": [_segment_view(s, tokenizer) for s in traj.segments],
+    }
+
+
+def _segment_view(seg: Any, tokenizer: Any) -> dict[str, Any]:
+    """A segment's ids, mask, logprobs and versions, plus its text decoded run by run."""
+    view = seg.model_dump()
+    runs, pos = [], 0
+    for mask, run in groupby(seg.response_mask):
+        n = len(list(run))
+        ids = seg.response_ids[pos : pos + n]
+        runs.append({"mask": mask, "start": pos, "end": pos + n, "text": _decode(tokenizer, ids)})
+        pos += n
+    view["prompt_text"] = _decode(tokenizer, seg.prompt_ids)
+    view["runs"] = runs
+    return view
+
+
+def _malformed_calls(outputs: Any) -> list[dict[str, Any]]:
+    messages = outputs.get("messages", []) if isinstance(outputs, dict) else []
+    return [m for m in messages if isinstance(m, dict) and m.get("type") == "tool"
+            and str(m.get("content", "")).startswith(_MALFORMED)]
+
+
+def _decode(tokenizer: Any, ids: list[int]) -> str | None:
+    return tokenizer.decode(ids) if tokenizer is not None else None
+
+
+def _b64(value: int, size: int) -> str:
+    return base64.b64encode(value.to_bytes(size, "big")).decode()
+
+
+def _now_pair() -> tuple[int, int]:
+    import time
+
+    now = time.time_ns()
+    return now, now

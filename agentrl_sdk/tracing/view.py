@@ -1,0 +1,137 @@
+"""`TraceView`: what a person needs from one rollout's MLflow trace, read back from the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl_sdk.tracing.traces import ATTR
+
+
+@dataclass
+class SpanLine:
+    """One span, flattened in tree order."""
+
+    depth: int
+    name: str
+    kind: str
+    duration_ms: float
+    error: str | None = None
+    inputs: Any = None
+    outputs: Any = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TraceView:
+    """A rollout's trace: its tags, rewards and credit, segments (ids, masks, text) and spans."""
+
+    trace_id: str
+    tags: dict[str, str]
+    root: dict[str, Any]
+    segments: list[dict[str, Any]]
+    spans: list[SpanLine]
+
+    @property
+    def title(self) -> str:
+        """``row R · sample S · step N``."""
+        return (f"row {self.root.get('row_id')} · sample {self.root.get('sample_index')} · "
+                f"step {self.root.get('step')}")
+
+    def summary(self) -> dict[str, Any]:
+        """Status, reward (and components), advantage, loss share, versions, error."""
+        keys = ("status", "reward", "rewards", "advantage", "loss_share", "policy_versions",
+                "error")
+        return {k: self.root.get(k) for k in keys}
+
+    @classmethod
+    def from_trace(cls, trace: Any) -> TraceView:
+        """Read an ``mlflow.entities.Trace`` written by `build_trace`."""
+        spans = trace.data.spans
+        root_span = next(s for s in spans if s.parent_id is None)
+        root = _ours(root_span.attributes)
+        children: dict[str | None, list[Any]] = {}
+        for span in spans:
+            children.setdefault(span.parent_id, []).append(span)
+        lines: list[SpanLine] = []
+
+        def walk(span: Any, depth: int) -> None:
+            lines.append(_line(span, depth))
+            for child in sorted(children.get(span.span_id, []), key=lambda s: s.start_time_ns):
+                walk(child, depth + 1)
+
+        walk(root_span, 0)
+        return cls(trace.info.trace_id, dict(trace.info.tags), root,
+                   root.pop("segments", None) or [], lines)
+
+
+def _ours(attributes: dict[str, Any]) -> dict[str, Any]:
+    return {k[len(ATTR):]: v for k, v in attributes.items() if k.startswith(ATTR)}
+
+
+def _line(span: Any, depth: int) -> SpanLine:
+    status = span.status
+    error = status.description if str(status.status_code).endswith("ERROR") else None
+    end = span.end_time_ns or span.start_time_ns
+    return SpanLine(
+        depth=depth, name=span.name, kind=str(span.span_type),
+        duration_ms=(end - span.start_time_ns) / 1e6, error=error or None,
+        inputs=span.inputs, outputs=span.outputs, attributes=_ours(span.attributes),
+    )
+
+
+def search_rollout_traces(
+    tracking_uri: str,
+    *,
+    experiment: str | None = None,
+    run_id: str | None = None,
+    step: int | None = None,
+    status: str | None = None,
+    row_id: str | None = None,
+    limit: int = 50,
+) -> list[Any]:
+    """Infos of rollout traces (newest first) of a run, an experiment, or every experiment.
+
+    Args:
+        tracking_uri: The MLflow store.
+        experiment: Experiment name; ignored when ``run_id`` is given.
+        run_id: Training run whose traces to list.
+        step, status, row_id: Filters on the trace tags.
+        limit: Most traces returned.
+
+    Raises:
+        ValueError: the run or experiment does not exist.
+    """
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    if run_id:
+        experiment_ids = [client.get_run(run_id).info.experiment_id]
+    elif experiment:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            raise ValueError(f"no experiment named {experiment!r} in {tracking_uri}")
+        experiment_ids = [found.experiment_id]
+    else:
+        experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    clauses = [f"tags.{key} = '{value}'" for key, value in
+               (("step", step), ("status", status), ("row_id", row_id)) if value is not None]
+    traces = client.search_traces(
+        locations=experiment_ids, filter_string=" AND ".join(clauses) or None, run_id=run_id,
+        max_results=limit, order_by=["timestamp_ms DESC"], include_spans=False,
+    )
+    return [t.info for t in traces]
+
+
+def load_trace_view(tracking_uri: str, trace_id: str) -> TraceView:
+    """Fetch one trace and read it as a `TraceView`.
+
+    Raises:
+        ValueError: no trace ``trace_id`` in the store.
+    """
+    import mlflow
+
+    trace = mlflow.MlflowClient(tracking_uri).get_trace(trace_id)
+    if trace is None:
+        raise ValueError(f"no trace {trace_id} in {tracking_uri}")
+    return TraceView.from_trace(trace)
