@@ -1,8 +1,9 @@
 """A tiny MCP server (stdio) for the MCP tools test: integer arithmetic."""
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
-server = FastMCP("calc")
+server = MCPServer("calc")
 
 
 @server.tool()
@@ -15,7 +16,7 @@ def add(a: int, b: int) -> int:
 def divide(a: int, b: int) -> float:
     """Divide a by b."""
     if b == 0:
-        raise ValueError("division by zero")
+        raise ToolError("division by zero")  # an expected failure: its message reaches the model
     return a / b
 
 

@@ -13,8 +13,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 import agentrl_sdk as sdk
 from agentrl_sdk.models import build_small_tokenizer
 
-pytest.importorskip("langchain_mcp_adapters")
-from langchain_mcp_adapters.client import MultiServerMCPClient  # noqa: E402
+from agentrl_sdk.tools.mcp import load_mcp_tools
 
 SERVER = Path(__file__).with_name("mcp_calc_server.py")
 
@@ -38,10 +37,7 @@ def _graph(tools: list[Any], calls: list[dict[str, Any]]) -> Any:
 
 @pytest.mark.slow
 async def test_mcp_server_tools_run_in_a_rollout() -> None:
-    client = MultiServerMCPClient({
-        "calc": {"command": sys.executable, "args": [str(SERVER)], "transport": "stdio"},
-    })
-    tools = await client.get_tools()
+    tools = await load_mcp_tools(sys.executable, [str(SERVER)])
     assert sorted(t.name for t in tools) == ["add", "divide"]
 
     calls = [
