@@ -11,23 +11,21 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
-from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION, WeightFiles
+from agentrl_sdk.engines._vllm_backend import VLLMBackend
+from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.errors import EngineError
-from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
-
-if TYPE_CHECKING:
-    import torch
+from agentrl_sdk.types import FinishReason, SamplingParams
 
 __all__ = ["VLLMEngine", "default_eos", "to_vllm_sampling"]
 
 logger = logging.getLogger(__name__)
 
 
-class VLLMEngine:
+class VLLMEngine(VLLMBackend):
     """Serves a local model folder with vLLM's `AsyncLLM`; never sees text.
 
     The engine runs on a private event loop thread (`AsyncLLM` belongs to the loop that made
@@ -121,35 +119,10 @@ class VLLMEngine:
         """Ids that end every request."""
         return self._eos
 
-    async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
-    ) -> GenerateResult:
-        """Sample one response to ``prompt_ids``; cancelling the caller aborts the request.
-
-        Raises:
-            ValueError: The prompt is empty.
-            EngineError: vLLM failed, or the engine is closed.
-        """
-        if not prompt_ids:
-            raise ValueError(f"request {request_id!r}: prompt must be non-empty")
-        self._check_open()
-        partial = PartialOutput(list(prompt_ids), sampling)
-        return await self._loop.call(self._run(partial, request_id))
-
-    async def _run(self, partial: PartialOutput, request_id: str) -> GenerateResult:
-        async def attempt(partial: PartialOutput, number: int) -> FinishReason:
-            return await self._stream(partial, f"{request_id}#{number}" if number else request_id)
-
-        try:
-            return await self._requests.run(partial, attempt)
-        except asyncio.CancelledError:
-            if self._closed:  # cancelled by close(), not by the caller
-                raise EngineError(f"request {request_id!r} aborted: the engine closed") from None
-            raise
-        except (ValueError, EngineError):
-            raise
-        except Exception as exc:
-            raise EngineError(f"request {request_id!r} failed in vLLM: {exc!r}") from exc
+    def _request_error(self, request_id: str, exc: Exception) -> Exception | None:
+        if isinstance(exc, ValueError | EngineError):
+            return None
+        return EngineError(f"request {request_id!r} failed in vLLM: {exc!r}")
 
     async def _stream(self, partial: PartialOutput, request_id: str) -> FinishReason:
         """One submission: stream new tokens into ``partial`` until vLLM finishes it."""
@@ -170,28 +143,7 @@ class VLLMEngine:
             raise EngineError(f"request {request_id!r}: vLLM ended with {finish!r}")
         return finish  # type: ignore[return-value]
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Reload the weights from ``state_dict`` (written as bucket files) without a restart.
-
-        Requests in flight are held around the reload and then continue on the new weights
-        (prompt + partial output prefilled again). A failed load leaves the version as is.
-
-        Returns:
-            The new policy version.
-
-        Raises:
-            EngineError: vLLM failed to load the weights or did not answer in time.
-        """
-        self._check_open()
-        files = await asyncio.to_thread(WeightFiles, state_dict, self._bucket_bytes)
-        try:
-            return await self._loop.call(self._reload(files.paths))
-        finally:
-            files.close()
-
-    async def _reload(self, paths: list[str]) -> int:
-        was_paused = self._requests.paused
-        await self._requests.pause()
+    async def _load(self, paths: list[str]) -> None:
         try:
             await asyncio.wait_for(
                 self._llm.collective_rpc(RPC_METHOD, args=(paths,)), self._timeout
@@ -202,21 +154,6 @@ class VLLMEngine:
             raise EngineError(f"vLLM did not load the weights within {self._timeout:.0f}s") from exc
         except Exception as exc:
             raise EngineError(f"vLLM failed to load the weights: {exc}") from exc
-        finally:
-            if not was_paused:
-                self._requests.resume()
-        self._version += 1
-        return self._version
-
-    async def pause(self) -> None:
-        """Abort the requests in flight, keeping their partial output; new ones wait."""
-        self._check_open()
-        await self._loop.call(self._requests.pause())
-
-    async def resume(self) -> None:
-        """Submit the held requests again (prompt + partial output) and let new ones in."""
-        self._check_open()
-        await self._loop.call(_call(self._requests.resume))
 
     @property
     def in_flight(self) -> int:
@@ -244,11 +181,6 @@ class VLLMEngine:
             logger.warning("vLLM shutdown failed: %r", exc)
         finally:
             self._loop.stop()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EngineError("the VLLMEngine is closed; create a new one to serve requests")
-
 
 async def _call(fn: Any) -> Any:
     return fn()

@@ -20,19 +20,17 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
-from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION, WeightFiles
+from agentrl_sdk.engines._vllm_backend import VLLMBackend
+from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.engines.vllm_engine import default_eos
 from agentrl_sdk.errors import EngineError
-from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
-
-if TYPE_CHECKING:
-    import torch
+from agentrl_sdk.types import FinishReason
 
 __all__ = ["VLLMServerEngine"]
 
@@ -41,7 +39,7 @@ logger = logging.getLogger(__name__)
 MODEL_NAME = "agentrl"
 
 
-class VLLMServerEngine:
+class VLLMServerEngine(VLLMBackend):
     """Serves a model through a vLLM OpenAI-compatible server, token ids in and out.
 
     Give ``model_path`` to start a server on 127.0.0.1 (``VLLM_SERVER_DEV_MODE=1`` so weights
@@ -173,33 +171,10 @@ class VLLMServerEngine:
         """Version of the weights currently served; bumped by every `update_weights`."""
         return self._version
 
-    async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
-    ) -> GenerateResult:
-        """Sample one response to ``prompt_ids``; cancelling the caller aborts the request.
-
-        Raises:
-            ValueError: The prompt is empty.
-            EngineError: The server refused or failed the request, or did not answer in time.
-        """
-        if not prompt_ids:
-            raise ValueError(f"request {request_id!r}: prompt must be non-empty")
-        self._check_open()
-        partial = PartialOutput(list(prompt_ids), sampling)
-        return await self._loop.call(self._run(partial, request_id))
-
-    async def _run(self, partial: PartialOutput, request_id: str) -> GenerateResult:
-        async def attempt(partial: PartialOutput, number: int) -> FinishReason:
-            return await self._stream(partial, f"{request_id}#{number}" if number else request_id)
-
-        try:
-            return await self._requests.run(partial, attempt)
-        except asyncio.CancelledError:
-            if self._closed:  # cancelled by close(), not by the caller
-                raise EngineError(f"request {request_id!r} aborted: the engine closed") from None
-            raise
-        except httpx.HTTPError as exc:
-            raise EngineError(f"request {request_id!r} to {self.url} failed: {exc!r}") from exc
+    def _request_error(self, request_id: str, exc: Exception) -> Exception | None:
+        if not isinstance(exc, httpx.HTTPError):
+            return None
+        return EngineError(f"request {request_id!r} to {self.url} failed: {exc!r}")
 
     async def _stream(self, partial: PartialOutput, request_id: str) -> FinishReason:
         """One submission: stream new tokens into ``partial`` until the server finishes it."""
@@ -241,25 +216,7 @@ class VLLMServerEngine:
             raise EngineError(f"request {request_id!r}: the stream ended with {finish!r}")
         return finish  # type: ignore[return-value]
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Reload the server's weights from ``state_dict`` (bucket files) without a restart.
-
-        Returns:
-            The new policy version.
-
-        Raises:
-            EngineError: The server failed to load the weights or did not answer in time.
-        """
-        self._check_open()
-        files = await asyncio.to_thread(WeightFiles, state_dict, self._bucket_bytes)
-        try:
-            return await self._loop.call(self._reload(files.paths))
-        finally:
-            files.close()
-
-    async def _reload(self, paths: list[str]) -> int:
-        was_paused = self._requests.paused
-        await self._requests.pause()
+    async def _load(self, paths: list[str]) -> None:
         try:
             rpc = {"method": RPC_METHOD, "args": [json.dumps(paths)], "timeout": self._timeout}
             for route, body in (("/collective_rpc", rpc), ("/reset_prefix_cache", None)):
@@ -271,25 +228,6 @@ class VLLMServerEngine:
                     )
         except httpx.HTTPError as exc:
             raise EngineError(f"weight update on {self.url} failed: {exc!r}") from exc
-        finally:
-            if not was_paused:
-                self._requests.resume()
-        self._version += 1
-        return self._version
-
-    async def pause(self) -> None:
-        """Abort the requests in flight, keeping their partial output; new ones wait."""
-        self._check_open()
-        await self._loop.call(self._requests.pause())
-
-    async def resume(self) -> None:
-        """Submit the held requests again (prompt + partial output) and let new ones in."""
-        self._check_open()
-
-        async def resume() -> None:
-            self._requests.resume()
-
-        await self._loop.call(resume())
 
     async def health(self) -> bool:
         """True while the server answers ``/health`` with 200."""
@@ -326,11 +264,6 @@ class VLLMServerEngine:
             except subprocess.TimeoutExpired:
                 os.killpg(self._process.pid, signal.SIGKILL)
                 self._process.wait(10)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EngineError("the VLLMServerEngine is closed; create a new one")
-
 
 def _delta(choice: Mapping[str, Any]) -> tuple[list[int], list[float]]:
     """New token ids and their logprobs from one streamed completion choice."""

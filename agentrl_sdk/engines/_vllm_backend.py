@@ -1,0 +1,135 @@
+"""`VLLMBackend`: what the in-process and the server vLLM engines share.
+
+Both run their I/O on a private `LoopThread`, stream every request into a resumable
+`PartialOutput`, and reload weights from bucket files with the requests held around the
+reload. A backend supplies only how to stream one submission (`_stream`), how to load the
+files (`_load`) and which of its errors become `EngineError` (`_request_error`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
+from agentrl_sdk.engines._vllm_weights import WeightFiles
+from agentrl_sdk.errors import EngineError
+from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+    from agentrl_sdk.engines._loop_thread import LoopThread
+
+__all__ = ["VLLMBackend"]
+
+
+class VLLMBackend:
+    """Generate, weight update, pause and resume over a subclass's vLLM connection.
+
+    Subclasses set ``_loop``, ``_requests``, ``_version``, ``_bucket_bytes`` and ``_closed``.
+    """
+
+    _loop: LoopThread
+    _requests: ResumableRequests
+    _version: int
+    _bucket_bytes: int
+    _closed: bool
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+    ) -> GenerateResult:
+        """Sample one response to ``prompt_ids``; cancelling the caller aborts the request.
+
+        Raises:
+            ValueError: The prompt is empty.
+            EngineError: vLLM failed the request or did not answer in time, or the engine
+                is closed.
+        """
+        if not prompt_ids:
+            raise ValueError(f"request {request_id!r}: prompt must be non-empty")
+        self._check_open()
+        partial = PartialOutput(list(prompt_ids), sampling)
+        return await self._loop.call(self._run(partial, request_id))
+
+    async def _run(self, partial: PartialOutput, request_id: str) -> GenerateResult:
+        async def attempt(partial: PartialOutput, number: int) -> FinishReason:
+            return await self._stream(partial, f"{request_id}#{number}" if number else request_id)
+
+        try:
+            return await self._requests.run(partial, attempt)
+        except asyncio.CancelledError:
+            if self._closed:  # cancelled by close(), not by the caller
+                raise EngineError(f"request {request_id!r} aborted: the engine closed") from None
+            raise
+        except Exception as exc:
+            error = self._request_error(request_id, exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
+        """Reload the weights from ``state_dict`` (written as bucket files) without a restart.
+
+        Requests in flight are held around the reload and then continue on the new weights
+        (prompt + partial output prefilled again). A failed load leaves the version as is.
+
+        Returns:
+            The new policy version.
+
+        Raises:
+            EngineError: vLLM failed to load the weights or did not answer in time.
+        """
+        self._check_open()
+        files = await asyncio.to_thread(WeightFiles, state_dict, self._bucket_bytes)
+        try:
+            return await self._loop.call(self._reload(files.paths))
+        finally:
+            files.close()
+
+    async def _reload(self, paths: list[str]) -> int:
+        was_paused = self._requests.paused
+        await self._requests.pause()
+        try:
+            await self._load(paths)
+        finally:
+            if not was_paused:
+                self._requests.resume()
+        self._version += 1
+        return self._version
+
+    async def pause(self) -> None:
+        """Abort the requests in flight, keeping their partial output; new ones wait."""
+        self._check_open()
+        await self._loop.call(self._requests.pause())
+
+    async def resume(self) -> None:
+        """Submit the held requests again (prompt + partial output) and let new ones in."""
+        self._check_open()
+
+        async def resume() -> None:
+            self._requests.resume()
+
+        await self._loop.call(resume())
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError(
+                f"the {type(self).__name__} is closed; create a new one to serve requests"
+            )
+
+    # What a backend supplies.
+
+    async def _stream(self, partial: PartialOutput, request_id: str) -> FinishReason:
+        """One submission: stream new tokens into ``partial`` until vLLM finishes it."""
+        raise NotImplementedError
+
+    async def _load(self, paths: list[str]) -> None:
+        """Load the weight bucket files at ``paths`` and drop cached prefixes; raises
+        `EngineError` on failure."""
+        raise NotImplementedError
+
+    def _request_error(self, request_id: str, exc: Exception) -> Exception | None:
+        """The `EngineError` a failed request raises, or None to raise ``exc`` as it is."""
+        raise NotImplementedError
