@@ -16,6 +16,7 @@ from agentrl_sdk.engines import EnginePool, TorchEngine
 from agentrl_sdk.trainer.weight_sync import WeightSync
 from agentrl_sdk.types import SamplingParams
 
+from tests.engines._pausing import pause_midway
 from tests.engines._tiny import tiny_model_dir
 
 pytest.importorskip("vllm")
@@ -27,15 +28,6 @@ LOGPROB_TOL = 1e-4  # measured: ~5e-7 (float32 on both sides)
 
 def load(seed: int):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir(seed), dtype=torch.float32).eval()
-
-
-async def started(engine, running: asyncio.Future, tokens: int = 20) -> None:
-    """Wait until the engine's unfinished requests have generated ``tokens`` (a pause then
-    catches them midway, however fast this machine is)."""
-    for _ in range(2000):
-        if engine._requests.tokens_in_flight() >= tokens or running.done():
-            return
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture(scope="module")
@@ -126,10 +118,9 @@ async def test_pause_resume_gives_one_trajectory_equal_to_an_uninterrupted_run(
     long = SamplingParams(temperature=0.0, max_tokens=400)
     prompt = prompts[1]
     reference = await vllm_engine.generate(prompt, long, "ref")
-    resubmitted = vllm_engine._requests.resubmissions
-    running = asyncio.ensure_future(vllm_engine.generate(prompt, long, "held"))
-    await started(vllm_engine, running)
-    await vllm_engine.pause()
+    running, resubmitted = await pause_midway(
+        vllm_engine, lambda: vllm_engine.generate(prompt, long, "held"), len(reference.token_ids)
+    )
     waiting = asyncio.ensure_future(vllm_engine.generate(prompts[2], GREEDY, "new"))
     held = vllm_engine._requests.tokens_in_flight()
     await asyncio.sleep(0.3)
@@ -191,16 +182,17 @@ async def test_weight_updates_change_outputs_to_the_new_weights(
     # Back to the first weights while a request is held: its tail comes from them.
     long = SamplingParams(temperature=0.0, max_tokens=400)
     prompt = prompts[0]
-    running = asyncio.ensure_future(vllm_engine.generate(prompt, long, "straddle"))
-    await started(vllm_engine, running)
-    await vllm_engine.pause()
+    first = greedy(models[1], prompt, 400)
+    running, _ = await pause_midway(
+        vllm_engine, lambda: vllm_engine.generate(prompt, long, "straddle"), len(first)
+    )
     assert await vllm_engine.update_weights(models[0].state_dict()) == v0 + 2
     await vllm_engine.resume()
     result = await asyncio.wait_for(running, 120)
     k = result.versions.count(v0 + 1)
     assert 0 < k < len(result.token_ids)
     assert result.versions == [v0 + 1] * k + [v0 + 2] * (len(result.token_ids) - k)
-    assert result.token_ids[:k] == greedy(models[1], prompt, 400)[:k]
+    assert result.token_ids[:k] == first[:k]
     assert result.token_ids[k:] == greedy(models[0], prompt + result.token_ids[:k], 400 - k)
     restored = await vllm_engine.generate(prompts[5], GREEDY, "restored")
     assert restored.token_ids == before.token_ids

@@ -11,21 +11,13 @@ from transformers import AutoModelForCausalLM
 from agentrl_sdk.engines import TorchEngine, create_engine
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
+from tests.engines._pausing import pause_midway
 from tests.engines._tiny import tiny_model_dir
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.slow
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=32)
-
-
-async def started(engine, running: asyncio.Future, tokens: int = 20) -> None:
-    """Wait until the engine's unfinished requests have generated ``tokens`` (a pause then
-    catches them midway, however fast this machine is)."""
-    for _ in range(2000):
-        if engine._requests.tokens_in_flight() >= tokens or running.done():
-            return
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +57,9 @@ async def test_pause_update_resume_over_http(server, prompts) -> None:
     long = SamplingParams(temperature=0.0, max_tokens=400)
     prompt = prompts[0]
     reference = await server.generate(prompt, long, "ref")
-    running = asyncio.ensure_future(server.generate(prompt, long, "held"))
-    await started(server, running)
-    await server.pause()
+    running, _ = await pause_midway(
+        server, lambda: server.generate(prompt, long, "held"), len(reference.token_ids)
+    )
     assert await server.update_weights(new_model.state_dict()) == 1
     await server.resume()
     result = await asyncio.wait_for(running, 120)
