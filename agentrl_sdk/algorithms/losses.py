@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor
 
 from agentrl_sdk.algorithms.advantages import AdvantageEstimator
 from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate
+from agentrl_sdk.algorithms.corrections import OffPolicyCorrection
 from agentrl_sdk.algorithms.kl import MAX_LOG_RATIO, KLKind
 
 
@@ -38,6 +39,22 @@ class PolicyLossConfig(BaseModel):
     entropy_coef: float = Field(
         0.0, ge=0.0, description="Weight of the entropy bonus (subtracted from the loss); 0 = off."
     )
+    correction: OffPolicyCorrection = Field(
+        "none", description="Off-policy correction from the engine's recorded (behaviour) "
+        "logprobs: none; tis (truncated importance sampling, as verl); decoupled (decoupled "
+        "PPO, as AReaL). Both recompute proximal logprobs with the trainer's weights, clip the "
+        "ratio against them and weight each token by pi_prox / pi_behav."
+    )
+    is_cap: float | None = Field(
+        2.0, gt=0.0, description="tis: the importance weight is truncated at this value. "
+        "decoupled: tokens whose weight exceeds it are left out (None keeps all)."
+    )
+
+    @model_validator(mode="after")
+    def _cap_for_tis(self) -> PolicyLossConfig:
+        if self.correction == "tis" and self.is_cap is None:
+            raise ValueError("correction='tis' needs is_cap (the truncation threshold)")
+        return self
 
 
 def ppo_policy_loss(
@@ -51,13 +68,16 @@ def ppo_policy_loss(
     agg: LossAgg = "token-mean",
     seq_weights: Tensor | None = None,
     entropy: Tensor | None = None,
+    token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate with asymmetric clipping and optional dual clip.
 
     ``ratio = exp(logp - logp_old)``;
     ``pg = max(-adv * ratio, -adv * clip(ratio, 1 - clip_low, 1 + clip_high))`` (DAPO
     clip-higher when ``clip_high > clip_low``); with ``clip_c``, ``pg = min(pg, -adv * clip_c)``
-    where ``adv < 0`` (dual-clip PPO, as verl); ``loss = aggregate(pg, mask, agg, seq_weights)``.
+    where ``adv < 0`` (dual-clip PPO, as verl); with ``token_weights`` (off-policy importance
+    weights, see `importance_weights`) ``pg = pg * token_weights``;
+    ``loss = aggregate(pg, mask, agg, seq_weights)``.
 
     ``logp - logp_old`` is clamped to ``[-MAX_LOG_RATIO, MAX_LOG_RATIO]``; ``old_logprobs`` and
     ``advantages`` are constants (detached). Mask-0 tokens get exactly zero gradient.
@@ -78,6 +98,7 @@ def ppo_policy_loss(
         agg: Aggregation mode (see :func:`~agentrl_sdk.algorithms.aggregation.aggregate`).
         seq_weights: ``(B,)`` sequence weights; all ones when None.
         entropy: ``(B, T)`` token entropies, only reported as a metric.
+        token_weights: ``(B, T)`` constant per-token loss weights (detached); ones when None.
 
     Returns:
         ``(loss, metrics)``: the scalar loss and the metrics above.
@@ -113,6 +134,8 @@ def ppo_policy_loss(
         dual = (adv < 0) & (pg > pg_dual)  # (B, T)
         pg = torch.where(dual, pg_dual, pg)
         stats["dual_clip_frac"] = dual
+    if token_weights is not None:
+        pg = pg * token_weights.detach().to(pg.dtype)
     loss = aggregate(pg, mask, agg, seq_weights)
 
     with torch.no_grad():

@@ -39,6 +39,7 @@ class FlatSamples:
     response_offsets: np.ndarray  # (N + 1,) int64
     advantages: np.ndarray  # (N,) float32
     weights: np.ndarray  # (N,) float32
+    token_weights: np.ndarray | None = None  # (sum R,) float32 off-policy weights; None: ones
 
     @classmethod
     def from_samples(cls, samples: Sequence[Sample]) -> FlatSamples:
@@ -126,6 +127,15 @@ class FlatSamples:
             )
         return replace(self, old_logprobs=old_logprobs.astype(np.float32, copy=False))
 
+    def with_token_weights(self, token_weights: np.ndarray) -> FlatSamples:
+        """A copy whose per-token loss weights are ``token_weights`` (layout of ``response_ids``)."""
+        if token_weights.shape != self.response_ids.shape:
+            raise ValueError(
+                f"token_weights must have shape {self.response_ids.shape}, "
+                f"got {token_weights.shape}"
+            )
+        return replace(self, token_weights=token_weights.astype(np.float32, copy=False))
+
 
 @dataclass(frozen=True)
 class PackedBatch:
@@ -145,6 +155,7 @@ class PackedBatch:
     old_logprobs: torch.Tensor  # (B, T) float32, 0 at padding
     advantages: torch.Tensor  # (B,) float32
     weights: torch.Tensor  # (B,) float32
+    token_weights: torch.Tensor | None = None  # (B, T) float32, 0 at padding; None: ones
 
     def to(self, device: torch.device | str) -> PackedBatch:
         """The same batch on ``device``."""
@@ -179,6 +190,7 @@ def pack(
     response_ids = np.full((B, T), pad_id, dtype=np.int64)
     response_mask = np.zeros((B, T), dtype=np.float32)
     old_logprobs = np.zeros((B, T), dtype=np.float32)
+    token_weights = None if flat.token_weights is None else np.zeros((B, T), dtype=np.float32)
     for row, i in enumerate(idx):
         p, r = int(p_len[row]), int(r_len[row])
         prompt = flat.prompt_ids[flat.prompt_offsets[i] : flat.prompt_offsets[i + 1]]
@@ -191,6 +203,8 @@ def pack(
         response_ids[row, :r] = flat.response_ids[resp]
         response_mask[row, :r] = flat.response_mask[resp]
         old_logprobs[row, :r] = flat.old_logprobs[resp]
+        if token_weights is not None:
+            token_weights[row, :r] = flat.token_weights[resp]
     return PackedBatch(
         input_ids=torch.from_numpy(input_ids),
         attention_mask=torch.from_numpy(attention_mask),
@@ -201,6 +215,7 @@ def pack(
         old_logprobs=torch.from_numpy(old_logprobs),
         advantages=torch.from_numpy(flat.advantages[idx].copy()),
         weights=torch.from_numpy(flat.weights[idx].copy()),
+        token_weights=None if token_weights is None else torch.from_numpy(token_weights),
     )
 
 

@@ -21,6 +21,7 @@ from agentrl_sdk.algorithms import (
     PolicyLossConfig,
     aggregate,
     entropy_from_logits,
+    importance_weights,
     kl_loss,
     ppo_policy_loss,
 )
@@ -250,7 +251,10 @@ class PolicyWorker:
         cfg = self.config
         if len(flat) == 0:
             raise ValueError("update got an empty batch")
-        if cfg.recompute_old_logprobs:
+        correction: dict[str, float] = {}
+        if self.loss_config.correction != "none":
+            flat, correction = self._corrected(flat)
+        elif cfg.recompute_old_logprobs:
             flat = flat.with_old_logprobs(self.compute_logprobs(flat))
         steps = [
             self._optimizer_step(flat, mini)
@@ -267,7 +271,19 @@ class PolicyWorker:
             "optimizer_steps": float(len(steps)),
             "step": float(self.step),
         }
-        return metrics
+        return metrics | correction
+
+    def _corrected(self, flat: FlatSamples) -> tuple[FlatSamples, dict[str, float]]:
+        """The batch with proximal old logprobs (recomputed here) and the off-policy weights
+        ``pi_prox / pi_behav`` of its recorded behaviour logprobs; identical on every rank."""
+        lc = self.loss_config
+        prox = self.compute_logprobs(flat)
+        weights, metrics = importance_weights(
+            torch.from_numpy(prox), torch.from_numpy(flat.old_logprobs),
+            torch.from_numpy(flat.response_mask), lc.correction, lc.is_cap,
+        )  # fmt: skip
+        flat = flat.with_old_logprobs(prox).with_token_weights(weights.numpy())
+        return flat, metrics
 
     def _metric_keys(self) -> list[str]:
         keys = ["loss", "pg_loss", "clip_frac", "approx_kl", "ratio_mean", "entropy"]
@@ -342,7 +358,7 @@ class PolicyWorker:
         pg, metrics = ppo_policy_loss(
             logp, batch.old_logprobs, batch.advantages, mask,
             clip_low=lc.clip_low, clip_high=lc.clip_high, clip_c=lc.clip_c, agg=lc.agg,
-            seq_weights=weights, entropy=entropy.detach(),
+            seq_weights=weights, entropy=entropy.detach(), token_weights=batch.token_weights,
         )  # fmt: skip
         loss = pg
         if self.ref_model is not None:

@@ -102,6 +102,19 @@ def test_mini_batches():
 
 
 def test_flat_samples_ship_as_numpy(flat):
-    assert all(isinstance(v, np.ndarray) for v in vars(flat).values())
+    assert all(isinstance(v, np.ndarray) for v in vars(flat).values() if v is not None)
     with pytest.raises(ValueError, match="shape"):
         flat.with_old_logprobs(np.zeros(2, dtype=np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        flat.with_token_weights(np.zeros(2, dtype=np.float32))
+
+
+def test_token_weights_are_packed_like_old_logprobs(flat):
+    weights = np.arange(len(flat.response_ids), dtype=np.float32) + 1.0
+    packed = pack(flat.with_token_weights(weights), [1, 0])
+    assert pack(flat, [1, 0]).token_weights is None
+    for row, i in enumerate([1, 0]):
+        span = flat.response_slice(i)
+        r = span.stop - span.start
+        assert packed.token_weights[row, :r].tolist() == weights[span].tolist()
+        assert packed.token_weights[row, r:].eq(0).all()

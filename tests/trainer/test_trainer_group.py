@@ -87,7 +87,10 @@ class Reference:
 
     def update(self, samples: list[Sample]) -> dict[str, float]:
         cfg, lc = self.cfg, self.lc
-        if cfg.recompute_old_logprobs:
+        behaviour = None
+        if lc.correction != "none":  # proximal logprobs now, weights from the recorded ones
+            behaviour = [list(s.old_logprobs) for s in samples]
+        if cfg.recompute_old_logprobs or behaviour is not None:
             with torch.no_grad():
                 old = reference_logprobs(self.model, samples, cfg.temperature)[0]
             samples = [
@@ -102,8 +105,15 @@ class Reference:
                     self.model, mini, cfg.temperature
                 )
                 entropy = entropy_from_logits(scaled)
+                token_w = None
+                if behaviour is not None:
+                    behav = torch.zeros_like(old)
+                    for row, i in enumerate(part):
+                        behav[row, : len(behaviour[i])] = torch.tensor(behaviour[i])
+                    token_w = correction_weights(old, behav, mask, lc.correction, lc.is_cap)
                 loss, _ = ppo_policy_loss(
-                    logp, old, adv, mask, lc.clip_low, lc.clip_high, lc.clip_c, lc.agg, w
+                    logp, old, adv, mask, lc.clip_low, lc.clip_high, lc.clip_c, lc.agg, w,
+                    token_weights=token_w,
                 )
                 if self.ref is not None:
                     with torch.no_grad():
@@ -125,6 +135,14 @@ class Reference:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+
+def correction_weights(prox, behav, mask, correction: str, cap: float | None):
+    """pi_prox / pi_behav per token, written out: truncated (tis) or dropped above cap."""
+    w = torch.exp(prox - behav) * mask
+    if correction == "tis":
+        return torch.minimum(w, torch.full_like(w, cap))
+    return w * (w <= cap) if cap is not None else w
 
 
 def load_model(path):
@@ -239,6 +257,24 @@ def test_one_rank_micro_batched_matches_reference(ray_session, model_path):
             assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
             assert got["optimizer_steps"] == 4 and got["step"] == 4 * (step + 1)
         assert got["lr"] == pytest.approx(CONFIG_C.lr * CONFIG_C.lr_factor(7))
+
+
+@pytest.mark.parametrize(
+    ("correction", "cap"), [("tis", 2.0), ("decoupled", 3.0)], ids=["tis", "decoupled"]
+)
+def test_off_policy_corrections_match_reference(ray_session, model_path, correction, cap):
+    config = CONFIG_C.model_copy(update={"recompute_old_logprobs": False})
+    loss = PolicyLossConfig(correction=correction, is_cap=cap)
+    reference = Reference(model_path, config, loss)
+    with TrainerGroup(model_path, config, loss) as group:
+        for step in range(2):
+            got = group.update(BATCHES[step])
+            expected = reference.update(BATCHES[step].samples)
+            assert max_diff(full_state(group), reference.state_dict()) < TOL
+            assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
+    # The recorded logprobs are random, so the weights spread and some pass the cap.
+    assert got["is_capped_frac"] > 0 and got["is_weight_max"] > cap
+    assert got["mismatch_kl"] > 0
 
 
 def test_resume_in_fresh_group_is_exact(scenario_a, model_path):
