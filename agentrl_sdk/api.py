@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_sdk.data import DatasetLike, load_rows
-from agentrl_sdk.pipeline import TrainConfig, TrainResult, run_sync
+from agentrl_sdk.pipeline import TrainConfig, TrainResult, run_fully_async, run_sync
 from agentrl_sdk.rollout import default_input
 from agentrl_sdk.rollout.rewards import RewardFn
 
@@ -42,7 +42,8 @@ async def atrain(
     resolved = resolve_config(config)
     agents = set(graph) if isinstance(graph, Mapping) else None
     rows, problems = load_rows(dataset, on_bad_row=resolved.data.on_bad_row, agent_names=agents)
-    return await run_sync(graph, rows, reward, resolved, input_fn=input_fn,
+    pipeline = run_fully_async if resolved.pipeline == "fully_async" else run_sync
+    return await pipeline(graph, rows, reward, resolved, input_fn=input_fn,
                           skipped_rows=len(problems))
 
 

@@ -1,6 +1,7 @@
-"""Training loops: the synchronous pipeline (the fully asynchronous one comes next)."""
+"""Training loops: the synchronous pipeline and the fully asynchronous one, same job parts."""
 
 from agentrl_sdk.pipeline.config import (
+    AsyncConfig,
     CheckpointConfig,
     DataConfig,
     EngineConfig,
@@ -10,9 +11,12 @@ from agentrl_sdk.pipeline.config import (
     TrackingConfig,
     TrainConfig,
 )
-from agentrl_sdk.pipeline.sync import TrainResult, run_sync
+from agentrl_sdk.pipeline.fully_async import run_fully_async
+from agentrl_sdk.pipeline.job import TrainResult
+from agentrl_sdk.pipeline.sync import run_sync
 
 __all__ = [
+    "AsyncConfig",
     "CheckpointConfig",
     "DataConfig",
     "EngineConfig",
@@ -22,5 +26,6 @@ __all__ = [
     "TrackingConfig",
     "TrainConfig",
     "TrainResult",
+    "run_fully_async",
     "run_sync",
 ]

@@ -133,6 +133,29 @@ class TrackingConfig(_Section):
     )
 
 
+class AsyncConfig(_Section):
+    """The fully-asynchronous pipeline: rollouts and updates at once, staleness bounded."""
+
+    max_staleness: int = Field(
+        1, ge=0, description="Policy versions (trainer updates) a trained token may lag the "
+        "weights being updated; 0 is on-policy and reproduces the sync pipeline exactly. New "
+        "rows are admitted only while what is in flight and queued stays within it."
+    )
+    sync_every: int = Field(
+        1, ge=1, description="Push the trainer's weights to the engines every this many "
+        "updates (engines are paused, in-flight requests keep their tokens and continue)."
+    )
+    on_stale: Literal["drop", "retry"] = Field(
+        "drop", description="A finished group older than max_staleness when the trainer takes "
+        "it (a long-tail rollout): dropped and counted, or its row rolled out again (counted)."
+    )
+
+    @property
+    def weight_lag(self) -> int:
+        """Updates the engines' weights may trail the trainer's between pushes."""
+        return self.sync_every - 1
+
+
 class TrainConfig(_Section):
     """A training job: model, engine, rollouts, algorithm, trainer, data, tracking."""
 
@@ -152,6 +175,11 @@ class TrainConfig(_Section):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     entrypoint: EntrypointConfig = Field(default_factory=EntrypointConfig)
     max_steps: int = Field(10, ge=1, description="Policy updates to run.")
+    pipeline: Literal["sync", "fully_async"] = Field(
+        "sync", description="sync: roll out a batch, then update; fully_async: rollouts "
+        "stream into a bounded queue while the trainer updates (see fully_async)."
+    )
+    fully_async: AsyncConfig = Field(default_factory=AsyncConfig)
     prefetch_rollouts: bool = Field(
         True, description="Start the next step's rollouts while the trainer updates: graph "
         "start-up and prompt rendering overlap the update, and the first LLM call of each "
@@ -162,6 +190,13 @@ class TrainConfig(_Section):
     def _consistent(self) -> TrainConfig:
         if "default" in self.policies:
             raise ValueError("policies must not redefine 'default': that policy is `model`")
+        staleness = self.fully_async
+        if self.pipeline == "fully_async" and staleness.max_staleness < staleness.weight_lag:
+            raise ValueError(
+                f"fully_async.max_staleness ({staleness.max_staleness}) must be at least "
+                f"fully_async.sync_every - 1 ({staleness.weight_lag}): between pushes the "
+                "engines sample with weights that many updates old"
+            )
         if self.checkpoint.resume and not self.checkpoint.dir:
             raise ValueError("checkpoint.resume needs checkpoint.dir")
         sampled = self.rollout.sampling.temperature
