@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import random
 from collections import defaultdict
 
@@ -147,3 +149,28 @@ def test_stop_and_resume_lose_and_duplicate_nothing(tmp_path, trained):
     final = json.loads((tmp_path / "ckpt" / "step_6" / "pipeline_state.json").read_text())
     left = {g["row"]["id"] for g in final["queued"]} | {p["row"]["id"] for p in final["pending"]}
     assert pending <= set(after) | left
+
+
+def test_ctrl_c_stops_at_the_next_step_and_checkpoints_the_queue(tmp_path):
+    interrupted = []
+
+    def reward_then_ctrl_c(state, row, trajectory):
+        if not interrupted:  # the first Ctrl-C asks for a graceful stop
+            interrupted.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return right_tool_reward(state, row, trajectory)
+
+    config = _config(tmp_path, 50, max_staleness=1)
+    config.checkpoint.dir = str(tmp_path / "ckpt")
+    config.checkpoint.export_final = False
+    result = _train(config, reward=reward_then_ctrl_c)
+    assert result.steps == 1  # the step in progress finished, no later one started
+    assert result.checkpoint == str(tmp_path / "ckpt" / "step_1")
+    state = json.loads((tmp_path / "ckpt" / "step_1" / "pipeline_state.json").read_text())
+    assert state["queued"] or state["pending"]
+
+
+def test_staleness_must_cover_the_weight_lag():
+    with pytest.raises(ValueError, match=r"max_staleness \(1\) must be at least fully_async.sync_every"):
+        TrainConfig(pipeline="fully_async", fully_async={"max_staleness": 1, "sync_every": 3})
+    TrainConfig(pipeline="fully_async", fully_async={"max_staleness": 2, "sync_every": 3})
