@@ -4,8 +4,8 @@ rollouts with instant tools (the engine-only time).
     python benchmarks/tool_latency.py [--quick]
 
 The agent of `_waiting_agent` (an LLM call, a tool, an LLM call; a long tail of 4-160 tokens
-per call) runs on the demo's warm-started tiny model in the embedded TorchEngine: 16 rows x 4
-samples, seeded so both variants sample the same tokens. While one rollout waits for its tool,
+per call) runs on a random tiny model (it uses its token budgets) in the embedded TorchEngine:
+16 rows x 4 samples, seeded so both variants sample the same tokens. While one rollout waits for its tool,
 the engine decodes the others; a wait costs wall time only on the critical path (the longest
 rollout's). Rounds
 alternate the variants; the fastest round of each counts (other jobs share this machine).
@@ -32,16 +32,33 @@ from agentrl_sdk.engines import create_engine  # noqa: E402
 from agentrl_sdk.rollout import arollout_batch  # noqa: E402
 from benchmarks._results import write_result  # noqa: E402
 from benchmarks._waiting_agent import build_graph, graph_input, long_tail_rows  # noqa: E402
-from examples.tool_selection.model import model_path  # noqa: E402
+from agentrl_sdk.models import (  # noqa: E402
+    build_small_tokenizer,
+    build_tiny_model,
+    cached_build,
+    save_pretrained_pair,
+)
 
 GOAL = 1.10
 LATENCY_S = 0.2
 MAX_TOKENS = 160
 
 
+def model_folder() -> Path:
+    """A randomly initialised tiny model (hidden 64, 2 layers, small BPE): like a real policy
+    early in training, it rarely ends a response before its token budget."""
+
+    def build(folder: Path) -> None:
+        tokenizer = build_small_tokenizer("hermes")
+        save_pretrained_pair(build_tiny_model(tokenizer, hidden_size=64, num_layers=2),
+                             tokenizer, folder)  # fmt: skip
+
+    return cached_build("tool-latency-tiny", {"hidden": 64, "layers": 2}, build)
+
+
 async def main(quick: bool) -> None:
     rounds = 2 if quick else 5
-    path = str(model_path())
+    path = str(model_folder())
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     rows = long_tail_rows(16, seed=3, calls=2, max_tokens=MAX_TOKENS)
     config = RolloutConfig.model_validate(
