@@ -61,6 +61,10 @@ class EngineConfig(_Section):
     )
     max_batch_size: int = Field(64, ge=1, description="Requests decoded together.")
     replicas: int = Field(1, ge=1, description="Engine replicas behind one EnginePool.")
+    ray_actors: bool = Field(
+        False, description="Run each engine replica in its own Ray actor (its own process and "
+        "resources, apart from the driver and the trainer workers)."
+    )
     url: str | None = Field(None, description="vllm-server: a running server to use.")
     options: dict[str, Any] = Field(
         default_factory=dict,
@@ -79,7 +83,7 @@ class EngineConfig(_Section):
         kwargs: dict[str, Any] = {"max_batch_size": self.max_batch_size, **self.options}
         if self.url is not None:
             kwargs["url"] = self.url
-        return {"replicas": self.replicas, **kwargs}
+        return {"replicas": self.replicas, "ray_actors": self.ray_actors, **kwargs}
 
 
 class DataConfig(_Section):

@@ -10,7 +10,7 @@ from pathlib import Path
 from agentrl_sdk.engines import Engine, create_engine
 from agentrl_sdk.pipeline.config import ModelConfig, TrainConfig
 from agentrl_sdk.pipeline.gate import WeightGate
-from agentrl_sdk.trainer import TrainerGroup, WeightSync
+from agentrl_sdk.trainer import TrainerGroup, WeightSync, init_ray
 
 DEFAULT_POLICY = "default"
 """The policy ``model`` configures; ``@trainable`` nodes use it unless they name another."""
@@ -26,6 +26,7 @@ class Policy:
     gate: WeightGate
     group: TrainerGroup | None = None  # None: served but never trained (a frozen policy)
     weight_sync: WeightSync = field(default_factory=WeightSync)
+    owns_ray: bool = False  # Ray was started for this job's engine actors: shut it down after
 
     def prefix(self, section: str) -> str:
         """Metric prefix: ``train/`` for the default policy, ``train/<name>/`` for others."""
@@ -53,11 +54,12 @@ async def start_policies(config: TrainConfig) -> dict[str, Policy]:
     specs = {DEFAULT_POLICY: (config.model, True)}
     specs |= {name: (spec, spec.trained) for name, spec in config.policies.items()}
     policies: dict[str, Policy] = {}
+    owns_ray = config.engine.ray_actors and await asyncio.to_thread(init_ray, config.trainer)
     try:
         for name, (spec, _) in specs.items():
             path = model_path(spec, name)
             engine = create_engine(config.engine.backend, path, **config.engine.create_kwargs())
-            policies[name] = Policy(name, path, engine, WeightGate(engine))
+            policies[name] = Policy(name, path, engine, WeightGate(engine), owns_ray=owns_ray)
         for name, (_, trained) in specs.items():
             if trained:
                 policy = policies[name]
@@ -66,6 +68,8 @@ async def start_policies(config: TrainConfig) -> dict[str, Policy]:
                 )
     except BaseException:
         await stop_policies(policies)
+        if owns_ray and not policies:
+            await asyncio.to_thread(_shutdown_ray)
         raise
     return policies
 
@@ -78,3 +82,12 @@ async def stop_policies(policies: dict[str, Policy]) -> None:
     for policy in reversed(list(policies.values())):
         if policy.group is not None:
             await asyncio.to_thread(policy.group.shutdown)
+    if any(p.owns_ray for p in policies.values()):
+        await asyncio.to_thread(_shutdown_ray)
+
+
+def _shutdown_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

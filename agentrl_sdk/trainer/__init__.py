@@ -1,7 +1,7 @@
 """Distributed policy training: FSDP2 workers as Ray actors, checkpoints and weight sync."""
 
 from agentrl_sdk.trainer.config import TrainerConfig
-from agentrl_sdk.trainer.group import TrainerError, TrainerGroup
+from agentrl_sdk.trainer.group import TrainerError, TrainerGroup, init_ray
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, micro_batches, pack, shard_plan
 from agentrl_sdk.trainer.weight_sync import SyncStats, WeightSource, WeightSync, WeightSyncError
 from agentrl_sdk.trainer.worker import PolicyWorker
@@ -17,6 +17,7 @@ __all__ = [
     "WeightSource",
     "WeightSync",
     "WeightSyncError",
+    "init_ray",
     "micro_batches",
     "pack",
     "shard_plan",

@@ -68,7 +68,7 @@ class TrainerGroup:
         self.config = trainer_config or TrainerConfig()
         self.loss_config = loss_config or PolicyLossConfig()
         self._bucket_plans: dict[int, list[list[str]]] = {}
-        self._owns_ray = _init_ray(self.config)
+        self._owns_ray = init_ray(self.config)
         cfg = self.config
         try:
             _check_resources(cfg)
@@ -279,8 +279,9 @@ def _check_resources(config: TrainerConfig) -> None:
             )  # fmt: skip
 
 
-def _init_ray(config: TrainerConfig) -> bool:
-    """Initialises Ray unless it already is; True when this call started it."""
+def init_ray(config: TrainerConfig) -> bool:
+    """Initialises Ray (``config.ray_address``, or a private local cluster) unless it already
+    is; True when this call started it."""
     import ray
 
     if ray.is_initialized():

@@ -174,3 +174,19 @@ def test_staleness_must_cover_the_weight_lag():
     with pytest.raises(ValueError, match=r"max_staleness \(1\) must be at least fully_async.sync_every"):
         TrainConfig(pipeline="fully_async", fully_async={"max_staleness": 1, "sync_every": 3})
     TrainConfig(pipeline="fully_async", fully_async={"max_staleness": 2, "sync_every": 3})
+
+
+def test_engines_in_ray_actors_apart_from_the_trainer(tmp_path, trained):
+    config = _config(tmp_path, 3, max_staleness=1)
+    config.engine.ray_actors = True
+    config.engine.replicas = 2
+    result = _train(config)
+    assert result.steps == 3
+    assert [m["policy_version"] for m in result.history] == [1.0, 2.0, 3.0]  # both replicas
+    for step, samples in trained.items():
+        versions = {v for s in samples for v, m in zip(s.response_versions, s.response_mask,
+                                                       strict=True) if m}  # fmt: skip
+        assert versions and max(versions) <= step and min(versions) >= step - 1
+    import ray
+
+    assert not ray.is_initialized()  # the job started Ray for its engines and shut it down
