@@ -98,6 +98,7 @@ def _graph_with_slow_tools(seed: int = 0):
 def test_staleness_bound_holds_with_slow_and_fast_rollouts(tmp_path, trained):
     staleness = 1
     config = _config(tmp_path, 6, max_staleness=staleness)
+    config.algorithm.correction = "tis"
     job = resolve_entrypoints(config)
     result = sdk.train(_graph_with_slow_tools(), job.dataset, reward=right_tool_reward,
                        config=config, input_fn=job.input_fn)  # fmt: skip
@@ -114,6 +115,9 @@ def test_staleness_bound_holds_with_slow_and_fast_rollouts(tmp_path, trained):
     history = result.history
     assert sum(m["async/partial_rollouts"] for m in history) > 0  # some spanned a weight push
     assert max(m["staleness/max"] for m in history) <= staleness
+    # The correction saw the stale tokens: their weights under the trainer moved off 1.
+    assert all(m["train/is_weight_mean"] > 0 for m in history)
+    assert max(m["train/mismatch_kl"] for m in history) > 1e-6
 
 
 def _rows_of(samples) -> list[str]:
