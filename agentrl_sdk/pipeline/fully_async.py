@@ -28,12 +28,11 @@ from agentrl_sdk.pipeline.job import (
     finish,
     maybe_resume,
     open_job,
-    progress_bar,
     push_weights,
     rollout_config,
     save_checkpoint,
     score_rollouts,
-    step_line,
+    step_log,
     update_policies,
 )
 from agentrl_sdk.pipeline.staleness import (
@@ -245,22 +244,12 @@ async def run_fully_async(
         trainer = _Trainer(job, queue, rollouter, versions)
         rollouter.start()
         try:
-            with _stop_on_interrupt() as stop, progress_bar(console) as progress:
-                task = progress.add_task("train", total=config.max_steps, completed=start,
-                                         reward=0.0)  # fmt: skip
+            with _stop_on_interrupt() as stop, step_log(job, result, console, start) as record:
                 for step in range(start, config.max_steps):
                     if stop.is_set():
                         console.log(f"[yellow]stopping after step {step}: checkpointing the queue")
                         break
-                    metrics = await trainer.step(step)
-                    result.history.append(metrics)
-                    result.steps = step + 1
-                    if job.run:
-                        job.run.log_metrics(step, metrics)
-                    progress.update(task, advance=1, reward=metrics["reward/mean"])
-                    console.log(step_line(step, metrics))
-                    every = config.checkpoint.every
-                    if config.checkpoint.dir and every and (step + 1) % every == 0:
+                    if record(step, await trainer.step(step)):
                         result.checkpoint = await trainer.checkpoint(step + 1)
         finally:
             await rollouter.stop()

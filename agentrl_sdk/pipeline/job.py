@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -278,13 +278,33 @@ async def finish(job: Job, result: TrainResult, run: TrainingRun | None) -> Trai
     return result
 
 
-def progress_bar(console: Console) -> Progress:
-    """The terminal's progress bar of a training job."""
-    return Progress(
+@contextlib.contextmanager
+def step_log(
+    job: Job, result: TrainResult, console: Console, start: int
+) -> Iterator[Callable[[int, dict[str, float]], bool]]:
+    """A progress bar for the job's steps, and ``record(step, metrics)`` that files a finished
+    step (history, MLflow metrics, progress, terminal line) and says whether a checkpoint of
+    it is due (``checkpoint.every``)."""
+    config = job.config
+    progress = Progress(
         TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
         TextColumn("reward {task.fields[reward]:.3f}"), TimeElapsedColumn(),
         console=console, transient=True,
-    )
+    )  # fmt: skip
+    with progress:
+        task = progress.add_task("train", total=config.max_steps, completed=start, reward=0.0)
+
+        def record(step: int, metrics: dict[str, float]) -> bool:
+            result.history.append(metrics)
+            result.steps = step + 1
+            if job.run:
+                job.run.log_metrics(step, metrics)
+            progress.update(task, advance=1, reward=metrics["reward/mean"])
+            console.log(step_line(step, metrics))
+            every = config.checkpoint.every
+            return bool(config.checkpoint.dir and every and (step + 1) % every == 0)
+
+        yield record
 
 
 def step_line(step: int, m: dict[str, float]) -> str:

@@ -19,12 +19,11 @@ from agentrl_sdk.pipeline.job import (
     finish,
     maybe_resume,
     open_job,
-    progress_bar,
     push_weights,
     rollout_config,
     save_checkpoint,
     score_rollouts,
-    step_line,
+    step_log,
     update_policies,
 )
 from agentrl_sdk.rollout import arollout_batch, default_input
@@ -65,22 +64,13 @@ async def run_sync(
     ) as (job, result):  # fmt: skip
         try:
             start, _ = await maybe_resume(job, console)
-            with progress_bar(console) as progress:
-                task = progress.add_task("train", total=config.max_steps, completed=start,
-                                         reward=0.0)  # fmt: skip
+            with step_log(job, result, console, start) as record:
                 for step in range(start, config.max_steps):
                     current = pending or _start_rollouts(job, step)
                     pending = None
                     prefetch = config.prefetch_rollouts and step + 1 < config.max_steps
                     metrics, pending = await _step(job, current, prefetch=prefetch)
-                    result.history.append(metrics)
-                    result.steps = step + 1
-                    if job.run:
-                        job.run.log_metrics(step, metrics)
-                    progress.update(task, advance=1, reward=metrics["reward/mean"])
-                    console.log(step_line(step, metrics))
-                    every = config.checkpoint.every
-                    if config.checkpoint.dir and every and (step + 1) % every == 0:
+                    if record(step, metrics):
                         position = pending.position if pending else job.loader.position
                         result.checkpoint = await save_checkpoint(job, step + 1, position)
             return await finish(job, result, job.run)

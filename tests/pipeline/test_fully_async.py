@@ -175,7 +175,8 @@ def test_ctrl_c_stops_at_the_next_step_and_checkpoints_the_queue(tmp_path):
 
 
 def test_staleness_must_cover_the_weight_lag():
-    with pytest.raises(ValueError, match=r"max_staleness \(1\) must be at least fully_async.sync_every"):
+    lag = r"max_staleness \(1\) must be at least fully_async.sync_every"
+    with pytest.raises(ValueError, match=lag):
         TrainConfig(pipeline="fully_async", fully_async={"max_staleness": 1, "sync_every": 3})
     TrainConfig(pipeline="fully_async", fully_async={"max_staleness": 2, "sync_every": 3})
 

@@ -247,16 +247,23 @@ def test_two_ranks_match_single_process_reference(scenario_a, model_path):
     assert max_diff(scenario_a["states"][1], reference.state_dict()) < TOL
 
 
-def test_one_rank_micro_batched_matches_reference(ray_session, model_path):
-    reference = Reference(model_path, CONFIG_C, LOSS_C)
-    with TrainerGroup(model_path, CONFIG_C, LOSS_C) as group:
+def two_updates_match_reference(model_path, config, loss) -> list[dict[str, float]]:
+    """Two updates of a one-rank group, each equal to the reference's; their metrics."""
+    reference = Reference(model_path, config, loss)
+    metrics = []
+    with TrainerGroup(model_path, config, loss) as group:
         for step in range(2):
-            got = group.update(BATCHES[step])
+            metrics.append(group.update(BATCHES[step]))
             expected = reference.update(BATCHES[step].samples)
             assert max_diff(full_state(group), reference.state_dict()) < TOL
-            assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
-            assert got["optimizer_steps"] == 4 and got["step"] == 4 * (step + 1)
-        assert got["lr"] == pytest.approx(CONFIG_C.lr * CONFIG_C.lr_factor(7))
+            assert metrics[-1]["loss"] == pytest.approx(expected["loss"], abs=TOL)
+    return metrics
+
+
+def test_one_rank_micro_batched_matches_reference(ray_session, model_path):
+    metrics = two_updates_match_reference(model_path, CONFIG_C, LOSS_C)
+    assert [(m["optimizer_steps"], m["step"]) for m in metrics] == [(4, 4), (4, 8)]
+    assert metrics[-1]["lr"] == pytest.approx(CONFIG_C.lr * CONFIG_C.lr_factor(7))
 
 
 @pytest.mark.parametrize(
@@ -265,13 +272,7 @@ def test_one_rank_micro_batched_matches_reference(ray_session, model_path):
 def test_off_policy_corrections_match_reference(ray_session, model_path, correction, cap):
     config = CONFIG_C.model_copy(update={"recompute_old_logprobs": False})
     loss = PolicyLossConfig(correction=correction, is_cap=cap)
-    reference = Reference(model_path, config, loss)
-    with TrainerGroup(model_path, config, loss) as group:
-        for step in range(2):
-            got = group.update(BATCHES[step])
-            expected = reference.update(BATCHES[step].samples)
-            assert max_diff(full_state(group), reference.state_dict()) < TOL
-            assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
+    got = two_updates_match_reference(model_path, config, loss)[-1]
     # The recorded logprobs are random, so the weights spread and some pass the cap.
     assert got["is_capped_frac"] > 0 and got["is_weight_max"] > cap
     assert got["mismatch_kl"] > 0
