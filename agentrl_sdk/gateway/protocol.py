@@ -72,9 +72,11 @@ class ChatMessage(BaseModel):
 
     def as_dict(self) -> dict[str, Any]:
         """The message as the plain dict LangChain's ``convert_to_messages`` reads."""
-        return self.model_dump(exclude_none=True, include={
+        out = self.model_dump(exclude_none=True, include={
             "role", "content", "name", "tool_calls", "tool_call_id",
         })
+        out.setdefault("content", "")  # an assistant message with only tool calls
+        return out
 
 
 class FunctionSpec(BaseModel):
