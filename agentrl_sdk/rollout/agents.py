@@ -38,6 +38,25 @@ class AgentEndpoint(BaseModel):
     model: str = Field(MODEL_NAME, description="Model name to request.")
     rollout_id: str = Field(description="The rollout's id at the gateway.")
 
+    @property
+    def reward_url(self) -> str:
+        """Where ``POST {"value": x, "name": "..."}`` adds to a reward component."""
+        return self.base_url.removesuffix("/v1") + "/reward"
+
+    async def emit_reward(self, value: float, name: str = "reward", timeout_s: float = 30.0) -> None:
+        """Add ``value`` to this rollout's reward component ``name`` (as `sdk.emit_reward`).
+
+        Raises:
+            httpx.HTTPStatusError: The gateway refused it (closed rollout, NaN value).
+        """
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            reply = await client.post(self.reward_url, json={"value": value, "name": name},
+                                      headers=headers)
+        reply.raise_for_status()
+
     def client(self, **kwargs: Any) -> Any:
         """An ``openai.AsyncOpenAI`` client for this rollout (needs the ``openai`` package)."""
         from openai import AsyncOpenAI
