@@ -49,19 +49,20 @@ async def complete(
         seed=request.seed,
         model_name=request.model,
     )
-    runnable: Any = model
-    if request.tools:
-        tools = [t.model_dump(exclude_none=True) for t in request.tools]
-        choice = request.tool_choice
-        # Recorded, not enforced: the engine does not constrain decoding (as TokenChatModel).
-        runnable = model.bind_tools(tools, tool_choice=_choice_name(choice))
+    # ``tool_choice`` is validated but, as in TokenChatModel, not enforced: the engine does not
+    # constrain decoding.
+    tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
     recorder_token = current_recorder.set(session.recorder)
     node_token = current_node.set(NodeTag(name=node, policy=policy, trained=True))
     session.requests += 1
     try:
-        replies = await asyncio.gather(
-            *(runnable.ainvoke(messages, stop=request.stop_list()) for _ in range(request.n))
-        )
+        # The chat model's own generation path (prompt plan, engine call, parse, ledger commit)
+        # without LangChain's callback plumbing around it: no graph listens to these calls.
+        results = await asyncio.gather(*(
+            model._agenerate(messages, stop=request.stop_list(), tools=tools)
+            for _ in range(request.n)
+        ))
+        replies = [r.generations[0].message for r in results]
     except ContextBudgetExceeded as exc:
         session.fail("context_exceeded", str(exc))
         raise GatewayError(400, str(exc), code="context_length_exceeded", param="messages") from exc
@@ -81,12 +82,6 @@ def _messages(request: ChatCompletionRequest) -> list[BaseMessage]:
         return convert_to_messages([m.as_dict() for m in request.messages])
     except (ValueError, TypeError, KeyError) as exc:
         raise GatewayError(400, f"messages cannot be read: {exc}", param="messages") from exc
-
-
-def _choice_name(choice: Any) -> str | None:
-    if choice is None or isinstance(choice, str):
-        return choice
-    return choice.function.get("name")
 
 
 def _completion(model: str, replies: list[AIMessage]) -> ChatCompletion:
