@@ -75,10 +75,16 @@ class Gateway:
 
     async def start(self) -> Gateway:
         """Listen (returns once the socket accepts connections)."""
-        import uvicorn
+        try:
+            import uvicorn
 
-        from agentrl_sdk.gateway._uvicorn import InLoopServer
-        from agentrl_sdk.gateway.app import create_app
+            from agentrl_sdk.gateway._uvicorn import InLoopServer
+            from agentrl_sdk.gateway.app import create_app
+        except ImportError as exc:
+            raise AgentRLError(
+                f"the recording gateway needs FastAPI and uvicorn ({exc.name} is missing): "
+                "pip install 'agentrl-sdk[gateway]'"
+            ) from exc
 
         app = create_app(self.registry, self.config, self.api_key)
         server = InLoopServer(uvicorn.Config(

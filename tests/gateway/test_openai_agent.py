@@ -2,61 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from itertools import groupby
 
 import pytest
 from openai import AsyncOpenAI
 
 import agentrl_sdk as sdk
-from agentrl_sdk.chat.messages import to_openai_tools
 from agentrl_sdk.gateway import Gateway
-from examples.calculator.agent import build_graph, calculator
-from examples.calculator.calculator import calculate
+from examples.calculator.agent import build_graph
+from examples.openai_agent.agent import agent, calculator_agent, reward
 from tests.gateway.conftest import CALC_ROWS, RecordingEngine
 
 pytestmark = pytest.mark.slow
 GREEDY = sdk.RolloutConfig(sampling=sdk.SamplingParams(temperature=0.0, max_tokens=48))
-TOOLS = to_openai_tools([calculator])
-
-
-async def calculator_agent(client: AsyncOpenAI, row: dict, *, stream: bool = False) -> str:
-    """A plain OpenAI-SDK tool loop: call, run the tools asked for, send the results back."""
-    messages = list(row["messages"])
-    for _ in range(6):
-        if stream:
-            message = await _streamed(client, messages)
-        else:
-            reply = await client.chat.completions.create(
-                model="agentrl", messages=messages, tools=TOOLS, tool_choice="auto"
-            )
-            message = reply.choices[0].message.model_dump(exclude_none=True)
-        messages.append(message)
-        if not message.get("tool_calls"):
-            return message["content"]
-        for call in message["tool_calls"]:
-            args = json.loads(call["function"]["arguments"])
-            messages.append({"role": "tool", "tool_call_id": call["id"],
-                             "content": str(int(calculate(args["expression"])))})
-    raise AssertionError("the agent did not finish in 6 turns")
-
-
-async def _streamed(client: AsyncOpenAI, messages: list) -> dict:
-    stream = await client.chat.completions.create(
-        model="agentrl", messages=messages, tools=TOOLS, stream=True
-    )
-    content, calls = "", []
-    async for chunk in stream:
-        delta = chunk.choices[0].delta
-        content += delta.content or ""
-        for call in delta.tool_calls or []:
-            calls.append({"id": call.id, "type": "function",
-                          "function": {"name": call.function.name,
-                                       "arguments": call.function.arguments}})
-    message = {"role": "assistant", "content": content or None}
-    if calls:
-        message["tool_calls"] = calls
-    return message
 
 
 def _runs(segment):
@@ -75,10 +33,12 @@ async def test_tool_agent_trajectory_is_what_the_engine_generated(
         gateway.open("r0", row_id=row["id"])
         client = AsyncOpenAI(base_url=gateway.rollout_url("r0"), api_key=gateway.api_key,
                              max_retries=0, timeout=60)
-        answer = await calculator_agent(client, row, stream=stream)
+        conversation = await calculator_agent(client, row, stream=stream)
         traj = gateway.close("r0")
 
-    assert answer == f"The answer is {row['answer']}."
+    assert conversation[-1]["content"] == f"The answer is {row['answer']}."
+    assert reward(conversation, row, traj) == {"first_call": 0.25, "second_call": 0.25,
+                                               "answer": 0.5}
     assert traj.status == "ok" and traj.row_id == row["id"]
     # Three calls, one segment: every follow-up extended the ledger instead of re-templating.
     assert len(traj.calls) == 3 == len(engine.results)
@@ -111,13 +71,10 @@ async def test_gateway_rollout_equals_the_langgraph_rollout(calc_engine, qwen_to
     (graph_traj,) = await sdk.arollout(build_graph(), row, calc_engine, tokenizer=qwen_tokenizer,
                                        config=GREEDY)
 
-    async def agent(endpoint, row):
-        return await calculator_agent(endpoint.client(max_retries=0, timeout=60), row)
-
     (agent_traj,) = await sdk.arollout(agent, row, calc_engine, tokenizer=qwen_tokenizer,
                                        config=GREEDY)
     assert agent_traj.status == "ok", agent_traj.error
-    assert agent_traj.final_state == f"The answer is {row['answer']}."
+    assert agent_traj.final_state[-1]["content"] == f"The answer is {row['answer']}."
     fields = {"prompt_ids", "response_ids", "response_mask", "response_versions", "num_calls"}
     assert [s.model_dump(include=fields) for s in agent_traj.segments] == [
         s.model_dump(include=fields) for s in graph_traj.segments
