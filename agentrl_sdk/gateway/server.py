@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.config import RolloutConfig
@@ -64,10 +66,22 @@ class Gateway:
         return f"{self.url}/rollouts/{rollout_id}/v1"
 
     def open(
-        self, rollout_id: str | None = None, *, row_id: str = "", sample_index: int = 0
+        self,
+        rollout_id: str | None = None,
+        *,
+        row_id: str = "",
+        sample_index: int = 0,
+        record_events: bool = False,
     ) -> RolloutSession:
-        """Open a rollout; its calls are recorded until `close`."""
-        return self.registry.open(rollout_id, row_id=row_id, sample_index=sample_index)
+        """Open a rollout; its calls are recorded until `close`.
+
+        ``record_events`` times every engine call into ``Trajectory.events`` (for its trace).
+        """
+        recorder = None
+        if record_events:
+            recorder = self._recorder(rollout_id or uuid.uuid4().hex, events=EventLog())
+            rollout_id = recorder.rollout_id
+        return self.registry.open(rollout_id, recorder, row_id=row_id, sample_index=sample_index)
 
     def close(self, rollout_id: str) -> Trajectory:
         """Close a rollout and return its trajectory; later calls with its id get a 404."""
@@ -126,9 +140,9 @@ class Gateway:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def _recorder(self, rollout_id: str) -> RolloutRecorder:
+    def _recorder(self, rollout_id: str, events: EventLog | None = None) -> RolloutRecorder:
         rollout = self.rollout
         return RolloutRecorder(
             self.engine, self.template, chat=rollout.chat, sampling=rollout.sampling,
-            rollout_id=rollout_id, default_trainable=rollout.default_trainable,
+            rollout_id=rollout_id, default_trainable=rollout.default_trainable, events=events,
         )

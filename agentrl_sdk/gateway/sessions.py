@@ -44,6 +44,7 @@ class RolloutSession:
             error=self.error,
             rewards={k: float(v) for k, v in recorder.rewards.items()},
             metrics={k: float(v) for k, v in recorder.metrics.items()},
+            events=recorder.events.finish() if recorder.events is not None else [],
         )
 
 

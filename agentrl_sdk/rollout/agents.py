@@ -97,14 +97,17 @@ async def run_agent(
     sample_index: int,
     gateway: Gateway,
     config: RolloutConfig,
+    record_events: bool = False,
 ) -> Trajectory:
     """One rollout of ``agent_fn`` on ``row`` through ``gateway``.
 
     A failure the gateway saw (context budget, engine) decides the status even when the agent
     then raised because of it; an agent that raised on its own ends as ``graph_error``.
+    ``record_events`` times the engine calls into ``Trajectory.events`` (for its trace).
     """
     rollout_id = uuid.uuid4().hex  # URL-safe, and never reused by a later rollout
-    session = gateway.open(rollout_id, row_id=row_id, sample_index=sample_index)
+    session = gateway.open(rollout_id, row_id=row_id, sample_index=sample_index,
+                           record_events=record_events)
     endpoint = AgentEndpoint(
         base_url=gateway.rollout_url(rollout_id), api_key=gateway.api_key, rollout_id=rollout_id
     )

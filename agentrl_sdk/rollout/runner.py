@@ -121,7 +121,8 @@ async def arollout_batch(
         async with gate:
             target = _agent_fn_of(graph, row) if gateway is not None else None
             if target is not None:
-                return await run_agent(target, row, row_id_of(row), index, gateway, config)
+                return await run_agent(target, row, row_id_of(row), index, gateway, config,
+                                       record_events)
             return await _run_one(
                 graph, row, index, engine, template, config, input_fn, record_events
             )

@@ -139,3 +139,21 @@ async def test_auth_can_be_turned_off_and_rollouts_opened_over_http(random_engin
         await client.chat.completions.create(model="agentrl", messages=HELLO)
         assert len(gw.close(opened["rollout_id"]).calls) == 1
     assert [m["id"] for m in models["data"]] == ["agentrl"]
+
+
+async def test_agent_rollouts_record_engine_events_for_traces(random_engine, qwen_tokenizer):
+    async def agent(endpoint, row):
+        client = endpoint.client(max_retries=0, timeout=30)
+        for _ in range(2):
+            await client.chat.completions.create(model=endpoint.model, messages=row["messages"])
+        raise RuntimeError("the agent gave up")
+
+    row = {"id": "row-1", "messages": HELLO}
+    traced, second = await sdk.arollout(agent, row, random_engine, tokenizer=qwen_tokenizer,
+                                       n=2, config=SMALL, record_events=True)
+    assert traced.status == "graph_error" and "gave up" in traced.error
+    assert (traced.row_id, traced.sample_index, second.sample_index) == ("row-1", 0, 1)
+    assert len(traced.calls) == 2  # the calls made before the agent raised are kept
+    engine_events = [e for e in traced.events if e.kind == "engine"]
+    assert [e.call_index for e in engine_events] == [0, 1]
+    assert all(e.end_ns >= e.start_ns for e in engine_events)
