@@ -38,10 +38,11 @@ async def complete(
     """Answer ``request`` for the rollout ``session`` with ``request.n`` recorded calls.
 
     Raises:
-        GatewayError: 400 for messages that cannot be templated, a bad ``stop`` or a prompt
-            past the context budget; 503 when the engine fails or times out.
+        GatewayError: 400 for messages that cannot be read, a multi-token ``stop`` or a
+            prompt past the context budget; 503 when the engine fails or times out.
     """
     messages = _messages(request)
+    _check_stop(session, request.stop_list())
     model = TokenChatModel(
         temperature=request.temperature,
         top_p=request.top_p,
@@ -69,12 +70,18 @@ async def complete(
     except EngineError as exc:
         session.fail("engine_error", str(exc))
         raise GatewayError(503, str(exc), type="server_error", code="engine_error") from exc
-    except ValueError as exc:  # a stop string the token engine cannot stop on
-        raise GatewayError(400, str(exc), param="stop") from exc
     finally:
         current_node.reset(node_token)
         current_recorder.reset(recorder_token)
     return _completion(request.model, replies)
+
+
+def _check_stop(session: RolloutSession, stop: list[str] | None) -> None:
+    """The token engine stops on single tokens only (e.g. ``<|im_end|>``), not on strings."""
+    for text in stop or []:
+        if len(session.recorder.template.encode(text)) != 1:
+            raise GatewayError(400, f"stop string {text!r} is not a single token; this gateway "
+                               "stops on single tokens only (such as '<|im_end|>')", param="stop")
 
 
 def _messages(request: ChatCompletionRequest) -> list[BaseMessage]:

@@ -95,6 +95,13 @@ async def test_too_long_context_is_a_400_and_marks_the_rollout(gateway):
     assert traj.status == "context_exceeded" and "64 tokens" in traj.error
 
 
+async def test_stop_must_be_single_tokens(gateway):
+    body = {"model": "agentrl", "messages": HELLO}
+    assert _error(await _post(gateway, {**body, "stop": "two words"}), 400)["param"] == "stop"
+    ok = await _post(gateway, {**body, "stop": ["<|im_end|>"]})
+    assert ok.status_code == 200, ok.text
+
+
 async def test_unknown_or_closed_rollout_and_missing_header(gateway):
     body = {"model": "agentrl", "messages": HELLO}
     assert _error(await _post(gateway, body, "/rollouts/nope/v1/chat/completions"),
