@@ -14,8 +14,9 @@ prefix checks, tokenization, parsing, ledger) and the JSON response. Figures:
   identical). This is the cost next to a GPU or remote engine.
 - `gateway_overhead_in_process_ms`: time outside `generate` with the real in-process engine
   on the same 2 cores (its forward passes also slow the Python around them).
-- `adapter_share_ms`: the same replayed calls made directly through `TokenChatModel` with no
-  HTTP in between: the part of the gateway's overhead that any recorded call pays.
+- `direct_chat_model_ms`: the same replayed calls made in-process through
+  `TokenChatModel.ainvoke` (as a LangGraph node makes them, LangChain's plumbing included),
+  for reference: what a recorded call costs with no HTTP in between.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ async def main(quick: bool) -> None:
     write_result("gateway", {
         "gateway_overhead_ms": figure(replayed),
         "gateway_overhead_in_process_ms": figure(in_process),
-        "adapter_share_ms": figure(adapter),
+        "direct_chat_model_ms": figure(adapter),
     })
 
 
