@@ -1,7 +1,9 @@
 """Train the OpenAI-SDK calculator agent on this CPU: ``python -m examples.openai_agent.train``.
 
 The same pipeline as a LangGraph agent (rollouts, GRPO, FSDP2 update, weight sync); only the
-rollouts differ: each runs `agent` against its own gateway URL.
+rollouts differ: each runs `agent` against its own gateway URL. The tiny warm-started policy
+makes the right calls but rarely the right arithmetic (as under the LangGraph version of the
+task), so a short run shows the mechanics rather than a rising reward.
 """
 
 from __future__ import annotations
