@@ -20,8 +20,7 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from agentrl_sdk.types import SamplingParams  # noqa: E402
 from integrations.verl import VerlServerEngine  # noqa: E402
-from tests.gateway.conftest import CALC_ROWS  # noqa: E402
-from tests.rollout.conftest import calc_engine  # noqa: E402, F401 - shared fixture
+from tests.gateway.conftest import CALC_ROWS, calc_engine  # noqa: E402, F401 - cached policy
 
 pytestmark = pytest.mark.slow
 RESPONSE_LENGTH = 256
