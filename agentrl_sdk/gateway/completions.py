@@ -59,11 +59,10 @@ async def complete(
     try:
         # The chat model's own generation path (prompt plan, engine call, parse, ledger commit)
         # without LangChain's callback plumbing around it: no graph listens to these calls.
-        results = await asyncio.gather(*(
-            model._agenerate(messages, stop=request.stop_list(), tools=tools)
+        replies = await asyncio.gather(*(
+            _generate(session, model, messages, request.stop_list(), tools)
             for _ in range(request.n)
         ))
-        replies = [r.generations[0].message for r in results]
     except ContextBudgetExceeded as exc:
         session.fail("context_exceeded", str(exc))
         raise GatewayError(400, str(exc), code="context_length_exceeded", param="messages") from exc
@@ -74,6 +73,20 @@ async def complete(
         current_node.reset(node_token)
         current_recorder.reset(recorder_token)
     return _completion(request.model, replies)
+
+
+async def _generate(
+    session: RolloutSession,
+    model: TokenChatModel,
+    messages: list[BaseMessage],
+    stop: list[str] | None,
+    tools: list[dict[str, Any]] | None,
+) -> AIMessage:
+    start_ns = time.time_ns()
+    result = await model._agenerate(messages, stop=stop, tools=tools)
+    reply = result.generations[0].message
+    session.record_llm_event(reply.response_metadata["request_id"], start_ns)
+    return reply
 
 
 def _check_stop(session: RolloutSession, stop: list[str] | None) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentrl_sdk.chat.recorder import RolloutRecorder
-from agentrl_sdk.types import Trajectory, TrajectoryStatus
+from agentrl_sdk.types import RolloutEvent, Trajectory, TrajectoryStatus
 
 
 class UnknownRolloutError(KeyError):
@@ -31,6 +32,26 @@ class RolloutSession:
         """Remember the first failure; the trajectory reports it."""
         if self.status == "ok":
             self.status, self.error = status, error
+
+    def record_llm_event(self, request_id: str, start_ns: int) -> None:
+        """Time the call ``request_id`` as an LLM event around its engine event (traced
+        rollouts only), so its trace span carries the call's token ids like a graph's."""
+        events = self.recorder.events
+        if events is None:
+            return
+        calls = self.recorder.ledger.calls
+        index = next((i for i in reversed(range(len(calls)))
+                      if calls[i].request_id == request_id), None)
+        if index is None:
+            return
+        llm = RolloutEvent(kind="llm", name=f"llm · {calls[index].node}", id=f"llm-{index}",
+                           start_ns=start_ns, end_ns=time.time_ns(), call_index=index)
+        position = len(events.events)
+        for i, event in enumerate(events.events):
+            if event.kind == "engine" and event.call_index == index:
+                event.parent_id, position = llm.id, i
+                break
+        events.events.insert(position, llm)  # before its engine event: parents come first
 
     def trajectory(self) -> Trajectory:
         """The rollout as the pipeline trains on it: the ledger's segments and calls."""

@@ -161,6 +161,17 @@ async def test_agent_rollouts_record_engine_events_for_traces(random_engine, qwe
     assert traced.status == "graph_error" and "gave up" in traced.error
     assert (traced.row_id, traced.sample_index, second.sample_index) == ("row-1", 0, 1)
     assert len(traced.calls) == 2  # the calls made before the agent raised are kept
-    engine_events = [e for e in traced.events if e.kind == "engine"]
-    assert [e.call_index for e in engine_events] == [0, 1]
-    assert all(e.end_ns >= e.start_ns for e in engine_events)
+    # Each call is an LLM event holding its engine event, as in a graph's rollout.
+    assert [(e.kind, e.call_index) for e in traced.events] == [
+        ("llm", 0), ("engine", 0), ("llm", 1), ("engine", 1)
+    ]
+    llm, engine = traced.events[:2]
+    assert engine.parent_id == llm.id and llm.start_ns <= engine.start_ns <= engine.end_ns
+    # The MLflow trace builder turns it into spans carrying the call's token ids.
+    from agentrl_sdk.tracing.traces import build_trace
+
+    _, spans = build_trace(traced, experiment_id="0", step=0, tokenizer=qwen_tokenizer)
+    names = [span.name for span in spans]
+    assert names[0].startswith("rollout row-1#0") and names.count("llm · agent · turn 0") == 1
+    llm_span = spans[names.index("llm · agent · turn 0")]
+    assert llm_span.attributes["agentrl.response_ids"] == traced.calls[0].response_ids
