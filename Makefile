@@ -19,6 +19,17 @@ $(VENV)/.installed-vllm: $(VENV)/.installed
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $@
 
+# verl's agent-loop contract for integrations/verl, without verl's heavy dependencies (its
+# pins would fight ours): the few modules `verl.experimental.agent_loop` imports on a CPU
+# machine, --no-deps. The wheel also ships a top-level `tests` package that would shadow
+# ours: it goes.
+VERL_NO_DEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 codetiming==1.4.0 \
+	hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3
+$(VENV)/.installed-verl: $(VENV)/.installed-vllm
+	$(PY) -m pip install -q --no-deps $(VERL_NO_DEPS)
+	$(PY) -c "import pathlib, shutil, sysconfig; shutil.rmtree(pathlib.Path(sysconfig.get_paths()['purelib'], 'tests'), ignore_errors=True)"
+	touch $@
+
 setup: $(VENV)/.installed
 
 demo: setup
@@ -27,7 +38,7 @@ demo: setup
 rollout-demo: setup
 	$(PY) -m examples.calculator.rollout_demo
 
-test: $(VENV)/.installed-vllm
+test: $(VENV)/.installed-verl
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -m "slow or not slow" -q
 
@@ -35,6 +46,7 @@ bench: setup
 	$(PY) -m pip install -q -e '.[test,bench]'
 	$(PY) benchmarks/engine.py --quick
 	$(PY) benchmarks/overhead.py --quick
+	$(PY) benchmarks/gateway.py --quick
 	$(PY) benchmarks/vs_trl.py --quick
 	$(MAKE) $(VENV)/.installed-vllm
 	$(PY) benchmarks/engines.py --quick

@@ -13,7 +13,7 @@ from agentrl_sdk.graph import (
     trainable,
 )
 from agentrl_sdk.pipeline import TrainConfig, TrainResult
-from agentrl_sdk.rollout import arollout, arollout_batch, rollout
+from agentrl_sdk.rollout import AgentEndpoint, arollout, arollout_batch, rollout
 from agentrl_sdk.tools import RLTool
 from agentrl_sdk.types import (
     GenerateResult,
@@ -26,6 +26,7 @@ from agentrl_sdk.types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentEndpoint",
     "AgentRLError",
     "ChatConfig",
     "ChatTemplate",

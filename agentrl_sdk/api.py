@@ -62,12 +62,17 @@ def train(
     sync to the engine, MLflow metrics and checkpoints — ``max_steps`` times.
 
     Args:
-        graph: A compiled LangGraph graph, or ``{agent_name: graph}``: each row then runs the
-            graph its ``agent_name`` names (``"default"`` when it has none).
+        graph: A compiled LangGraph graph; or an agent function ``agent(endpoint, row)``
+            (async, or sync and run in a thread) that sends OpenAI chat completions to
+            ``endpoint.base_url`` with ``endpoint.api_key``: its calls are recorded by the
+            gateway (see `AgentEndpoint`); or ``{agent_name: graph_or_agent}``: each row then
+            runs the one its ``agent_name`` names (``"default"`` when it has none).
         dataset: Dict rows, a JSONL/parquet path, or a HF ``Dataset``; verl-format rows
             (``prompt``, ``reward_model``, ``extra_info.tools_kwargs``...) are validated and a
             bad one is reported by index and field, then skipped (``data.on_bad_row``).
-        reward: ``reward(final_state, row, trajectory)`` -> float or named components.
+        reward: ``reward(final_state, row, trajectory)`` -> float or named components (an
+            agent function's return value is its ``final_state``; rewards it posts to the
+            gateway's ``/rollouts/<id>/reward`` add up with it).
         config: A `TrainConfig`, a dict, or a YAML path.
         input_fn: Row -> graph input (default: the row's ``messages``/``prompt``).
     """

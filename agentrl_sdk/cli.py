@@ -1,4 +1,4 @@
-"""The ``agentrl`` command: train, inspect rollouts and their MLflow traces, build tiny models."""
+"""The ``agentrl`` command: train, serve the recording gateway, inspect rollouts and traces, build tiny models."""
 
 from __future__ import annotations
 
@@ -56,6 +56,53 @@ def train(
     curve = ", ".join(f"{m['reward/mean']:.3f}" for m in result.history)
     console.print(f"reward per step: {curve}")
     console.print(f"MLflow run {result.run_id} · final model {result.final_model}")
+
+
+@app.command()
+def gateway(
+    model_dir: Annotated[Path, typer.Argument(help="Local model folder (save_pretrained, with tokenizer).")],
+    backend: Annotated[str, typer.Option(help="Engine backend: torch, vllm or vllm-server.")] = "torch",
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0: a free one).")] = 8000,
+    api_key: Annotated[str | None, typer.Option(envvar="AGENTRL_GATEWAY_API_KEY", help="Bearer token (default: a random one, printed).")] = None,
+    auth: Annotated[bool, typer.Option(help="Require the bearer token.")] = True,
+    model_name: Annotated[str, typer.Option(help="Model name clients ask for.")] = "agentrl",
+    max_tokens: Annotated[int, typer.Option(help="Default most tokens per answer.")] = 256,
+    temperature: Annotated[float, typer.Option(help="Default sampling temperature.")] = 1.0,
+    max_context_tokens: Annotated[int, typer.Option(help="Prompt plus answer budget per call.")] = 4096,
+) -> None:
+    """Serve MODEL_DIR as an OpenAI-compatible API that records every call token by token.
+
+    Each rollout has its own base URL, ``/rollouts/<id>/v1`` (any new id opens a rollout), or
+    sends ``X-Rollout-Id`` to ``/v1``; ``POST /rollouts/<id>/reward`` adds a reward and
+    ``DELETE /rollouts/<id>`` closes it and returns its trajectory (ids, masks, logprobs).
+    """
+    import asyncio
+
+    from agentrl_sdk.config import ChatConfig, RolloutConfig
+    from agentrl_sdk.gateway import GatewayConfig
+    from agentrl_sdk.gateway.standalone import serve_model
+    from agentrl_sdk.types import SamplingParams
+
+    config = GatewayConfig(host=host, port=port, auth=auth, api_key=api_key if auth else None,
+                           models={model_name: "default"}, open_on_first_call=True)
+    rollout = RolloutConfig(
+        sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature),
+        chat=ChatConfig(max_context_tokens=max_context_tokens),
+    )
+
+    def ready(gw) -> None:
+        console.print(f"recording gateway on [bold]{gw.url}[/] · model {model_name!r} · "
+                      f"base URL {gw.rollout_url('<rollout-id>')} · Ctrl-C stops")
+        if gw.api_key and api_key is None:
+            console.print(f"API key: {gw.api_key}")
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        asyncio.run(serve_model(str(model_dir), backend=backend, config=config, rollout=rollout,
+                                on_ready=ready))
+    except KeyboardInterrupt:
+        pass
 
 
 DEFAULT_URI = "sqlite:///mlflow.db"

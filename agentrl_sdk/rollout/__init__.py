@@ -1,5 +1,6 @@
-"""Concurrent rollouts of a graph over dataset rows."""
+"""Concurrent rollouts of a graph (or an OpenAI-speaking agent function) over dataset rows."""
 
+from agentrl_sdk.rollout.agents import AgentEndpoint, AgentFn, is_agent_fn
 from agentrl_sdk.rollout.runner import (
     arollout,
     arollout_batch,
@@ -8,4 +9,13 @@ from agentrl_sdk.rollout.runner import (
     row_id_of,
 )
 
-__all__ = ["arollout", "arollout_batch", "default_input", "rollout", "row_id_of"]
+__all__ = [
+    "AgentEndpoint",
+    "AgentFn",
+    "is_agent_fn",
+    "arollout",
+    "arollout_batch",
+    "default_input",
+    "rollout",
+    "row_id_of",
+]

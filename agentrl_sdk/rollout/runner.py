@@ -16,6 +16,7 @@ from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
+from agentrl_sdk.rollout.agents import build_gateway, is_agent_fn, run_agent, uses_agent_fns
 from agentrl_sdk.tools import ToolSession, current_tool_session, tools_kwargs_of
 from agentrl_sdk.types import Trajectory, TrajectoryStatus
 
@@ -75,8 +76,10 @@ async def arollout(
     """Run ``graph`` ``n`` times on ``row`` concurrently and return one trajectory per run.
 
     Args:
-        graph: A compiled LangGraph graph (anything with ``ainvoke``), or a mapping of
-            ``agent_name`` to graph (see `select_graph`).
+        graph: A compiled LangGraph graph (anything with ``ainvoke``), an agent function
+            ``agent(endpoint, row)`` that speaks OpenAI chat completions to
+            ``endpoint.base_url`` (see `agentrl_sdk.rollout.agents`), or a mapping of
+            ``agent_name`` to either (see `select_graph`).
         row: The dataset row; ``input_fn`` turns it into the graph's input.
         engine: The engine, or one engine per policy name.
         tokenizer: The policy model's tokenizer (its chat template renders prompts).
@@ -111,15 +114,34 @@ async def arollout_batch(
     samples = n or config.n
     template = ChatTemplate(tokenizer)
     gate = asyncio.Semaphore(config.concurrency)
+    # Agent functions reach the engines through a recording gateway, up for this batch only.
+    gateway = build_gateway(engine, template, config) if uses_agent_fns(graph) else None
 
     async def one(row: Row, index: int) -> Trajectory:
         async with gate:
+            target = _agent_fn_of(graph, row) if gateway is not None else None
+            if target is not None:
+                return await run_agent(target, row, row_id_of(row), index, gateway, config,
+                                       record_events)
             return await _run_one(
                 graph, row, index, engine, template, config, input_fn, record_events
             )
 
     jobs = [one(row, i) for row in rows for i in range(samples)]
-    return list(await asyncio.gather(*jobs))
+    if gateway is None:
+        return list(await asyncio.gather(*jobs))
+    async with gateway:
+        return list(await asyncio.gather(*jobs))
+
+
+def _agent_fn_of(graph: Any, row: Row) -> Any:
+    """The row's target if it is an agent function; None for a graph or an unknown agent
+    (the graph path reports that one)."""
+    try:
+        target = select_graph(graph, row)
+    except KeyError:
+        return None
+    return target if is_agent_fn(target) else None
 
 
 def rollout(

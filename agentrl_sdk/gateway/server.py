@@ -1,0 +1,148 @@
+"""`Gateway`: the recording gateway served by uvicorn inside the caller's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from agentrl_sdk.chat.events import EventLog
+from agentrl_sdk.chat.recorder import RolloutRecorder
+from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.config import RolloutConfig
+from agentrl_sdk.errors import AgentRLError
+from agentrl_sdk.gateway.config import GatewayConfig
+from agentrl_sdk.gateway.sessions import RolloutSession, SessionRegistry
+from agentrl_sdk.types import Trajectory
+
+if TYPE_CHECKING:
+    from agentrl_sdk.engines.base import Engine
+
+
+class Gateway:
+    """An OpenAI-compatible server whose every call is recorded into a rollout's token ledger.
+
+    The server runs as a task on the event loop that calls `start` (the engines may be awaited
+    from any loop), so rollouts opened and closed here need no locking.
+
+    Args:
+        engine: The engine, or one engine per policy (``config.models`` maps names to policies).
+        tokenizer: The policy model's tokenizer (its chat template renders prompts).
+        config: Host, port, auth and served model names.
+        rollout: Sampling defaults, context budget and timeouts of every call.
+    """
+
+    def __init__(
+        self,
+        engine: Engine | Mapping[str, Engine],
+        tokenizer: Any,
+        *,
+        config: GatewayConfig | None = None,
+        rollout: RolloutConfig | None = None,
+    ) -> None:
+        self.engine = engine
+        self.template = tokenizer if isinstance(tokenizer, ChatTemplate) else ChatTemplate(tokenizer)
+        self.config = config or GatewayConfig()
+        self.rollout = rollout or RolloutConfig()
+        self.api_key = (self.config.api_key or secrets.token_urlsafe(24)) if self.config.auth else None
+        self.registry = SessionRegistry(
+            self._recorder, open_on_first_call=self.config.open_on_first_call
+        )
+        self._server: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's root URL (``http://127.0.0.1:PORT``)."""
+        if self.port is None:
+            raise AgentRLError("the gateway is not started: await gateway.start() first")
+        return f"http://{self.config.host}:{self.port}"
+
+    def rollout_url(self, rollout_id: str) -> str:
+        """The OpenAI base URL of one rollout (``.../rollouts/<id>/v1``)."""
+        return f"{self.url}/rollouts/{rollout_id}/v1"
+
+    def open(
+        self,
+        rollout_id: str | None = None,
+        *,
+        row_id: str = "",
+        sample_index: int = 0,
+        record_events: bool = False,
+    ) -> RolloutSession:
+        """Open a rollout; its calls are recorded until `close`.
+
+        ``record_events`` times every engine call into ``Trajectory.events`` (for its trace).
+        """
+        recorder = None
+        if record_events:
+            recorder = self._recorder(rollout_id or uuid.uuid4().hex, events=EventLog())
+            rollout_id = recorder.rollout_id
+        return self.registry.open(rollout_id, recorder, row_id=row_id, sample_index=sample_index)
+
+    def close(self, rollout_id: str) -> Trajectory:
+        """Close a rollout and return its trajectory; later calls with its id get a 404."""
+        return self.registry.close(rollout_id).trajectory()
+
+    async def start(self) -> Gateway:
+        """Listen (returns once the socket accepts connections)."""
+        try:
+            import uvicorn
+
+            from agentrl_sdk.gateway._uvicorn import InLoopServer
+            from agentrl_sdk.gateway.app import create_app
+        except ImportError as exc:
+            raise AgentRLError(
+                f"the recording gateway needs FastAPI and uvicorn ({exc.name} is missing): "
+                "pip install 'agentrl-sdk[gateway]'"
+            ) from exc
+
+        app = create_app(self.registry, self.config, self.api_key)
+        server = InLoopServer(uvicorn.Config(
+            app, host=self.config.host, port=self.config.port, log_level="warning",
+            access_log=False, lifespan="off",
+        ))
+        self._server = server
+        self._task = asyncio.create_task(server.serve(), name="agentrl-gateway")
+        deadline = asyncio.get_running_loop().time() + self.config.start_timeout_s
+        while not server.started:
+            if self._task.done():
+                await self._task  # raises the reason it stopped (e.g. port in use)
+                raise AgentRLError(f"the gateway stopped while starting on {self.config.host}")
+            if asyncio.get_running_loop().time() > deadline:
+                await self.stop()
+                raise AgentRLError(
+                    f"the gateway did not listen within {self.config.start_timeout_s}s"
+                )
+            await asyncio.sleep(0.005)
+        self.port = server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop listening; connections still open are closed after ``timeout_s``."""
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout=timeout_s)
+        except TimeoutError:
+            self._server.force_exit = True
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._server = self._task = None
+
+    async def __aenter__(self) -> Gateway:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def _recorder(self, rollout_id: str, events: EventLog | None = None) -> RolloutRecorder:
+        rollout = self.rollout
+        return RolloutRecorder(
+            self.engine, self.template, chat=rollout.chat, sampling=rollout.sampling,
+            rollout_id=rollout_id, default_trainable=rollout.default_trainable, events=events,
+        )

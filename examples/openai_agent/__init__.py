@@ -1,0 +1,1 @@
+"""An agent written with the OpenAI SDK (no LangChain), trained through the recording gateway."""

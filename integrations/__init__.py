@@ -1,0 +1,1 @@
+"""Bridges from other systems to agentrl_sdk (built on its public API; never imported by it)."""
