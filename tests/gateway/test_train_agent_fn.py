@@ -13,7 +13,8 @@ pytestmark = pytest.mark.slow
 ROWS = [{"id": f"q{i}", "question": f"Say something about {i}."} for i in range(2)]
 
 
-def test_agent_function_trains_through_the_gateway(tmp_path):
+@pytest.mark.parametrize("pipeline", ["sync", "fully_async"])
+def test_agent_function_trains_through_the_gateway(tmp_path, pipeline):
     posted: list[float] = []
 
     async def agent(endpoint: sdk.AgentEndpoint, row: dict) -> str:
@@ -41,6 +42,8 @@ def test_agent_function_trains_through_the_gateway(tmp_path):
         "max_steps": 2,
         "checkpoint": {"dir": str(tmp_path / "ckpt")},
         "tracking": {"enabled": False},
+        "pipeline": pipeline,  # fully_async rolls out each group through its own gateway
+        "fully_async": {"max_staleness": 0},
     })
     result = sdk.train(agent, ROWS, reward, config)
 
