@@ -4,6 +4,7 @@ every call but the last is followed by a tool that waits ``latency_s`` (an API, 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from typing import Annotated, Any, TypedDict
 
@@ -49,15 +50,18 @@ def build_graph(latency_s: float) -> Any:
 
 
 def long_tail_rows(
-    count: int, seed: int = 0, *, calls: int | None = None, max_tokens: int = 48
+    count: int, seed: int = 0, *, calls: int | None = None, max_tokens: int = 48,
+    median_tokens: float = 10.0,
 ) -> list[dict[str, Any]]:
-    """The demo's questions, each with a long-tailed token budget per call (lognormal, median
-    ~10, capped at ``max_tokens``) and number of calls (1, 2 or 6; or exactly ``calls``)."""
+    """The demo's questions, each with a long-tailed token budget per call (lognormal around
+    ``median_tokens``, capped at ``max_tokens``) and number of calls (1, 2 or 6; or exactly
+    ``calls``)."""
     rng = random.Random(seed)
     rows = make_rows(count, seed=seed)
     for row in rows:
         row["calls"] = calls or rng.choices([1, 2, 6], weights=[6, 3, 1])[0]
-        row["max_tokens"] = min(max_tokens, max(4, int(rng.lognormvariate(2.3, 0.9))))
+        budget = rng.lognormvariate(math.log(median_tokens), 0.9)
+        row["max_tokens"] = min(max_tokens, max(4, int(budget)))
     return rows
 
 
