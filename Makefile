@@ -48,6 +48,8 @@ bench: setup
 	$(PY) benchmarks/overhead.py --quick
 	$(PY) benchmarks/gateway.py --quick
 	$(PY) benchmarks/vs_trl.py --quick
+	$(PY) benchmarks/async_vs_sync.py --quick
+	$(PY) benchmarks/tool_latency.py --quick
 	$(MAKE) $(VENV)/.installed-vllm
 	$(PY) benchmarks/engines.py --quick
 	$(PY) benchmarks/tracing.py --quick
