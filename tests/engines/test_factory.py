@@ -29,7 +29,7 @@ def test_replicas_build_a_pool_of_engines() -> None:
 def test_engine_config_defaults_to_one_torch_engine() -> None:
     config = TrainConfig().engine
     assert (config.backend, config.replicas) == ("torch", 1)
-    assert config.create_kwargs() == {"replicas": 1, "max_batch_size": 64}
+    assert config.create_kwargs() == {"replicas": 1, "ray_actors": False, "max_batch_size": 64}
     server = EngineConfig(backend="vllm-server", url="http://127.0.0.1:8000",
                           options={"start_timeout_s": 60})  # fmt: skip
     assert server.create_kwargs()["url"] == "http://127.0.0.1:8000"
