@@ -225,8 +225,8 @@ async def _update(policy: Policy, step: int, samples: list) -> dict[str, float]:
 def _log_traces(
     job: _Job, run: TrainingRun, step: int, trajectories: list[Trajectory], samples: list[Sample]
 ) -> dict[str, float]:
-    """Trace the step's sampled rollouts: built here, written on the run's writer thread while
-    the trainer updates (the trainer runs in its own processes)."""
+    """Trace the step's sampled rollouts: built here, written by the run's writer process while
+    the trainer updates and the next rollouts run (off this process's GIL)."""
     started = time.perf_counter()
     tracking = job.config.tracking
     ids = run.log_traces(
@@ -235,6 +235,7 @@ def _log_traces(
         background=True,
     )
     return {"traces/logged": float(len(ids)), "traces/write_errors": float(run.trace_write_errors),
+            "traces/lost": float(run.traces_lost),
             "time/traces_build_s": time.perf_counter() - started}
 
 
