@@ -182,8 +182,8 @@ async def update_policy(policy: Policy, step: int, samples: list) -> dict[str, f
 def log_traces(
     job: Job, run: TrainingRun, step: int, trajectories: list[Trajectory], samples: list[Sample]
 ) -> dict[str, float]:
-    """Trace the step's sampled rollouts: built here, written on the run's writer thread while
-    the trainer updates (the trainer runs in its own processes)."""
+    """Trace the step's sampled rollouts: built here, written by the run's writer process while
+    the trainer updates and the next rollouts run (off this process's GIL)."""
     started = time.perf_counter()
     tracking = job.config.tracking
     ids = run.log_traces(
@@ -192,6 +192,7 @@ def log_traces(
         background=True,
     )
     return {"traces/logged": float(len(ids)), "traces/write_errors": float(run.trace_write_errors),
+            "traces/lost": float(run.traces_lost),
             "time/traces_build_s": time.perf_counter() - started}
 
 

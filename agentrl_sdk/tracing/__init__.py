@@ -6,22 +6,29 @@ from agentrl_sdk.tracing.render import legend, render_segment, render_trace, ren
 from agentrl_sdk.tracing.server import MlflowServer, trace_url
 from agentrl_sdk.tracing.traces import (
     RolloutCredit,
+    TracePayload,
     TraceSampling,
     build_trace,
+    build_trace_payload,
     rollout_credit,
     select_rollouts,
+    trace_entities,
     trace_tags,
     write_traces,
 )
+from agentrl_sdk.tracing.writer import TraceWriter
 from agentrl_sdk.tracing.view import TraceView, load_trace_view, search_rollout_traces
 
 __all__ = [
     "MlflowServer",
     "RolloutCredit",
+    "TracePayload",
     "TraceSampling",
     "TraceView",
+    "TraceWriter",
     "TrainingRun",
     "build_trace",
+    "build_trace_payload",
     "flatten",
     "legend",
     "load_trace_view",
@@ -32,6 +39,7 @@ __all__ = [
     "rollout_credit",
     "search_rollout_traces",
     "select_rollouts",
+    "trace_entities",
     "trace_html",
     "trace_tags",
     "trace_url",

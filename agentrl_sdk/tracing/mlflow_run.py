@@ -7,17 +7,17 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from agentrl_sdk.tracing.traces import (
     RolloutCredit,
     TraceSampling,
-    build_trace,
+    build_trace_payload,
     select_rollouts,
     write_traces,
 )
+from agentrl_sdk.tracing.writer import CLOSE_TIMEOUT_S, TraceWriter
 from agentrl_sdk.types import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -69,9 +69,7 @@ class TrainingRun:
         self.run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
         self.experiment_id = experiment_id
         self.tracking_uri = tracking_uri
-        self.trace_write_errors = 0
-        self._writer: ThreadPoolExecutor | None = None
-        self._pending: list[Future[None]] = []
+        self._writer = TraceWriter(tracking_uri, experiment_id)
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         """Config as params, package versions as tags and a JSON artifact."""
@@ -121,43 +119,44 @@ class TrainingRun:
             k: Rows traced per step under ``first_k``.
             credit: Advantage and loss share per ``(row_id, sample_index)``.
             tokenizer: Decodes ids into the spans' text.
-            background: Build now, write on this run's writer thread (in order) and return at
-                once; `flush` (or `end`) waits. A failed write is logged and counted in
-                ``trace_write_errors``; it never stops training.
+            background: Build now, hand them to this run's writer process (`TraceWriter`,
+                written in order) and return at once; `flush` (or `end`) waits. A failed write
+                is logged and counted in ``trace_write_errors``; it never stops training.
         """
         credit = credit or {}
         traces = [
-            build_trace(t, experiment_id=self.experiment_id, step=step, run_id=self.run_id,
-                        credit=credit.get((t.row_id, t.sample_index)), tokenizer=tokenizer)
+            build_trace_payload(t, experiment_id=self.experiment_id, step=step,
+                                run_id=self.run_id, credit=credit.get((t.row_id, t.sample_index)),
+                                tokenizer=tokenizer)
             for t in select_rollouts(trajectories, sampling, k)
         ]
-        if not background:
+        if background:
+            self._writer.submit(traces)
+        else:
             write_traces(self.tracking_uri, self.experiment_id, traces)
-        elif traces:
-            self._writer = self._writer or ThreadPoolExecutor(1, thread_name_prefix="traces")
-            self._pending.append(
-                self._writer.submit(write_traces, self.tracking_uri, self.experiment_id, traces))
-            self._reap(wait=False)
         return [info.trace_id for info, _ in traces]
 
-    def flush(self) -> int:
-        """Wait for background trace writes; returns ``trace_write_errors`` so far."""
-        self._reap(wait=True)
-        return self.trace_write_errors
+    @property
+    def trace_write_errors(self) -> int:
+        """Background trace batches that failed (the store refused them or the writer died)."""
+        self._writer.poll()
+        return self._writer.errors
 
-    def end(self, status: str = "FINISHED") -> None:
-        """Finish pending trace writes and close the run (``FINISHED``, ``FAILED``, ``KILLED``)."""
-        self.flush()
-        if self._writer is not None:
-            self._writer.shutdown()
+    @property
+    def traces_lost(self) -> int:
+        """Traces of those batches: never written."""
+        return self._writer.lost
+
+    def flush(self, timeout: float = CLOSE_TIMEOUT_S) -> int:
+        """Wait (up to ``timeout`` s) for background trace writes; returns the failed batches."""
+        self._writer.flush(timeout)
+        return self._writer.errors
+
+    def end(self, status: str = "FINISHED", timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Write what is pending (up to ``timeout`` s, the rest is reported lost), stop the
+        writer and close the run (``FINISHED``, ``FAILED``, ``KILLED``)."""
+        self._writer.close(timeout)
+        if self._writer.lost:
+            logger.warning("%d traces of run %s were not written (%d failed batches)",
+                           self._writer.lost, self.run_id, self._writer.errors)
         self._client.set_terminated(self.run_id, status=status)
-
-    def _reap(self, wait: bool) -> None:
-        for future in list(self._pending):
-            if not (wait or future.done()):
-                continue
-            self._pending.remove(future)
-            if (error := future.exception()) is not None:
-                self.trace_write_errors += 1
-                logger.warning("could not write a step's traces to %s: %s (training goes on)",
-                               self.tracking_uri, error)

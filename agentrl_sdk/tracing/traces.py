@@ -5,6 +5,9 @@ their node. Nothing is traced live: `build_trace` turns a finished `Trajectory` 
 ``events``, ``calls`` and ``segments``) into MLflow span entities with explicit ids, parents and
 timestamps, and `write_traces` logs a whole step's traces in one batch. So concurrent rollouts
 cannot mis-parent spans, and the rollout itself only pays for appending events.
+
+`build_trace_payload` is the same trace as plain data (span dicts, cheap to pickle): what the
+run's writer process receives (`agentrl_sdk.tracing.writer`), turned into entities over there.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from agentrl_sdk.types import RolloutEvent, Sample, Trajectory
 
 if TYPE_CHECKING:
     from mlflow.entities import Span, TraceInfo
+
+TracePayload = tuple["TraceInfo", list[dict[str, Any]]]
+"""A built trace as data: its info and its spans as ``Span.from_dict`` dicts."""
 
 TraceSampling = Literal["all", "first_k", "failures", "off"]
 """Which rollouts of a step get a trace: all, those of the first k rows, failed ones, none."""
@@ -113,6 +119,29 @@ def build_trace(
         credit: The rollout's advantage and loss share, when it was trained on.
         tokenizer: Decodes token ids into the spans' text; ids only when None.
     """
+    return trace_entities(build_trace_payload(
+        traj, experiment_id=experiment_id, step=step, run_id=run_id, credit=credit,
+        tokenizer=tokenizer))
+
+
+def trace_entities(payload: TracePayload) -> tuple[TraceInfo, list[Span]]:
+    """A payload's span dicts as MLflow ``Span`` entities."""
+    from mlflow.entities import Span
+
+    info, spans = payload
+    return info, [Span.from_dict(span) for span in spans]
+
+
+def build_trace_payload(
+    traj: Trajectory,
+    *,
+    experiment_id: str,
+    step: int,
+    run_id: str | None = None,
+    credit: RolloutCredit | None = None,
+    tokenizer: Any = None,
+) -> TracePayload:
+    """`build_trace` as data: the info and the spans as dicts (arguments as there)."""
     from mlflow.entities import TraceInfo, TraceLocation, TraceState
 
     builder = _SpanBuilder(random.getrandbits(128))
@@ -149,31 +178,36 @@ def build_trace(
 
 
 def write_traces(tracking_uri: str, experiment_id: str, traces: Sequence[tuple[Any, Any]]) -> None:
-    """Log built traces: every span in one batch, then each trace's info."""
+    """Log built traces (entities or payloads): each trace's info, then every span in one batch.
+
+    Info first: MLflow's store then inserts each trace row once, where spans first would make
+    every ``start_trace`` roll back its insert and merge into the row ``log_spans`` created
+    (about twice the time).
+    """
+    from mlflow.entities import Span
     from mlflow.tracing.client import TracingClient
 
     if not traces:
         return
     client = TracingClient(tracking_uri)
-    client.log_spans(experiment_id, [span for _, spans in traces for span in spans])
     for info, _ in traces:
         client.start_trace(info)
+    client.log_spans(experiment_id, [span if isinstance(span, Span) else Span.from_dict(span)
+                                     for _, spans in traces for span in spans])
 
 
 # --- span assembly -------------------------------------------------------------------------------
 class _SpanBuilder:
-    """Span entities of one trace, with sequential span ids."""
+    """Span dicts of one trace (``Span.from_dict``'s format), with sequential span ids."""
 
     def __init__(self, otel_trace_id: int) -> None:
         self.otel_trace_id = otel_trace_id
         self.trace_id = f"tr-{otel_trace_id:032x}"
-        self.spans: list[Any] = []
+        self.spans: list[dict[str, Any]] = []
         self._b64_trace = _b64(otel_trace_id, 16)
 
     def add(self, parent: int | None, name: str, span_type: str, start: int, end: int,
             inputs: Any, outputs: Any, attributes: Mapping[str, Any], error: str | None) -> int:
-        from mlflow.entities import Span
-
         span_id = len(self.spans) + 1
         attrs = {"mlflow.traceRequestId": self.trace_id, "mlflow.spanType": span_type,
                  "mlflow.spanInputs": inputs, "mlflow.spanOutputs": outputs, **attributes}
@@ -181,7 +215,7 @@ class _SpanBuilder:
         if error:
             events.append({"name": "exception", "time_unix_nano": end,
                            "attributes": {"exception.message": error}})
-        self.spans.append(Span.from_dict({
+        self.spans.append({
             "trace_id": self._b64_trace,
             "span_id": _b64(span_id, 8),
             "parent_span_id": _b64(parent, 8) if parent else None,
@@ -192,7 +226,7 @@ class _SpanBuilder:
             "status": {"code": "STATUS_CODE_ERROR" if error else "STATUS_CODE_OK",
                        "message": error or ""},
             "attributes": {k: json.dumps(v) for k, v in attrs.items() if v is not None},
-        }))
+        })
         return span_id
 
 
