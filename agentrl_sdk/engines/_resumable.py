@@ -3,7 +3,10 @@
 Both vLLM backends stream each request's tokens into a `PartialOutput`. `pause` cancels every
 attempt in flight (vLLM aborts a request whose stream is dropped); `resume` lets each request
 submit again with its prompt plus partial output as the new prompt and the rest of its token
-budget. Under greedy sampling the joined output equals an uninterrupted run.
+budget. Under greedy sampling the joined output equals an uninterrupted run. A request whose
+finish the backend has already recorded (`PartialOutput.finish`) completes instead: a pause can
+land between its last tokens and the end of its stream, and a resubmission would sample past its
+end (an EOS inside the context).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
 __all__ = ["PartialOutput", "ResumableRequests"]
 
 Attempt = Callable[["PartialOutput", int], Awaitable[FinishReason]]
-"""Streams one submission of a request into the partial output; returns why it finished."""
+"""Streams one submission of a request into the partial output; returns why it finished, and
+records that on the partial output (`PartialOutput.finish`) as soon as it is known."""
 
 
 @dataclass(eq=False)
@@ -29,6 +33,8 @@ class PartialOutput:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    """Set once the backend reports the request finished, even if its stream has not ended."""
 
     @property
     def context(self) -> list[int]:
@@ -45,6 +51,10 @@ class PartialOutput:
         self.token_ids.extend(ids)
         self.logprobs.extend(logprobs)
         self.versions.extend([version] * len(ids))
+
+    def finish(self, reason: FinishReason) -> None:
+        """Record that the backend finished the request: a pause no longer resubmits it."""
+        self.finish_reason = reason
 
     def result(self, finish_reason: FinishReason, version: int) -> GenerateResult:
         """The final answer; ``token_versions`` is set only when versions differ."""
@@ -113,6 +123,8 @@ class ResumableRequests:
                 self._attempts.discard(task)
             if not task.cancelled():
                 return partial.result(task.result(), self._version())
+            if partial.finish_reason is not None:  # paused after its last token: it is done
+                return partial.result(partial.finish_reason, self._version())
             number += 1  # cancelled by pause(): go round, the partial output is kept
             self.resubmissions += 1
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,6 +78,8 @@ class Scheduler:
         self.max_batch_size = max_batch_size
         self.version = 0
         self.paused = False
+        # Seconds spent prefilling and decoding: what overlap could hide is the rest.
+        self.busy_s = 0.0
         self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._waiting: deque[Request] = deque()
         self._prefilling: list[Request] = []
@@ -87,12 +90,14 @@ class Scheduler:
         while self._receive(block=self.paused or not (self._batch.rows or self._waiting)):
             if self.paused:
                 continue
+            started = time.perf_counter()
             try:
                 self._drop_cancelled()
                 self._admit()
                 self._decode()
             except Exception as exc:  # noqa: BLE001 - mapped to EngineError for every caller
                 self._fail(self._batch.rows + self._prefilling, cause=exc)
+            self.busy_s += time.perf_counter() - started
 
     def abort_all(self) -> None:
         """Fail every request still running, waiting or queued: the engine is closing."""

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from agentrl_sdk.engines._loop_thread import LoopThread
 
-__all__ = ["VLLMBackend"]
+__all__ = ["VLLMBackend", "checked_finish"]
 
 
 class VLLMBackend:
@@ -133,3 +133,10 @@ class VLLMBackend:
     def _request_error(self, request_id: str, exc: Exception) -> Exception | None:
         """The `EngineError` a failed request raises, or None to raise ``exc`` as it is."""
         raise NotImplementedError
+
+
+def checked_finish(reason: str, request_id: str) -> FinishReason:
+    """vLLM's finish reason of ``request_id`` as ours; any other ends the request with an error."""
+    if reason not in ("stop", "length", "abort"):
+        raise EngineError(f"request {request_id!r}: vLLM finished it with {reason!r}")
+    return reason  # type: ignore[return-value]

@@ -108,6 +108,15 @@ class TorchEngine:
         """Version of the weights currently served; bumped by every `update_weights`."""
         return self._scheduler.version
 
+    @property
+    def busy_seconds(self) -> float:
+        """Seconds the engine thread has spent prefilling and decoding since it started.
+
+        Its growth over a stretch of wall time is the engine's utilisation: time the engine
+        idled (rollouts waiting on tools, on the slowest rollout, on the trainer) is the rest.
+        """
+        return self._scheduler.busy_s
+
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
     ) -> GenerateResult:

@@ -15,7 +15,7 @@ from typing import Any
 
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
-from agentrl_sdk.engines._vllm_backend import VLLMBackend
+from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
 from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import FinishReason, SamplingParams
@@ -131,7 +131,6 @@ class VLLMEngine(VLLMBackend):
         params = to_vllm_sampling(partial.sampling, partial.remaining, self._eos)
         version = self._version
         prompt = TokensPrompt(prompt_token_ids=partial.context)
-        finish: str | None = None
         async for out in self._llm.generate(prompt, params, request_id):
             if self._requests.paused:
                 raise asyncio.CancelledError  # a pause is under way; vLLM aborts on exit
@@ -139,9 +138,11 @@ class VLLMEngine(VLLMBackend):
             ids = list(completion.token_ids)
             partial.extend(ids, _sampled_logprobs(ids, completion.logprobs), version)
             finish = completion.finish_reason
-        if finish not in ("stop", "length", "abort"):
-            raise EngineError(f"request {request_id!r}: vLLM ended with {finish!r}")
-        return finish  # type: ignore[return-value]
+            if finish is not None:  # a pause from here on completes the request, not resends it
+                partial.finish(checked_finish(finish, request_id))
+        if partial.finish_reason is None:
+            raise EngineError(f"request {request_id!r}: vLLM ended without a finish reason")
+        return partial.finish_reason
 
     async def _load(self, paths: list[str]) -> None:
         try:

@@ -26,7 +26,7 @@ import httpx
 
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
-from agentrl_sdk.engines._vllm_backend import VLLMBackend
+from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
 from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.engines.vllm_engine import default_eos
 from agentrl_sdk.errors import EngineError
@@ -196,7 +196,6 @@ class VLLMServerEngine(VLLMBackend):
             "stream": True,
         }
         version = self._version
-        finish: str | None = None
         headers = {"X-Request-Id": request_id}
         async with self._client.stream("POST", "/v1/completions", json=body, headers=headers) as r:
             if r.status_code != 200:
@@ -205,16 +204,19 @@ class VLLMServerEngine(VLLMBackend):
             async for line in r.aiter_lines():
                 if self._requests.paused:
                     # httpx (anyio) can swallow the pause's cancellation mid-read; stop here.
+                    # A request whose finish is recorded completes anyway (ResumableRequests).
                     raise asyncio.CancelledError
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 for choice in json.loads(line[6:]).get("choices", []):
                     ids, logprobs = _delta(choice)
                     partial.extend(ids, logprobs, version)
-                    finish = choice.get("finish_reason") or finish
-        if finish not in ("stop", "length", "abort"):
-            raise EngineError(f"request {request_id!r}: the stream ended with {finish!r}")
-        return finish  # type: ignore[return-value]
+                    if choice.get("finish_reason") is not None:
+                        # Known before [DONE]: a pause from here on must not resend the request.
+                        partial.finish(checked_finish(choice["finish_reason"], request_id))
+        if partial.finish_reason is None:
+            raise EngineError(f"request {request_id!r}: the stream ended without a finish reason")
+        return partial.finish_reason
 
     async def _load(self, paths: list[str]) -> None:
         try:

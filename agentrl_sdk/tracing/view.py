@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +103,7 @@ def search_rollout_traces(
     Raises:
         ValueError: the run or experiment does not exist.
     """
-    import mlflow
+    mlflow = _mlflow()
 
     client = mlflow.MlflowClient(tracking_uri)
     if run_id:
@@ -129,9 +130,17 @@ def load_trace_view(tracking_uri: str, trace_id: str) -> TraceView:
     Raises:
         ValueError: no trace ``trace_id`` in the store.
     """
-    import mlflow
+    mlflow = _mlflow()
 
     trace = mlflow.MlflowClient(tracking_uri).get_trace(trace_id)
     if trace is None:
         raise ValueError(f"no trace {trace_id} in {tracking_uri}")
     return TraceView.from_trace(trace)
+
+
+def _mlflow() -> Any:
+    """``mlflow``, imported with its usage telemetry off (as the run and the writer do)."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import mlflow
+
+    return mlflow

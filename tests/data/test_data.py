@@ -27,6 +27,12 @@ def test_sources_agree(tmp_path):
     assert rows == ROWS and problem.index == 5 and "must be a mapping" in problem.message
 
 
+def test_hf_dataset_gives_the_rows_dicts_give():
+    from datasets import Dataset
+
+    assert load_rows(Dataset.from_list(ROWS)) == load_rows(ROWS) == (ROWS, [])
+
+
 def test_unusable_datasets_say_why(tmp_path):
     with pytest.raises(DatasetError, match="does not exist"):
         load_rows(tmp_path / "missing.jsonl")

@@ -34,6 +34,17 @@ def test_verl_rows_round_trip_through_parquet(tmp_path):
     assert kwargs == {"ground_truth": "3"}
 
 
+def test_verl_rows_from_a_hf_dataset_equal_the_dicts():
+    from datasets import Dataset
+
+    rows = [verl_row(i) for i in range(3)]
+    loaded = load_rows(Dataset.from_list(rows), agent_names={"tool_agent"})
+    assert loaded == load_rows(rows, agent_names={"tool_agent"}) == (rows, [])
+    rows[1] = verl_row(1, prompt=[{"role": "robot", "content": "hi"}])
+    loaded, [problem] = load_rows(Dataset.from_list(rows), agent_names={"tool_agent"})
+    assert loaded == [rows[0], rows[2]] and (problem.index, problem.field) == (1, "prompt.0.role")
+
+
 @pytest.mark.parametrize(("bad", "field", "message"), [
     ({"prompt": []}, "prompt", "at least 1 item"),
     ({"prompt": [{"role": "robot", "content": "hi"}]}, "prompt.0.role", "'system'"),

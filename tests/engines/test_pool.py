@@ -174,6 +174,31 @@ async def test_failure_on_a_healthy_replica_is_raised(pool_of) -> None:
         await pool.generate([1], GREEDY, "late-0")
 
 
+async def test_check_health_drains_unhealthy_replicas_before_a_request_fails(pool_of) -> None:
+    pool, log = pool_of(3, health_timeout_s=0.2)
+    await asyncio.gather(*(pool.generate([4, i + 1], GREEDY, f"h{i}-0") for i in range(3)))
+    session_on = {pool.replica_of(f"h{i}"): f"h{i}" for i in range(3)}
+    assert sorted(session_on) == [0, 1, 2]
+    assert await pool.check_health() == [0, 1, 2]
+
+    async def hangs() -> bool:
+        await asyncio.sleep(60)
+        return True
+
+    pool.replicas[1].close()  # dead: health() answers False
+    pool.replicas[2].health = hangs  # no answer within health_timeout_s
+    assert await pool.check_health() == [0]
+    assert pool.healthy == [0]
+    assert pool.replica_of(session_on[0]) == 0
+    assert pool.replica_of(session_on[1]) is None and pool.replica_of(session_on[2]) is None
+    log.clear()
+    # The drained replicas' rollouts go on on replica 0; no request had to fail first.
+    await asyncio.gather(*(pool.generate([4, 9], GREEDY, f"{session_on[i]}-1") for i in (1, 2)))
+    assert [name for name, *_ in log] == [0, 0]
+    assert pool.reroutes == 0
+    assert await pool.check_health() == [0]  # drained replicas stay drained
+
+
 class _Source:
     """A WeightSource streaming one model's state dict in two buckets."""
 

@@ -58,3 +58,25 @@ async def test_cancelling_the_caller_while_paused_drops_the_request() -> None:
     requests.resume()
     await asyncio.sleep(0.02)
     assert waiting.cancelled() and backend.contexts == [] and requests.tokens_in_flight() == 0
+
+
+async def test_a_pause_after_the_finish_is_known_completes_the_request() -> None:
+    """The backend saw the last token and its finish; the stream's end is still to come."""
+    submitted: list[list[int]] = []
+
+    async def attempt(partial: PartialOutput, number: int):
+        submitted.append(partial.context)
+        partial.extend([7, 2], [-0.1, -0.2], 0)
+        partial.finish("stop")
+        await asyncio.sleep(10)  # the end of the stream, never reached: the pause cuts it
+        return "stop"
+
+    requests = ResumableRequests(lambda: 0)
+    partial = PartialOutput([1], SamplingParams(max_tokens=40))
+    running = asyncio.ensure_future(requests.run(partial, attempt))
+    while not partial.token_ids:
+        await asyncio.sleep(0.001)
+    await requests.pause()
+    result = await asyncio.wait_for(running, 1)  # done while paused, not held for resume
+    assert (result.token_ids, result.finish_reason) == ([7, 2], "stop")
+    assert submitted == [[1]] and requests.resubmissions == 0

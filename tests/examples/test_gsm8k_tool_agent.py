@@ -33,7 +33,11 @@ def test_both_configs_validate():
 
 @pytest.mark.slow
 def test_brief_training_run(tmp_path):
+    # verl-format rows end to end from a file, as data prep writes them.
+    sample = write_sample(tmp_path / "gsm8k.jsonl", count=16, seed=2)
+    assert convert(sample, tmp_path / "train.parquet") == 16
     config = TrainConfig.from_yaml(HERE / "config.yaml")
+    config.entrypoint.dataset = str(tmp_path / "train.parquet")
     config.max_steps = 2
     config.data.batch_size = 4
     config.checkpoint.dir = None
@@ -44,7 +48,9 @@ def test_brief_training_run(tmp_path):
     assert [m["policy_version"] for m in result.history] == [1, 2]
     for metrics in result.history:
         assert metrics["rollouts"] == 32
-        # Every rollout's checking-tool instance was created and released.
-        assert metrics.get("rollout/tools_created", 0) == metrics.get("rollout/tools_released", 0)
+        # Checking-tool instances were created, and every one was released and scored.
+        assert metrics["rollout/tools_created"] > 0
+        assert metrics["rollout/tools_released"] == metrics["rollout/tools_created"]
+        assert 0.0 <= metrics["reward/tool/calc_gsm8k_reward"] <= TOOL_REWARD
         top = 1.0 + TOOL_REWARD + 3 * FORMAT_STEP
         assert -3 * FORMAT_STEP <= metrics["reward/mean"] <= top

@@ -6,6 +6,7 @@ import pytest
 from safetensors.torch import load_file
 
 from agentrl_sdk.pipeline import TrainConfig
+from agentrl_sdk.tracing import load_trace_view, search_rollout_traces
 from examples.multi_agent.train import HERE, run
 
 pytestmark = pytest.mark.slow
@@ -18,6 +19,7 @@ def test_brief_run_trains_two_policies_and_keeps_the_frozen_one(tmp_path):
     config.checkpoint.dir = str(tmp_path / "ckpt")
     config.checkpoint.every = 0
     config.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config.tracking.traces = "all"
 
     result = run(config)
 
@@ -33,3 +35,10 @@ def test_brief_run_trains_two_policies_and_keeps_the_frozen_one(tmp_path):
     after = load_file(f"{result.final_model}/model.safetensors")
     assert any(not (before[k] == after[k]).all() for k in before)
     assert (tmp_path / "ckpt" / "policies" / "supervisor" / "step_2").is_dir()
+    # The frozen worker ran: some rollout holds its segments, recorded as not trained.
+    infos = search_rollout_traces(config.tracking.uri, run_id=result.run_id, limit=100)
+    assert len(infos) == 64  # 2 steps x 4 rows x 8 samples
+    segments = [s for i in infos for s in load_trace_view(config.tracking.uri, i.trace_id).segments]
+    frozen = [s for s in segments if s["policy"] == "words"]
+    assert frozen and all(not s["trained"] and s["node"] == "words_worker" for s in frozen)
+    assert all(s["trained"] for s in segments if s["policy"] != "words")

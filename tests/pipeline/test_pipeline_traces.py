@@ -52,4 +52,8 @@ def test_training_run_holds_traces_checkpoints_and_versions(tmp_path):
     assert {"checkpoints", "final_model", "package_versions.json"} <= artifacts
     assert {a.path for a in client.list_artifacts(run_id, "checkpoints")} == {
         "checkpoints/step_1", "checkpoints/step_2"}
-    assert client.get_run(run_id).data.tags["version.mlflow"] == mlflow.__version__
+    logged = client.get_run(run_id).data
+    assert logged.tags["version.mlflow"] == mlflow.__version__
+    # The config is logged as flattened params, values as the run used them.
+    assert logged.params["rollout.n"] == str(config.rollout.n) == "4"
+    assert logged.params["algorithm.clip_high"] == str(config.algorithm.clip_high)

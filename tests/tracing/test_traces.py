@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 
 import mlflow
 import pytest
@@ -68,7 +71,8 @@ def rollouts(qwen_tokenizer):
         config=sdk.RolloutConfig(concurrency=32), record_events=True,
     ))
     for t in trajectories:
-        t.reward = float(t.sample_index % 2)
+        t.rewards = {"answer": float(t.sample_index % 2), "format": 0.0}
+        t.reward = sum(t.rewards.values())
     return trajectories
 
 
@@ -108,7 +112,8 @@ def test_32_concurrent_rollouts_each_trace_holds_only_its_own_spans(rollouts, qw
         assert tools[0].inputs == {"expression": f"{uid}+0"}
         assert tools[0].outputs["content"] == str(uid) and tools[0].status.status_code == "OK"
         assert "malformed" in tools[1].name and tools[1].status.status_code == "ERROR"
-        assert "ZeroDivisionError" in tools[2].status.description or tools[2].status.description
+        assert tools[2].status.status_code == "ERROR"
+        assert "ZeroDivisionError" in tools[2].status.description
 
 
 def test_llm_span_attributes_equal_the_trajectory(rollouts, qwen_tokenizer):
@@ -118,6 +123,7 @@ def test_llm_span_attributes_equal_the_trajectory(rollouts, qwen_tokenizer):
                               tokenizer=qwen_tokenizer)
     root = spans[0]
     assert root.attributes["agentrl.reward"] == traj.reward
+    assert root.attributes["agentrl.rewards"] == traj.rewards == {"answer": 1.0, "format": 0.0}
     assert root.attributes["agentrl.advantage"] == 0.75
     assert root.attributes["agentrl.loss_share"] == 0.125
     (seg_view,) = root.attributes["agentrl.segments"]
@@ -204,6 +210,7 @@ def test_trace_read_back_equals_the_trajectory(store, rollouts):
     view = load_trace_view(uri, ids0[9])
     traj = rollouts[9]
     assert (view.root["row_id"], view.root["sample_index"]) == (traj.row_id, traj.sample_index)
+    assert view.root["rewards"] == traj.rewards != {}
     assert view.segments[0]["response_mask"] == traj.segments[0].response_mask
     assert view.segments[0]["response_ids"] == traj.segments[0].response_ids
     assert [line.depth for line in view.spans][:4] == [0, 1, 2, 3]  # rollout/solver/llm/engine
@@ -239,3 +246,28 @@ def test_cli_inspect_lists_and_shows_traces(store, tmp_path):
     assert "segment 0" in shown.output and out.read_text().startswith("<!DOCTYPE html>")
     view = TraceView.from_trace(mlflow.MlflowClient(uri).get_trace(ids0[0]))
     assert json.dumps(view.summary())  # JSON-friendly all the way down
+
+
+_FIRST_MLFLOW_IMPORT = """
+import os, sys
+seen = []
+class Spy:  # records the telemetry switch when mlflow is first imported
+    def find_spec(self, name, path=None, target=None):
+        if name == "mlflow" and not seen:
+            seen.append(os.environ.get("MLFLOW_DISABLE_TELEMETRY"))
+sys.meta_path.insert(0, Spy())
+from typer.testing import CliRunner
+from agentrl_sdk.cli import app
+result = CliRunner().invoke(app, ["inspect", "--uri", sys.argv[1], "--limit", "1"])
+assert result.exit_code == 0, result.output
+print(seen)
+"""
+
+
+def test_cli_inspect_imports_mlflow_with_telemetry_off(store):
+    uri = store[0]
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
+    env["DO_NOT_TRACK"] = "true"  # nothing is sent even if the switch were missing
+    out = subprocess.run([sys.executable, "-c", _FIRST_MLFLOW_IMPORT, uri], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "['true']"

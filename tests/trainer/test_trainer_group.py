@@ -373,3 +373,18 @@ def test_worker_errors_name_the_rank(scenario_a, tmp_path):
     with pytest.raises(TypeError, match="JSON"):
         group.save_checkpoint(tmp_path / "bad", extra={"x": object()})
     assert group.compute_logprobs(Batch(samples=BATCHES[0].samples[:1]))  # still usable
+
+
+def test_bf16_compute_keeps_fp32_weights_and_tracks_the_fp32_update(ray_session, model_path):
+    config = TrainerConfig(num_cpus_per_worker=0.5, world_size=1, lr=1e-3, dtype="bfloat16")
+    reference = Reference(model_path, config.model_copy(update={"dtype": "float32"}), LOSS_C)
+    expected = reference.update(BATCHES[0].samples)
+    with TrainerGroup(model_path, config, LOSS_C) as group:
+        assert group.info["dtype"] == "bfloat16"
+        got = group.update(BATCHES[0])
+        state = full_state(group)
+    assert {t.dtype for t in state.values()} == {torch.float32}  # master weights stay fp32
+    # bf16 keeps ~3 significant digits: close to the fp32 update, and not it to the bit.
+    assert got["loss"] == pytest.approx(expected["loss"], rel=2e-2, abs=1e-3)
+    assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=2e-2)
+    assert got["loss"] != expected["loss"] or got["grad_norm"] != expected["grad_norm"]

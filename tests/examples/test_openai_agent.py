@@ -1,0 +1,29 @@
+"""examples/openai_agent: its training entry point runs a brief job through the gateway."""
+
+from __future__ import annotations
+
+import pytest
+from safetensors.torch import load_file
+
+import agentrl_sdk as sdk
+from examples.calculator.agent import make_rows
+from examples.openai_agent.agent import agent, reward
+from examples.openai_agent.train import config
+
+pytestmark = pytest.mark.slow
+
+
+def test_brief_training_run(tmp_path):
+    settings = config(steps=2)
+    settings.checkpoint.dir = str(tmp_path / "checkpoints")
+    result = sdk.train(agent, make_rows(8, seed=5), reward, settings)
+
+    assert result.steps == 2
+    for step, metrics in enumerate(result.history):
+        assert metrics["rollouts"] == 16  # 4 questions x 4 samples, each through the gateway
+        assert metrics["llm_calls/mean"] >= 1 and metrics["train/trained_tokens"] > 0
+        assert metrics["policy_version"] == step + 1
+        assert 0.0 <= metrics["reward/mean"] <= 1.0
+    before = load_file(f"{settings.model.path}/model.safetensors")
+    after = load_file(f"{result.final_model}/model.safetensors")
+    assert any(not (before[k] == after[k]).all() for k in before)
