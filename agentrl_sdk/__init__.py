@@ -1,6 +1,6 @@
 """agentrl_sdk: train LLM agents written as LangGraph graphs with reinforcement learning."""
 
-from agentrl_sdk.api import atrain, train
+from agentrl_sdk.api import aevaluate, atrain, evaluate, train
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel
 from agentrl_sdk.config import ChatConfig, RolloutConfig
 from agentrl_sdk.errors import AgentRLError, ContextBudgetExceeded, EngineError, NoEngineError
@@ -12,7 +12,7 @@ from agentrl_sdk.graph import (
     tools_condition,
     trainable,
 )
-from agentrl_sdk.pipeline import TrainConfig, TrainResult
+from agentrl_sdk.pipeline import EvalConfig, EvalResult, TrainConfig, TrainResult
 from agentrl_sdk.rollout import AgentEndpoint, arollout, arollout_batch, rollout
 from agentrl_sdk.tools import RLTool
 from agentrl_sdk.types import (
@@ -32,6 +32,8 @@ __all__ = [
     "ChatTemplate",
     "ContextBudgetExceeded",
     "EngineError",
+    "EvalConfig",
+    "EvalResult",
     "GenerateResult",
     "LLMCall",
     "NoEngineError",
@@ -45,11 +47,13 @@ __all__ = [
     "ToolNode",
     "Trajectory",
     "__version__",
+    "aevaluate",
     "arollout",
     "arollout_batch",
     "atrain",
     "chat_model",
     "emit_reward",
+    "evaluate",
     "frozen",
     "rollout",
     "tools_condition",

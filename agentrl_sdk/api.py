@@ -1,4 +1,5 @@
-"""`sdk.train`: wire a graph, a dataset, a reward and a config into a training pipeline."""
+"""`sdk.train` / `sdk.evaluate`: wire a graph, a dataset, a reward and a config into a
+training pipeline or an evaluation."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_sdk.data import DatasetLike, load_rows
-from agentrl_sdk.pipeline import TrainConfig, TrainResult, run_fully_async, run_sync
+from agentrl_sdk.pipeline import (
+    EvalResult,
+    TrainConfig,
+    TrainResult,
+    run_evaluation,
+    run_fully_async,
+    run_sync,
+)
 from agentrl_sdk.rollout import default_input
 from agentrl_sdk.rollout.rewards import RewardFn
 
@@ -37,14 +45,27 @@ async def atrain(
     config: ConfigLike = None,
     *,
     input_fn: Callable[[dict[str, Any]], Any] = default_input,
+    eval_dataset: DatasetLike | None = None,
 ) -> TrainResult:
     """Async `train`, for callers that already run an event loop."""
     resolved = resolve_config(config)
-    agents = set(graph) if isinstance(graph, Mapping) else None
-    rows, problems = load_rows(dataset, on_bad_row=resolved.data.on_bad_row, agent_names=agents)
+    rows, skipped = _rows(graph, dataset, resolved)
+    eval_rows: list[dict[str, Any]] = []
+    if eval_dataset is not None:
+        eval_rows, skipped_eval = _rows(graph, eval_dataset, resolved)
+        skipped += skipped_eval
+    elif resolved.evaluation.every:
+        raise ValueError("evaluation.every is set but no eval_dataset was given")
     pipeline = run_fully_async if resolved.pipeline == "fully_async" else run_sync
     return await pipeline(graph, rows, reward, resolved, input_fn=input_fn,
-                          skipped_rows=len(problems))
+                          skipped_rows=skipped, eval_rows=eval_rows)
+
+
+def _rows(graph: Any, dataset: DatasetLike, config: TrainConfig) -> tuple[list[dict], int]:
+    """A dataset's valid rows and how many failed validation (``data.on_bad_row``)."""
+    agents = set(graph) if isinstance(graph, Mapping) else None
+    rows, problems = load_rows(dataset, on_bad_row=config.data.on_bad_row, agent_names=agents)
+    return rows, len(problems)
 
 
 def train(
@@ -54,6 +75,7 @@ def train(
     config: ConfigLike = None,
     *,
     input_fn: Callable[[dict[str, Any]], Any] = default_input,
+    eval_dataset: DatasetLike | None = None,
 ) -> TrainResult:
     """Train the trainable nodes of ``graph`` with RL on ``dataset``.
 
@@ -75,5 +97,60 @@ def train(
             gateway's ``/rollouts/<id>/reward`` add up with it).
         config: A `TrainConfig`, a dict, or a YAML path.
         input_fn: Row -> graph input (default: the row's ``messages``/``prompt``).
+        eval_dataset: Held-out rows (same forms as ``dataset``) that ``evaluation.every``
+            evaluates the policy on during training; results in ``TrainResult.evaluations``
+            and as ``eval/...`` MLflow metrics.
     """
-    return asyncio.run(atrain(graph, dataset, reward, config, input_fn=input_fn))
+    return asyncio.run(atrain(graph, dataset, reward, config, input_fn=input_fn,
+                              eval_dataset=eval_dataset))
+
+
+async def aevaluate(
+    graph: Any,
+    dataset: DatasetLike,
+    reward: RewardFn | None = None,
+    config: ConfigLike = None,
+    *,
+    input_fn: Callable[[dict[str, Any]], Any] = default_input,
+    model: str | Path | None = None,
+) -> EvalResult:
+    """Async `evaluate`, for callers that already run an event loop."""
+    resolved = resolve_config(config)
+    if model is not None:
+        resolved = resolved.model_copy(deep=True)
+        resolved.model.path = str(model)
+    rows, skipped = _rows(graph, dataset, resolved)
+    return await run_evaluation(graph, rows, reward, resolved, input_fn=input_fn,
+                                skipped_rows=skipped)
+
+
+def evaluate(
+    graph: Any,
+    dataset: DatasetLike,
+    reward: RewardFn | None = None,
+    config: ConfigLike = None,
+    *,
+    input_fn: Callable[[dict[str, Any]], Any] = default_input,
+    model: str | Path | None = None,
+) -> EvalResult:
+    """Evaluate a policy on ``dataset``: rollouts, rewards and pass@k, no training.
+
+    The same graph, dataset forms, reward and config as `train`; ``config.evaluation`` says
+    how (samples per row, sampling — greedy by default — and the pass threshold). Engines
+    only: no trainer and no Ray unless the engines run in Ray actors. With tracking on, the
+    metrics go to an MLflow run of their own and failed rollouts are traced (tag
+    ``phase=eval``).
+
+    Args:
+        graph: As in `train`.
+        dataset: As in `train`.
+        reward: As in `train`.
+        config: As in `train`.
+        input_fn: As in `train`.
+        model: Evaluate this local model folder instead of ``config.model.path`` (e.g. a
+            `TrainResult.final_model`).
+
+    Returns:
+        The metrics (``reward/mean``, ``pass@k``, status counts...) and the scored rollouts.
+    """
+    return asyncio.run(aevaluate(graph, dataset, reward, config, input_fn=input_fn, model=model))

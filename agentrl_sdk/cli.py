@@ -1,4 +1,5 @@
-"""The ``agentrl`` command: train, serve the recording gateway, inspect rollouts and traces, build tiny models."""
+"""The ``agentrl`` command: train, evaluate, serve the recording gateway, inspect rollouts and
+traces, build tiny models."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from agentrl_sdk.types import Trajectory
 
@@ -52,10 +54,41 @@ def train(
     if steps:
         cfg.max_steps = steps
     job = resolve_entrypoints(cfg)
-    result = run_training(job.graph, job.dataset, job.reward, cfg, input_fn=job.input_fn)
+    result = run_training(job.graph, job.dataset, job.reward, cfg, input_fn=job.input_fn,
+                          eval_dataset=job.eval_dataset)  # fmt: skip
     curve = ", ".join(f"{m['reward/mean']:.3f}" for m in result.history)
     console.print(f"reward per step: {curve}")
+    for evaluation in result.evaluations:
+        console.print(f"eval after {evaluation.step} updates: reward "
+                      f"{evaluation.metrics['reward/mean']:.3f}")  # fmt: skip
     console.print(f"MLflow run {result.run_id} · final model {result.final_model}")
+
+
+@app.command()
+def evaluate(
+    config: Annotated[Path, typer.Argument(help="Config YAML (with an entrypoint section).")],
+    model: Annotated[Path | None, typer.Option(help="Evaluate this model folder instead of the config's (e.g. a final_model).")] = None,
+    dataset: Annotated[str | None, typer.Option(help="Rows to evaluate on (default: entrypoint.eval_dataset, else entrypoint.dataset).")] = None,
+    output: Annotated[Path | None, typer.Option(help="Also write the scored trajectories here as JSON lines (`agentrl show` reads them).")] = None,
+) -> None:
+    """Evaluate the config's graph and reward on held-out rows: reward, pass@k, statuses."""
+    from agentrl_sdk.api import evaluate as run_eval
+    from agentrl_sdk.entrypoints import load_dataset_reference, resolve_entrypoints
+    from agentrl_sdk.pipeline import TrainConfig
+
+    cfg = TrainConfig.from_yaml(config)
+    job = resolve_entrypoints(cfg)
+    rows = load_dataset_reference(dataset) if dataset else (job.eval_dataset or job.dataset)
+    result = run_eval(job.graph, rows, job.reward, cfg, input_fn=job.input_fn, model=model)
+    table = Table("metric", "value", title=f"evaluation of {model or cfg.model.path}")
+    for name, value in sorted(result.metrics.items()):
+        table.add_row(name, f"{value:.4g}")
+    console.print(table)
+    if output:
+        output.write_text("".join(t.model_dump_json() + "\n" for t in result.trajectories))
+        console.print(f"wrote {len(result.trajectories)} trajectories to {output}")
+    if result.run_id:
+        console.print(f"MLflow run {result.run_id}")
 
 
 @app.command()
@@ -119,13 +152,13 @@ def inspect(
     step: Annotated[int | None, typer.Option(help="Only traces of this training step.")] = None,
     status: Annotated[str | None, typer.Option(help="Only this status (ok, graph_error, ...).")] = None,
     row: Annotated[str | None, typer.Option(help="Only this dataset row id.")] = None,
+    phase: Annotated[str | None, typer.Option(help="Only training (train) or evaluation (eval) rollouts.")] = None,
     limit: Annotated[int, typer.Option(help="List at most this many traces.")] = 50,
     html: Annotated[Path | None, typer.Option(help="Also write the trace as a self-contained HTML page.")] = None,
     prompt: Annotated[bool, typer.Option(help="Print prompt tokens too.")] = True,
 ) -> None:
     """List rollout traces (reward, status) or show one: tokens by mask and advantage, spans,
     tool calls and errors."""
-    from rich.table import Table
 
     from agentrl_sdk.tracing import (
         load_trace_view,
@@ -139,14 +172,16 @@ def inspect(
         if html is not None:
             raise typer.BadParameter("--html needs a TRACE_ID (list traces first)")
         infos = search_rollout_traces(uri, experiment=experiment, run_id=run, step=step,
-                                      status=status, row_id=row, limit=limit)
+                                      status=status, row_id=row, phase=phase, limit=limit)
         table = Table(title=f"{len(infos)} rollout traces in {uri}")
         table.add_column("trace", no_wrap=True, min_width=35)
-        for name in ("step", "row", "sample", "status", "reward", "advantage", "versions", "ms"):
+        for name in ("step", "phase", "row", "sample", "status", "reward", "advantage",
+                     "versions", "ms"):
             table.add_column(name)
         for info in infos:
             t = info.tags
-            table.add_row(info.trace_id, t.get("step"), t.get("row_id"), t.get("sample_index"),
+            table.add_row(info.trace_id, t.get("step"), t.get("phase", "train"), t.get("row_id"),
+                          t.get("sample_index"),
                           t.get("status"), t.get("reward"), t.get("advantage"),
                           t.get("policy_versions"), str(info.execution_duration))
         console.print(table)

@@ -20,6 +20,7 @@ class Entrypoints:
     dataset: Any
     reward: Any
     input_fn: Any
+    eval_dataset: Any = None
 
 
 def load_object(reference: str) -> Any:
@@ -44,15 +45,21 @@ def resolve_entrypoints(config: TrainConfig) -> Entrypoints:
     graph = load_object(spec.graph)
     if not hasattr(graph, "ainvoke"):
         graph = graph()
-    dataset: Any = spec.dataset
-    if ":" in spec.dataset and not Path(spec.dataset).exists():
-        dataset = load_object(spec.dataset)()
     for model in (config.model, *config.policies.values()):
         if model.path is None and model.builder:
             model.path = str(load_object(model.builder)())
     return Entrypoints(
         graph=graph,
-        dataset=dataset,
+        dataset=load_dataset_reference(spec.dataset),
         reward=load_object(spec.reward) if spec.reward else None,
         input_fn=load_object(spec.input_fn) if spec.input_fn else default_input,
+        eval_dataset=load_dataset_reference(spec.eval_dataset) if spec.eval_dataset else None,
     )
+
+
+def load_dataset_reference(reference: str) -> Any:
+    """A dataset reference as ``sdk.train`` takes it: a file path as it is, or the rows a
+    'module:function' returns."""
+    if ":" in reference and not Path(reference).exists():
+        return load_object(reference)()
+    return reference

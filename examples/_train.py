@@ -16,7 +16,7 @@ def run(config: TrainConfig) -> TrainResult:
     """Build (or reuse) the example's policy and train it as ``config`` says."""
     job = resolve_entrypoints(config)
     return sdk.train(job.graph, job.dataset, reward=job.reward, config=config,
-                     input_fn=job.input_fn)
+                     input_fn=job.input_fn, eval_dataset=job.eval_dataset)
 
 
 def summarize(result: TrainResult, console: Console) -> tuple[float, float]:
@@ -29,6 +29,9 @@ def summarize(result: TrainResult, console: Console) -> tuple[float, float]:
         f"({last / first if first else float('inf'):.1f}x)[/] · MLflow run {result.run_id} · "
         f"final model {result.final_model}"
     )
+    if result.evaluations:
+        console.print("[bold]held-out evaluation (greedy), by updates done:[/] " + " · ".join(
+            f"{e.step}: reward {e.metrics['reward/mean']:.3f}" for e in result.evaluations))
     return first, last
 
 

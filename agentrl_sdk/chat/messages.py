@@ -14,7 +14,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 
 _ROLES: dict[type, str] = {
     SystemMessage: "system",
@@ -66,6 +66,29 @@ def to_template_message(
         if clip is not None:
             out["content"] = clip(out["content"])
     return out
+
+
+def to_json_schema(schema: Any) -> dict[str, Any]:
+    """A pydantic model, TypedDict, JSON schema or OpenAI function as a JSON schema dict."""
+    return convert_to_json_schema(schema)
+
+
+def with_format_instruction(
+    messages: list[dict[str, Any]], response_format: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """``messages`` with a system instruction to answer in JSON (and the schema, if any).
+
+    The instruction joins the first system message (or becomes one), so every call of a
+    JSON-mode model renders the same prefix and follow-up calls still extend the ledger.
+    """
+    instruction = "Answer with a single JSON object and nothing else."
+    if response_format.get("schema"):
+        schema = json.dumps(response_format["schema"], separators=(",", ":"))
+        instruction = f"Answer with a single JSON object matching this JSON schema: {schema}"
+    if messages and messages[0]["role"] == "system":
+        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{instruction}"}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": instruction}, *messages]
 
 
 def to_openai_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:

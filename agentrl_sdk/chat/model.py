@@ -3,26 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import concurrent.futures
 import contextvars
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from typing import Any, Literal
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
     CallbackManagerForLLMRun,
 )
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.messages.tool import invalid_tool_call, tool_call
-from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages.tool import invalid_tool_call, tool_call, tool_call_chunk
+from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
-from agentrl_sdk.chat.messages import to_openai_tools, to_template_message
+from agentrl_sdk.chat.messages import (
+    to_json_schema,
+    to_openai_tools,
+    to_template_message,
+    with_format_instruction,
+)
 from agentrl_sdk.chat.recorder import PendingCall, RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.tool_parsers import TOOL_PARSERS, ParsedResponse
@@ -93,6 +100,8 @@ class TokenChatModel(BaseChatModel):
             name=_graph_node(run_manager) or "llm", trained=recorder.default_trainable
         )
         dicts = [to_template_message(m, recorder.clip_observation) for m in messages]
+        if kwargs.get("response_format"):
+            dicts = with_format_instruction(dicts, kwargs["response_format"])
         overrides = self._overrides()
         if stop:
             overrides["stop_token_ids"] = _stop_ids(recorder.template, stop)
@@ -111,6 +120,71 @@ class TokenChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         return _run_sync(self._agenerate(messages, stop, run_manager, **kwargs))
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """The reply as one chunk once the engine has answered: the engine returns whole
+        responses, and the call is recorded in the ledger exactly as `ainvoke` records it."""
+        result = await self._agenerate(messages, stop, run_manager, **kwargs)
+        chunk = _as_chunk(result.generations[0].message)
+        if run_manager:
+            await run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
+        yield chunk
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        result = self._generate(messages, stop, run_manager, **kwargs)
+        chunk = _as_chunk(result.generations[0].message)
+        if run_manager:
+            run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
+        yield chunk
+
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type | None = None,
+        *,
+        method: Literal["function_calling", "json_mode", "json_schema"] = "function_calling",
+        include_raw: bool = False,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, Any]:
+        """Structured output through a tool call (default) or as JSON in the reply's text.
+
+        ``json_mode`` / ``json_schema`` parse the reply's text as JSON (into ``schema`` when it
+        is a pydantic class); the schema is shown to the model as a system instruction when
+        given. Nothing constrains decoding: a reply that is not valid JSON raises (or, with
+        ``include_raw``, comes back as ``parsing_error`` beside the raw message). Either way the
+        call is recorded token by token like any other.
+        """
+        if method == "function_calling":
+            return super().with_structured_output(schema, include_raw=include_raw, **kwargs)
+        if method not in ("json_mode", "json_schema"):
+            raise ValueError(f"unknown structured output method {method!r}")
+        if method == "json_schema" and schema is None:
+            raise ValueError("method='json_schema' needs a schema")
+        is_model = isinstance(schema, type)
+        parser = PydanticOutputParser(pydantic_object=schema) if is_model else JsonOutputParser()
+        llm = self.bind(response_format={"type": "json_object"} if schema is None else {
+            "type": "json_schema", "schema": to_json_schema(schema)})
+        if not include_raw:
+            return llm | parser
+
+        def parse(raw: AIMessage) -> dict[str, Any]:
+            try:
+                return {"raw": raw, "parsed": parser.invoke(raw), "parsing_error": None}
+            except Exception as exc:  # noqa: BLE001 - returned to the caller, as LangChain does
+                return {"raw": raw, "parsed": None, "parsing_error": exc}
+
+        return llm | RunnableLambda(parse)
 
     def _overrides(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _SAMPLING_FIELDS if getattr(self, k) is not None}
@@ -162,6 +236,20 @@ class TokenChatModel(BaseChatModel):
                 "total_tokens": prompt_len + len(result.token_ids),
             },
         )
+
+
+def _as_chunk(message: AIMessage) -> ChatGenerationChunk:
+    """A whole reply as a streaming chunk (tool calls as complete tool-call chunks)."""
+    chunks = [
+        tool_call_chunk(name=c["name"], args=json.dumps(c["args"]), id=c["id"], index=i)
+        for i, c in enumerate(message.tool_calls)
+    ]
+    return ChatGenerationChunk(message=AIMessageChunk(
+        content=message.content, tool_call_chunks=chunks,
+        invalid_tool_calls=message.invalid_tool_calls, id=message.id,
+        response_metadata=message.response_metadata, usage_metadata=message.usage_metadata,
+        chunk_position="last",
+    ))
 
 
 def _graph_node(run_manager: Any) -> str | None:

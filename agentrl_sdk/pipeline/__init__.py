@@ -6,13 +6,15 @@ from agentrl_sdk.pipeline.config import (
     DataConfig,
     EngineConfig,
     EntrypointConfig,
+    EvalConfig,
     ModelConfig,
     RewardConfig,
     TrackingConfig,
     TrainConfig,
 )
+from agentrl_sdk.pipeline.evaluate import run_evaluation
 from agentrl_sdk.pipeline.fully_async import run_fully_async
-from agentrl_sdk.pipeline.job import TrainResult
+from agentrl_sdk.pipeline.job import EvalResult, TrainResult
 from agentrl_sdk.pipeline.sync import run_sync
 
 __all__ = [
@@ -21,11 +23,14 @@ __all__ = [
     "DataConfig",
     "EngineConfig",
     "EntrypointConfig",
+    "EvalConfig",
+    "EvalResult",
     "ModelConfig",
     "RewardConfig",
     "TrackingConfig",
     "TrainConfig",
     "TrainResult",
+    "run_evaluation",
     "run_fully_async",
     "run_sync",
 ]

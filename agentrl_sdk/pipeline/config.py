@@ -13,6 +13,7 @@ from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.rollout.rewards import OnRewardError
 from agentrl_sdk.tracing import TraceSampling
 from agentrl_sdk.trainer import TrainerConfig
+from agentrl_sdk.types import SamplingParams
 
 
 class _Section(BaseModel):
@@ -50,6 +51,10 @@ class EntrypointConfig(_Section):
     )
     reward: str | None = Field(None, description="'module:function' reward(state, row, trajectory).")
     input_fn: str | None = Field(None, description="'module:function' row -> graph input.")
+    eval_dataset: str | None = Field(
+        None, description="Held-out rows for `evaluation` (and `agentrl evaluate`): a "
+        ".jsonl/.parquet path, or 'module:function' returning rows."
+    )
 
 
 class EngineConfig(_Section):
@@ -137,6 +142,55 @@ class TrackingConfig(_Section):
     )
 
 
+class EvalConfig(_Section):
+    """Evaluation on held-out rows: during training (``every``) and by ``sdk.evaluate``."""
+
+    every: int = Field(
+        0, ge=0, description="Evaluate the served weights every this many updates during "
+        "training (0: never; needs an eval dataset)."
+    )
+    before_train: bool = Field(
+        True, description="With `every` set, also evaluate the starting weights (update 0)."
+    )
+    n: int = Field(1, ge=1, description="Samples per held-out row (pass@k for k up to n).")
+    sampling: SamplingParams | None = Field(
+        None, description="How evaluation samples; None: the rollout's sampling made greedy "
+        "(temperature 0), so repeated evaluations of the same weights agree."
+    )
+    pass_threshold: float = Field(
+        1.0, description="A sample passes when its reward is at least this (pass@k)."
+    )
+    max_rows: int | None = Field(
+        None, ge=1, description="Evaluate only the first this many held-out rows."
+    )
+    traces: TraceSampling = Field(
+        "failures", description="Evaluation rollouts traced (tag phase=eval): all, first_k "
+        "(tracking.traces_k rows), failures or off."
+    )
+
+    @model_validator(mode="after")
+    def _samples_can_differ(self) -> EvalConfig:
+        if self.n > 1 and (self.sampling is None or self.sampling.temperature == 0):
+            raise ValueError(
+                f"evaluation.n ({self.n}) needs evaluation.sampling with temperature > 0: "
+                "greedy samples of one row are all the same"
+            )
+        return self
+
+    def rollout(self, rollout: RolloutConfig) -> RolloutConfig:
+        """The training rollout settings with this evaluation's samples and sampling."""
+        sampling = self.sampling or rollout.sampling.model_copy(
+            update={"temperature": 0.0, "seed": None}
+        )
+        return rollout.model_copy(update={"n": self.n, "sampling": sampling})
+
+    def due(self, updates: int) -> bool:
+        """Whether the weights after ``updates`` policy updates are evaluated in training."""
+        if not self.every:
+            return False
+        return updates % self.every == 0 if updates else self.before_train
+
+
 class AsyncConfig(_Section):
     """The fully-asynchronous pipeline: rollouts and updates at once, staleness bounded."""
 
@@ -184,6 +238,7 @@ class TrainConfig(_Section):
         "stream into a bounded queue while the trainer updates (see fully_async)."
     )
     fully_async: AsyncConfig = Field(default_factory=AsyncConfig)
+    evaluation: EvalConfig = Field(default_factory=EvalConfig)
     prefetch_rollouts: bool = Field(
         True, description="Start the next step's rollouts while the trainer updates: graph "
         "start-up and prompt rendering overlap the update, and the first LLM call of each "

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from agentrl_sdk.pipeline.config import TrainConfig
+from agentrl_sdk.pipeline.evaluate import maybe_evaluate
 from agentrl_sdk.pipeline.job import (
     PIPELINE_STATE,
     Job,
@@ -211,6 +212,7 @@ async def run_fully_async(
     input_fn: Callable[[dict[str, Any]], Any] = default_input,
     console: Console | None = None,
     skipped_rows: int = 0,
+    eval_rows: list[dict[str, Any]] | None = None,
 ) -> TrainResult:
     """Train ``config.max_steps`` updates of ``graph`` with rollouts and updates overlapped.
 
@@ -224,7 +226,7 @@ async def run_fully_async(
     console = console or Console()
     async with open_job(
         graph, rows, reward_fn, config, input_fn=input_fn, console=console,
-        skipped_rows=skipped_rows,
+        skipped_rows=skipped_rows, eval_rows=eval_rows,
     ) as (job, result):  # fmt: skip
         start, folder = await maybe_resume(job, console)
         state = PipelineState()
@@ -242,6 +244,8 @@ async def run_fully_async(
             trained_groups=start * config.data.batch_size, served_step=start,
         )  # fmt: skip
         trainer = _Trainer(job, queue, rollouter, versions)
+        if start == 0:  # a resumed run evaluated its starting weights before
+            await maybe_evaluate(job, result, 0, console)
         rollouter.start()
         try:
             with _stop_on_interrupt() as stop, step_log(job, result, console, start) as record:
@@ -251,6 +255,7 @@ async def run_fully_async(
                         break
                     if record(step, await trainer.step(step)):
                         result.checkpoint = await trainer.checkpoint(step + 1)
+                    await maybe_evaluate(job, result, step + 1, console)
         finally:
             await rollouter.stop()
         if config.checkpoint.dir and result.steps > start:

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,28 @@ from agentrl_sdk.tracing import TrainingRun, rollout_credit
 from agentrl_sdk.types import Batch, Sample, Trajectory
 
 
+class EvalResult(BaseModel):
+    """What an evaluation of held-out rows found (``sdk.evaluate``, or during training)."""
+
+    step: int = Field(description="Policy updates done when evaluated (0: starting weights).")
+    metrics: dict[str, float] = Field(
+        description="reward/mean and /std, per component, pass@k, status counts, tokens."
+    )
+    run_id: str | None = None
+    trajectories: list[Trajectory] = Field(
+        default_factory=list, repr=False, description="The scored rollouts (`sdk.evaluate` "
+        "keeps them; evaluations during training do not)."
+    )
+
+
 class TrainResult(BaseModel):
     """What a training job leaves behind."""
 
     steps: int
     history: list[dict[str, float]] = Field(default_factory=list)
+    evaluations: list[EvalResult] = Field(
+        default_factory=list, description="Evaluations on the held-out rows, in update order."
+    )
     run_id: str | None = None
     final_model: str | None = None
     final_models: dict[str, str] = Field(default_factory=dict)  # other trained policies
@@ -61,6 +78,7 @@ class Job:
     loader: RowLoader
     policies: dict[str, Policy]
     run: TrainingRun | None = None
+    eval_rows: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def trained(self) -> list[Policy]:
@@ -88,20 +106,25 @@ async def open_job(
     input_fn: Callable[[dict[str, Any]], Any],
     console: Console,
     skipped_rows: int = 0,
+    eval_rows: list[dict[str, Any]] | None = None,
+    trainers: bool = True,
 ) -> AsyncIterator[tuple[Job, TrainResult]]:
-    """Start a job's engines, trainers and MLflow run; end the run with the job's outcome and
-    tear everything down whatever happens."""
+    """Start a job's engines, trainers (unless ``trainers`` is False: an evaluation) and
+    MLflow run; end the run with the job's outcome and tear everything down whatever happens."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path(config.model), local_files_only=True)
     data = config.data
-    loader = RowLoader(rows, data.batch_size, shuffle=data.shuffle, seed=data.seed)
-    policies = await start_policies(config)
+    # An evaluation draws no batches: any batch size its rows allow will do.
+    batch_size = data.batch_size if trainers else 1
+    loader = RowLoader(rows, batch_size, shuffle=data.shuffle, seed=data.seed)
+    policies = await start_policies(config, trainers=trainers)
     run: TrainingRun | None = None
     status = "FAILED"
     try:
         run = start_run(config)
-        job = Job(graph, reward_fn, input_fn, config, tokenizer, loader, policies, run)
+        job = Job(graph, reward_fn, input_fn, config, tokenizer, loader, policies, run,
+                  eval_rows=list(eval_rows or []))
         result = TrainResult(steps=0, run_id=run.run_id if run else None, skipped_rows=skipped_rows)
         if skipped_rows:
             console.log(f"[yellow]{skipped_rows} dataset rows failed validation and are left out")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -37,4 +38,41 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float) -> dict[
     for t in trajectories:
         counters.update(t.metrics)
     out.update({f"rollout/{k}": float(v) for k, v in counters.items()})
+    return out
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of one row: ``1 - C(n - c, k) / C(n, k)``.
+
+    The chance that at least one of ``k`` samples drawn without replacement from ``n``, of
+    which ``c`` pass, passes (Chen et al., 2021, "Evaluating Large Language Models Trained on
+    Code"). Raises ``ValueError`` unless ``0 <= c <= n`` and ``1 <= k <= n``.
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def eval_metrics(
+    trajectories: Sequence[Trajectory], seconds: float, *, pass_threshold: float = 1.0
+) -> dict[str, float]:
+    """`rollout_metrics` of held-out rollouts plus ``pass@k`` for k = 1, 2, 4, ... up to the
+    samples per row (and that number itself), averaged over rows.
+
+    A sample passes when its reward is at least ``pass_threshold``; an unscored one (reward
+    dropped) does not pass.
+    """
+    out = rollout_metrics(trajectories, seconds)
+    rows: dict[str, list[bool]] = {}
+    for t in trajectories:
+        rows.setdefault(t.row_id, []).append(t.reward is not None and t.reward >= pass_threshold)
+    if not rows:
+        return out
+    n = min(len(passed) for passed in rows.values())
+    ks = sorted({*(2**i for i in range(n.bit_length()) if 2**i <= n), n})
+    for k in ks:
+        out[f"pass@{k}"] = statistics.fmean(
+            pass_at_k(len(passed), sum(passed), k) for passed in rows.values()
+        )
+    out["rows"] = float(len(rows))
     return out

@@ -49,8 +49,9 @@ def model_path(model: ModelConfig, name: str = DEFAULT_POLICY) -> str:
     return model.path
 
 
-async def start_policies(config: TrainConfig) -> dict[str, Policy]:
-    """Engines for every policy, then trainers for the trained ones; all torn down on failure."""
+async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[str, Policy]:
+    """Engines for every policy, then trainers for the trained ones (none without
+    ``trainers``: an evaluation only serves); all torn down on failure."""
     specs = {DEFAULT_POLICY: (config.model, True)}
     specs |= {name: (spec, spec.trained) for name, spec in config.policies.items()}
     policies: dict[str, Policy] = {}
@@ -61,7 +62,7 @@ async def start_policies(config: TrainConfig) -> dict[str, Policy]:
             engine = create_engine(config.engine.backend, path, **config.engine.create_kwargs())
             policies[name] = Policy(name, path, engine, WeightGate(engine), owns_ray=owns_ray)
         for name, (_, trained) in specs.items():
-            if trained:
+            if trained and trainers:
                 policy = policies[name]
                 policy.group = await asyncio.to_thread(
                     TrainerGroup, policy.path, config.trainer, config.algorithm

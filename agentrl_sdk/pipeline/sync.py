@@ -12,6 +12,7 @@ from rich.console import Console
 
 from agentrl_sdk.data import LoaderPosition
 from agentrl_sdk.pipeline.config import TrainConfig
+from agentrl_sdk.pipeline.evaluate import maybe_evaluate
 from agentrl_sdk.pipeline.job import (
     Job,
     TrainResult,
@@ -51,19 +52,23 @@ async def run_sync(
     input_fn: Callable[[dict[str, Any]], Any] = default_input,
     console: Console | None = None,
     skipped_rows: int = 0,
+    eval_rows: list[dict[str, Any]] | None = None,
 ) -> TrainResult:
     """Train ``config.max_steps`` policy updates of ``graph`` on ``rows``.
 
-    ``skipped_rows`` (dataset rows that failed validation) is reported and logged.
+    ``skipped_rows`` (dataset rows that failed validation) is reported and logged;
+    ``eval_rows`` are the held-out rows ``config.evaluation`` evaluates on.
     """
     console = console or Console()
     pending: _Rollouts | None = None
     async with open_job(
         graph, rows, reward_fn, config, input_fn=input_fn, console=console,
-        skipped_rows=skipped_rows,
+        skipped_rows=skipped_rows, eval_rows=eval_rows,
     ) as (job, result):  # fmt: skip
         try:
             start, _ = await maybe_resume(job, console)
+            if start == 0:  # a resumed run evaluated its starting weights before
+                await maybe_evaluate(job, result, 0, console)
             with step_log(job, result, console, start) as record:
                 for step in range(start, config.max_steps):
                     current = pending or _start_rollouts(job, step)
@@ -73,6 +78,7 @@ async def run_sync(
                     if record(step, metrics):
                         position = pending.position if pending else job.loader.position
                         result.checkpoint = await save_checkpoint(job, step + 1, position)
+                    await maybe_evaluate(job, result, step + 1, console)
             return await finish(job, result, job.run)
         finally:
             if pending:

@@ -109,6 +109,7 @@ class TrainingRun:
         credit: Mapping[tuple[str, int], RolloutCredit] | None = None,
         tokenizer: Any = None,
         background: bool = False,
+        phase: str = "train",
     ) -> list[str]:
         """One trace per sampled rollout of ``step``, linked to this run; returns the trace ids.
 
@@ -122,12 +123,13 @@ class TrainingRun:
             background: Build now, hand them to this run's writer process (`TraceWriter`,
                 written in order) and return at once; `flush` (or `end`) waits. A failed write
                 is logged and counted in ``trace_write_errors``; it never stops training.
+            phase: ``train`` or ``eval`` (held-out rollouts), the ``phase`` tag.
         """
         credit = credit or {}
         traces = [
             build_trace_payload(t, experiment_id=self.experiment_id, step=step,
                                 run_id=self.run_id, credit=credit.get((t.row_id, t.sample_index)),
-                                tokenizer=tokenizer)
+                                tokenizer=tokenizer, phase=phase)
             for t in select_rollouts(trajectories, sampling, k)
         ]
         if background:

@@ -81,11 +81,15 @@ def rollout_credit(
     return {key: RolloutCredit(advantage[key], m / total) for key, m in mass.items()}
 
 
-def trace_tags(traj: Trajectory, step: int, run_id: str | None) -> dict[str, str]:
-    """The searchable tags of a rollout's trace (``tags.step = '3'``, ``tags.status = 'ok'``)."""
+def trace_tags(
+    traj: Trajectory, step: int, run_id: str | None, phase: str = "train"
+) -> dict[str, str]:
+    """The searchable tags of a rollout's trace (``tags.step = '3'``, ``tags.status = 'ok'``,
+    ``tags.phase = 'eval'``)."""
     versions = sorted({c.policy_version for c in traj.calls})
     tags = {
         "step": str(step),
+        "phase": phase,
         "row_id": traj.row_id,
         "sample_index": str(traj.sample_index),
         "status": traj.status,
@@ -107,6 +111,7 @@ def build_trace(
     run_id: str | None = None,
     credit: RolloutCredit | None = None,
     tokenizer: Any = None,
+    phase: str = "train",
 ) -> tuple[TraceInfo, list[Span]]:
     """The MLflow trace of one finished rollout: its info (tags, status) and its spans.
 
@@ -118,10 +123,11 @@ def build_trace(
         run_id: The training job's MLflow run; the trace is linked to it.
         credit: The rollout's advantage and loss share, when it was trained on.
         tokenizer: Decodes token ids into the spans' text; ids only when None.
+        phase: ``train`` (a training step's rollout) or ``eval`` (a held-out one), a tag.
     """
     return trace_entities(build_trace_payload(
         traj, experiment_id=experiment_id, step=step, run_id=run_id, credit=credit,
-        tokenizer=tokenizer))
+        tokenizer=tokenizer, phase=phase))
 
 
 def trace_entities(payload: TracePayload) -> tuple[TraceInfo, list[Span]]:
@@ -140,6 +146,7 @@ def build_trace_payload(
     run_id: str | None = None,
     credit: RolloutCredit | None = None,
     tokenizer: Any = None,
+    phase: str = "train",
 ) -> TracePayload:
     """`build_trace` as data: the info and the spans as dicts (arguments as there)."""
     from mlflow.entities import TraceInfo, TraceLocation, TraceState
@@ -160,7 +167,7 @@ def build_trace_payload(
     for event in traj.events:
         if event.kind != "graph":
             _add_event(builder, event, ids, root, traj, tokenizer)
-    tags = trace_tags(traj, step, run_id)
+    tags = trace_tags(traj, step, run_id, phase)
     if credit is not None:
         tags["advantage"] = f"{credit.advantage:.4g}"
     info = TraceInfo(

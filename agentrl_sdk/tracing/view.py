@@ -89,6 +89,7 @@ def search_rollout_traces(
     step: int | None = None,
     status: str | None = None,
     row_id: str | None = None,
+    phase: str | None = None,
     limit: int = 50,
 ) -> list[Any]:
     """Infos of rollout traces (newest first) of a run, an experiment, or every experiment.
@@ -98,6 +99,7 @@ def search_rollout_traces(
         experiment: Experiment name; ignored when ``run_id`` is given.
         run_id: Training run whose traces to list.
         step, status, row_id: Filters on the trace tags.
+        phase: ``train`` (training rollouts) or ``eval`` (held-out evaluations); both when None.
         limit: Most traces returned.
 
     Raises:
@@ -116,7 +118,8 @@ def search_rollout_traces(
     else:
         experiment_ids = [e.experiment_id for e in client.search_experiments()]
     clauses = [f"tags.{key} = '{value}'" for key, value in
-               (("step", step), ("status", status), ("row_id", row_id)) if value is not None]
+               (("step", step), ("status", status), ("row_id", row_id), ("phase", phase))
+               if value is not None]
     traces = client.search_traces(
         locations=experiment_ids, filter_string=" AND ".join(clauses) or None, run_id=run_id,
         max_results=limit, order_by=["timestamp_ms DESC"], include_spans=False,

@@ -124,3 +124,15 @@ def right_tool_reward(state: dict[str, Any], row: dict[str, Any], trajectory: An
 def training_rows() -> list[dict[str, Any]]:
     """The demo's training questions (for `agentrl train`)."""
     return make_rows(256, seed=2)
+
+
+def held_out_rows(count: int = 32) -> list[dict[str, Any]]:
+    """Questions that are not among `training_rows`: the demo's evaluation set."""
+    seen = {r["messages"][-1]["content"] for r in training_rows()}
+    fresh = []
+    for row in make_rows(1000, seed=7):
+        question = row["messages"][-1]["content"]
+        if question not in seen:
+            seen.add(question)
+            fresh.append(row)
+    return fresh[:count]

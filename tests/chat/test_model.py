@@ -126,3 +126,68 @@ async def test_single_token_stop_strings_map_to_ids(qwen_tokenizer, scripted):
 async def test_without_engine_outside_rollout_says_what_to_do():
     with pytest.raises(NoEngineError, match="sdk.rollout"):
         await TokenChatModel().ainvoke("hi")
+
+
+async def test_astream_yields_the_recorded_reply_once(qwen_tokenizer, scripted):
+    reply = 'Sure.\n<tool_call>\n{"name":"add","arguments":{"a":2,"b":3}}\n</tool_call>'
+    engine = scripted(qwen_tokenizer, [reply, reply])
+    llm = _model(qwen_tokenizer, engine).bind_tools([add])
+    chunks = [chunk async for chunk in llm.astream([HumanMessage("2+3?")])]
+    invoked = await llm.ainvoke([HumanMessage("2+3?")])
+
+    (chunk,) = chunks  # the engine answers whole responses: one chunk, after the one call
+    assert chunk.content == invoked.content == "Sure."
+    assert [(c["name"], c["args"]) for c in chunk.tool_calls] == [("add", {"a": 2, "b": 3})]
+    assert chunk.response_metadata["finish_reason"] == "stop"
+    assert chunk.usage_metadata == invoked.usage_metadata
+    assert engine.prompts[0] == engine.prompts[1]  # same prompt ids as ainvoke sends
+    assert [c.content for c in _model(qwen_tokenizer, scripted(qwen_tokenizer, ["hi"])).stream(
+        "x")] == ["hi"]
+
+
+async def test_a_streamed_graph_records_the_same_trajectory_as_an_invoked_one(qwen_tokenizer,
+                                                                              scripted):
+    import agentrl_sdk as sdk
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    @sdk.trainable("talker")
+    async def talker(state, config):
+        llm = sdk.chat_model(config)
+        text = "".join([str(c.content) async for c in llm.astream(state["messages"])])
+        return {"messages": [AIMessage(text)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("talker", talker)
+    builder.add_edge(START, "talker")
+    graph = builder.compile()
+    row = {"id": "r", "messages": [{"role": "user", "content": "hi"}]}
+    engine = scripted(qwen_tokenizer, ["hello there"])
+    (traj,) = await sdk.arollout(graph, row, engine, tokenizer=qwen_tokenizer)
+
+    assert traj.status == "ok" and traj.final_state["messages"][-1].content == "hello there"
+    (call,) = traj.calls
+    assert call.node == "talker" and call.trained
+    expected = qwen_tokenizer.encode("hello there", add_special_tokens=False) + [engine.im_end]
+    assert call.response_ids == expected == traj.segments[0].response_ids
+    assert traj.segments[0].response_mask == [1] * len(expected)
+
+
+async def test_json_mode_structured_output(qwen_tokenizer, scripted):
+    engine = scripted(qwen_tokenizer, ['{"city":"Oslo","celsius":-3}', '{"a": 1}', "not json"])
+    weather = _model(qwen_tokenizer, engine).with_structured_output(Weather, method="json_schema")
+    assert await weather.ainvoke("Oslo?") == Weather(city="Oslo", celsius=-3)
+    prompt = qwen_tokenizer.decode(engine.prompts[0])
+    assert "matching this JSON schema" in prompt and '"celsius"' in prompt
+
+    plain = _model(qwen_tokenizer, engine).with_structured_output(method="json_mode")
+    assert await plain.ainvoke([SystemMessage("Be terse."), HumanMessage("a?")]) == {"a": 1}
+    assert "Be terse.\n\nAnswer with a single JSON object" in qwen_tokenizer.decode(
+        engine.prompts[1])
+
+    raw = _model(qwen_tokenizer, engine).with_structured_output(
+        Weather, method="json_mode", include_raw=True)
+    out = await raw.ainvoke("x")
+    assert out["parsed"] is None and out["raw"].content == "not json"
+    assert out["parsing_error"] is not None
+    with pytest.raises(ValueError, match="unknown structured output method"):
+        _model(qwen_tokenizer, engine).with_structured_output(Weather, method="xml")

@@ -1,0 +1,97 @@
+"""Evaluation on held-out rows: the served weights' rewards and pass@k, during training
+(``evaluation.every``) or on its own (``sdk.evaluate``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+
+from agentrl_sdk.pipeline.config import TrainConfig
+from agentrl_sdk.pipeline.job import EvalResult, Job, TrainResult, open_job, score_rollouts
+from agentrl_sdk.pipeline.metrics import eval_metrics
+from agentrl_sdk.rollout import arollout_batch, default_input
+from agentrl_sdk.rollout.rewards import RewardFn
+
+__all__ = ["evaluate_job", "maybe_evaluate", "run_evaluation"]
+
+
+async def evaluate_job(job: Job, updates: int) -> EvalResult:
+    """Roll out every held-out row of ``job`` on the weights its engines serve now, score the
+    rollouts and log ``eval/...`` metrics (MLflow step = ``updates``) and traces (tag
+    ``phase=eval``) to the job's run.
+    """
+    settings = job.config.evaluation
+    rows = job.eval_rows[: settings.max_rows]
+    started = time.perf_counter()
+    trajectories = await arollout_batch(
+        job.graph, rows, job.engines, tokenizer=job.tokenizer,
+        config=settings.rollout(job.config.rollout), input_fn=job.input_fn,
+        record_events=job.traced and settings.traces != "off",
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    counts = await score_rollouts(job, trajectories, rows)
+    metrics = eval_metrics(trajectories, seconds, pass_threshold=settings.pass_threshold)
+    metrics |= counts
+    if job.run is not None:
+        job.run.log_metrics(updates, {f"eval/{k}": v for k, v in metrics.items()})
+        if job.traced and settings.traces != "off":
+            job.run.log_traces(
+                updates, trajectories, sampling=settings.traces, k=job.config.tracking.traces_k,
+                tokenizer=job.tokenizer, background=True, phase="eval",
+            )  # fmt: skip
+    run_id = job.run.run_id if job.run else None
+    return EvalResult(step=updates, metrics=metrics, run_id=run_id, trajectories=trajectories)
+
+
+async def maybe_evaluate(job: Job, result: TrainResult, updates: int, console: Console) -> None:
+    """During training: evaluate the weights after ``updates`` updates when
+    ``evaluation.every`` says so (and after the last update), and file the result without
+    its trajectories."""
+    config = job.config
+    final = bool(config.evaluation.every) and updates == config.max_steps
+    if not job.eval_rows or not (config.evaluation.due(updates) or final):
+        return
+    evaluation = await evaluate_job(job, updates)
+    result.evaluations.append(evaluation.model_copy(update={"trajectories": []}))
+    console.log(eval_line(evaluation))
+
+
+def eval_line(evaluation: EvalResult) -> str:
+    """One evaluation's summary line on the terminal."""
+    m = evaluation.metrics
+    passes = " · ".join(f"{k} {v:.3f}" for k, v in m.items() if k.startswith("pass@"))
+    return (
+        f"eval after {evaluation.step} updates: reward {m['reward/mean']:.3f} ± "
+        f"{m['reward/std']:.3f} · {passes} · {m.get('rows', 0):.0f} rows"
+    )
+
+
+async def run_evaluation(
+    graph: Any,
+    rows: list[dict[str, Any]],
+    reward_fn: RewardFn | None,
+    config: TrainConfig,
+    *,
+    input_fn: Callable[[dict[str, Any]], Any] = default_input,
+    console: Console | None = None,
+    skipped_rows: int = 0,
+) -> EvalResult:
+    """Evaluate ``config.model`` (and any other policies) on ``rows``: engines only, no
+    trainer; an MLflow run of its own when tracking is on.
+
+    Raises:
+        ValueError: ``rows`` is empty.
+    """
+    if not rows:
+        raise ValueError("nothing to evaluate: the dataset has no usable rows")
+    console = console or Console()
+    async with open_job(
+        graph, rows, reward_fn, config, input_fn=input_fn, console=console,
+        skipped_rows=skipped_rows, eval_rows=rows, trainers=False,
+    ) as (job, _):  # fmt: skip
+        evaluation = await evaluate_job(job, 0)
+        console.log(eval_line(evaluation))
+        return evaluation
