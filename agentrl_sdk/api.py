@@ -151,6 +151,6 @@ def evaluate(
             `TrainResult.final_model`).
 
     Returns:
-        The metrics (``reward/mean``, ``pass@k``, status counts...) and the scored rollouts.
+        The metrics (``reward/mean``, ``pass_at_1``..., status counts) and the scored rollouts.
     """
     return asyncio.run(aevaluate(graph, dataset, reward, config, input_fn=input_fn, model=model))

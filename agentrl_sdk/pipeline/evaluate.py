@@ -62,7 +62,7 @@ async def maybe_evaluate(job: Job, result: TrainResult, updates: int, console: C
 def eval_line(evaluation: EvalResult) -> str:
     """One evaluation's summary line on the terminal."""
     m = evaluation.metrics
-    passes = " · ".join(f"{k} {v:.3f}" for k, v in m.items() if k.startswith("pass@"))
+    passes = " · ".join(f"{k} {v:.3f}" for k, v in m.items() if k.startswith("pass_at_"))
     return (
         f"eval after {evaluation.step} updates: reward {m['reward/mean']:.3f} ± "
         f"{m['reward/std']:.3f} · {passes} · {m.get('rows', 0):.0f} rows"

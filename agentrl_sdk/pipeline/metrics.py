@@ -56,8 +56,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def eval_metrics(
     trajectories: Sequence[Trajectory], seconds: float, *, pass_threshold: float = 1.0
 ) -> dict[str, float]:
-    """`rollout_metrics` of held-out rollouts plus ``pass@k`` for k = 1, 2, 4, ... up to the
-    samples per row (and that number itself), averaged over rows.
+    """`rollout_metrics` of held-out rollouts plus pass@k as ``pass_at_k``, for k = 1, 2, 4,
+    ... up to the samples per row (and that number itself), averaged over rows.
 
     A sample passes when its reward is at least ``pass_threshold``; an unscored one (reward
     dropped) does not pass.
@@ -71,7 +71,7 @@ def eval_metrics(
     n = min(len(passed) for passed in rows.values())
     ks = sorted({*(2**i for i in range(n.bit_length()) if 2**i <= n), n})
     for k in ks:
-        out[f"pass@{k}"] = statistics.fmean(
+        out[f"pass_at_{k}"] = statistics.fmean(
             pass_at_k(len(passed), sum(passed), k) for passed in rows.values()
         )
     out["rows"] = float(len(rows))

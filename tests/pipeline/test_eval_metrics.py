@@ -50,23 +50,23 @@ def test_eval_metrics_average_pass_at_k_over_rows():
     ]
     trajectories[7].status = "timeout"
     m = eval_metrics(trajectories, 2.0, pass_threshold=1.0)
-    assert m["pass@1"] == pytest.approx((0.5 + 0.0 + 1.0) / 3)
-    assert m["pass@2"] == pytest.approx((5 / 6 + 0.0 + 1.0) / 3)
-    assert m["pass@4"] == pytest.approx(2 / 3)
-    assert set(k for k in m if k.startswith("pass@")) == {"pass@1", "pass@2", "pass@4"}
+    assert m["pass_at_1"] == pytest.approx((0.5 + 0.0 + 1.0) / 3)
+    assert m["pass_at_2"] == pytest.approx((5 / 6 + 0.0 + 1.0) / 3)
+    assert m["pass_at_4"] == pytest.approx(2 / 3)
+    assert set(k for k in m if k.startswith("pass_at_")) == {"pass_at_1", "pass_at_2", "pass_at_4"}
     assert m["rows"] == 3.0 and m["rollouts"] == 12.0
     scored = [1.0, 0.5, 1.0, 0.0, 0.0, 0.2, 0.0, 1.5, 1.5, 1.5, 1.5]
     assert m["reward/mean"] == pytest.approx(sum(scored) / len(scored))
     assert m["status/ok"] == 11.0 and m["status/timeout"] == 1.0
     # A lower threshold lets row b's 0.2 pass.
-    assert eval_metrics(trajectories, 2.0, pass_threshold=0.2)["pass@1"] == pytest.approx(
+    assert eval_metrics(trajectories, 2.0, pass_threshold=0.2)["pass_at_1"] == pytest.approx(
         (0.75 + 0.25 + 1.0) / 3)
 
 
 def test_eval_metrics_k_values_stop_at_the_samples_per_row():
     m = eval_metrics([_traj(str(r), i, 1.0) for r in range(2) for i in range(3)], 1.0)
-    assert {k for k in m if k.startswith("pass@")} == {"pass@1", "pass@2", "pass@3"}
-    assert math.isclose(m["pass@3"], 1.0)
+    assert {k for k in m if k.startswith("pass_at_")} == {"pass_at_1", "pass_at_2", "pass_at_3"}
+    assert math.isclose(m["pass_at_3"], 1.0)
 
 
 def test_eval_sampling_defaults_to_greedy_with_the_rollout_budget():

@@ -39,7 +39,7 @@ def test_evaluate_is_greedy_token_exact_and_logged(tmp_path, qwen_tokenizer):
     m = result.metrics
     assert m["rollouts"] == m["rows"] == 8.0
     assert m["reward/mean"] == pytest.approx(sum(t.reward for t in trajectories) / 8)
-    assert m["pass@1"] == pytest.approx(sum(t.reward >= 1.0 for t in trajectories) / 8)
+    assert m["pass_at_1"] == pytest.approx(sum(t.reward >= 1.0 for t in trajectories) / 8)
     # The rows it was warm-started on are solved in three tool-using turns.
     assert [t.reward for t in trajectories[:4]] == [1.0] * 4
     assert m["reward/answer"] == pytest.approx(sum(t.rewards["answer"] for t in trajectories) / 8)
@@ -62,7 +62,7 @@ def test_evaluate_is_greedy_token_exact_and_logged(tmp_path, qwen_tokenizer):
     client = mlflow.MlflowClient(config.tracking.uri)
     logged = client.get_run(result.run_id).data.metrics
     assert logged["eval/reward/mean"] == pytest.approx(m["reward/mean"])
-    assert logged["eval/pass@1"] == pytest.approx(m["pass@1"])
+    assert logged["eval/pass_at_1"] == pytest.approx(m["pass_at_1"])
     failed = [t for t in trajectories if t.status != "ok"]
     traced = search_rollout_traces(config.tracking.uri, run_id=result.run_id, phase="eval")
     assert len(traced) == len(failed)
@@ -123,7 +123,7 @@ def test_training_evaluates_held_out_rows_on_schedule(tmp_path, pipeline):
     alone = sdk.evaluate(build_tool_graph(), held_out, right_tool_reward, config,
                          input_fn=graph_input)
     assert alone.metrics["reward/mean"] == result.evaluations[0].metrics["reward/mean"]
-    assert alone.metrics["pass@1"] == result.evaluations[0].metrics["pass@1"]
+    assert alone.metrics["pass_at_1"] == result.evaluations[0].metrics["pass_at_1"]
 
 
 def test_evaluation_every_needs_an_eval_dataset():
