@@ -55,7 +55,10 @@ async def atrain(
         eval_rows, skipped_eval = _rows(graph, eval_dataset, resolved)
         skipped += skipped_eval
     elif resolved.evaluation.every:
-        raise ValueError("evaluation.every is set but no eval_dataset was given")
+        raise ValueError(
+            f"evaluation.every is {resolved.evaluation.every} but no eval_dataset was given: "
+            "pass sdk.train(..., eval_dataset=rows) or set evaluation.every to 0"
+        )
     pipeline = run_fully_async if resolved.pipeline == "fully_async" else run_sync
     return await pipeline(graph, rows, reward, resolved, input_fn=input_fn,
                           skipped_rows=skipped, eval_rows=eval_rows)

@@ -64,6 +64,7 @@ def _config(steps: int, pipeline: str) -> TrainConfig:
     config = TrainConfig.from_yaml(HERE / "config.yaml")
     config.model.path = str(model_path())
     config.max_steps = steps
+    config.evaluation.every = 0  # no held-out rows here
     config.data.batch_size = 4
     config.rollout.n = 4
     config.rollout.sampling = config.rollout.sampling.model_copy(update={"max_tokens": 48})

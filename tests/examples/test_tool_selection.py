@@ -26,6 +26,10 @@ def test_training_raises_reward_and_updates_the_policy(tmp_path, monkeypatch):
     assert len(curve) == 24
     first, last = sum(curve[:6]) / 6, sum(curve[-6:]) / 6
     assert last > first + 0.08, curve
+    # The held-out questions were evaluated (greedy) before training, every 10 updates and
+    # at the end, on the weights of that update.
+    assert [e.step for e in result.evaluations] == [0, 10, 20, 24]
+    assert all(e.metrics["rows"] == 32 for e in result.evaluations)
     # Every step synced new weights to the engine, recorded as the policy version.
     assert [m["policy_version"] for m in result.history] == list(range(1, 25))
     # The trained policy differs from the warm start it began from.

@@ -24,6 +24,7 @@ def _rows() -> list[dict]:
 def _config(tmp_path, on_bad_row: str) -> TrainConfig:
     config = TrainConfig.from_yaml(HERE / "config.yaml")
     config.max_steps = 1
+    config.evaluation.every = 0  # no held-out rows here
     config.data.batch_size = 4
     config.data.on_bad_row = on_bad_row
     config.rollout.n = 4

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 def _config(tmp_path, steps: int, **async_options) -> TrainConfig:
     config = TrainConfig.from_yaml(HERE / "config.yaml")
     config.max_steps = steps
+    config.evaluation.every = 0  # no held-out rows here
     config.data.batch_size = 3
     config.rollout.n = 4
     config.checkpoint.dir = None

@@ -29,7 +29,7 @@ def test_training_run_holds_traces_checkpoints_and_versions(tmp_path):
     uri, run_id = config.tracking.uri, result.run_id
     client = mlflow.MlflowClient(uri)
     for step in (0, 1):
-        infos = search_rollout_traces(uri, run_id=run_id, step=step)
+        infos = search_rollout_traces(uri, run_id=run_id, step=step, phase="train")
         assert len(infos) == 8  # 2 rows x 4 samples
         views = [load_trace_view(uri, i.trace_id) for i in infos]
         by_row: dict[str, list[float]] = {}
