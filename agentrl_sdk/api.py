@@ -50,6 +50,9 @@ async def atrain(
     """Async `train`, for callers that already run an event loop."""
     resolved = resolve_config(config)
     rows, skipped = _rows(graph, dataset, resolved)
+    if resolved.epochs is not None:
+        steps = resolved.epochs * (len(rows) // resolved.data.batch_size)
+        resolved = resolved.model_copy(update={"max_steps": max(1, steps)})
     eval_rows: list[dict[str, Any]] = []
     if eval_dataset is not None:
         eval_rows, skipped_eval = _rows(graph, eval_dataset, resolved)

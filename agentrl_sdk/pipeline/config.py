@@ -233,6 +233,10 @@ class TrainConfig(_Section):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     entrypoint: EntrypointConfig = Field(default_factory=EntrypointConfig)
     max_steps: int = Field(10, ge=1, description="Policy updates to run.")
+    epochs: int | None = Field(
+        None, ge=1, description="Passes over the dataset; when set, max_steps becomes epochs x "
+        "the full batches of data.batch_size rows in one pass."
+    )
     pipeline: Literal["sync", "fully_async"] = Field(
         "sync", description="sync: roll out a batch, then update; fully_async: rollouts "
         "stream into a bounded queue while the trainer updates (see fully_async)."

@@ -1,0 +1,40 @@
+"""`sdk.train` wiring: epochs become steps, held-out rows reach the pipeline (pipeline stubbed)."""
+
+from __future__ import annotations
+
+import pytest
+
+import agentrl_sdk as sdk
+from agentrl_sdk import api
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """Replaces the sync pipeline with one that records what it was given."""
+    seen: dict = {}
+
+    async def pipeline(graph, rows, reward, config, **kwargs):
+        seen.update(rows=rows, config=config, **kwargs)
+        return sdk.TrainResult(steps=config.max_steps)
+
+    monkeypatch.setattr(api, "run_sync", pipeline)
+    return seen
+
+
+def _rows(n: int, start: int = 0) -> list[dict]:
+    return [{"id": f"r{i}", "messages": [{"role": "user", "content": f"q{i}"}]}
+            for i in range(start, start + n)]
+
+
+def test_epochs_set_max_steps_from_full_batches(captured):
+    config = {"epochs": 3, "max_steps": 99, "data": {"batch_size": 4}}
+    assert sdk.train(object(), _rows(10), None, config).steps == 6  # 3 x (10 // 4)
+    assert captured["config"].max_steps == 6
+    assert sdk.train(object(), _rows(10), None, {"max_steps": 5}).steps == 5  # no epochs
+
+
+def test_held_out_rows_are_validated_and_passed_on(captured):
+    held_out = _rows(3, start=100) + [{"id": "bad", "prompt": []}]
+    sdk.train(object(), _rows(8), None, {"evaluation": {"every": 2}}, eval_dataset=held_out)
+    assert [r["id"] for r in captured["eval_rows"]] == ["r100", "r101", "r102"]
+    assert captured["skipped_rows"] == 1  # the held-out row with an empty prompt
