@@ -17,13 +17,18 @@ worker in a Ray actor), the embedded TorchEngine, tracking off and no checkpoint
 ``GRPOTrainer`` on CPU with HF ``generate``; its GRPO defaults that would make it do different
 work are turned off (``gradient_checkpointing``, ``bf16``), and it logs every step as we do.
 
-Figures (the first, warm-up step of each side is left out):
+The two sides run in ``--rounds`` alternating rounds (TRL, ours, TRL, ours, ...; each from
+the same starting model), and every figure is a median over the steps of all rounds (each
+round's first, warm-up step left out): on a shared machine the load drifts by ±20% over a
+minute, which a single back-to-back pair of runs mistakes for a speed difference.
 
-- ``step_speedup``: mean whole-step wall time, TRL's / ours (``value`` and ``baseline`` in
+Figures:
+
+- ``step_speedup``: median whole-step wall time, TRL's / ours (``value`` and ``baseline`` in
   seconds per step). A step is the time between two consecutive step ends: ours from the
   pipeline's per-step console line, TRL's from ``TrainerCallback.on_step_end``; both include
   generation, reward, the update, our weight sync and per-step logging.
-- ``update_speedup``: update-only tokens/s, ours / TRL's. Tokens are the unpadded prompt +
+- ``update_speedup``: median update-only tokens/s of a step, ours / TRL's. Tokens are the unpadded prompt +
   completion tokens of the batch. Ours: ``train/tokens / train/time_s`` (``TrainerGroup.update``:
   shipping the batch to the Ray worker, forward, backward, clip, optimizer step). TRL's: from
   ``on_step_begin`` to ``on_step_end`` minus the time inside ``_prepare_inputs`` (generation,
@@ -81,7 +86,8 @@ class Job:
 
 @dataclass
 class Side:
-    """Per-step measurements of one system (warm-up step included; the means drop it)."""
+    """Per-step measurements of one system over its rounds (each round's warm-up step is
+    kept here and left out of every figure)."""
 
     name: str
     step_s: list[float] = field(default_factory=list)  # between consecutive step ends
@@ -91,16 +97,33 @@ class Side:
     tokens: list[float] = field(default_factory=list)  # prompt + completion, unpadded
     generated: list[float] = field(default_factory=list)
     reward: list[float] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)  # steps per round, in order
 
-    def mean(self, name: str) -> float:
-        """Mean of the list ``name`` over the steps after the warm-up step."""
-        values = getattr(self, name)[1:]
-        return statistics.fmean(values) if values else 0.0
+    def extend(self, other: Side) -> None:
+        """Pool another round's steps after this one's (each round keeps its warm-up step)."""
+        for name in ("step_s", "generate_s", "update_s", "sync_s", "tokens", "generated",
+                     "reward"):
+            getattr(self, name).extend(getattr(other, name))
+        self.rounds.extend(other.rounds)
+
+    def warm(self, name: str) -> list[float]:
+        """The list ``name`` without each round's warm-up step."""
+        values, out, start = getattr(self, name), [], 0
+        for length in self.rounds:
+            out.extend(values[start + 1 : start + length])
+            start += length
+        return out
+
+    def median(self, name: str) -> float:
+        """Median of the list ``name`` over the steps after each round's warm-up step."""
+        values = self.warm(name)
+        return statistics.median(values) if values else 0.0
 
     @property
     def update_tok_s(self) -> float:
-        """Update-only tokens/s over the steps after the warm-up step."""
-        return sum(self.tokens[1:]) / sum(self.update_s[1:])
+        """Median update-only tokens/s of a step (warm-up steps left out)."""
+        rates = [t / u for t, u in zip(self.warm("tokens"), self.warm("update_s"), strict=True)]
+        return statistics.median(rates)
 
 
 def digit_fraction(text: str) -> float:
@@ -193,6 +216,7 @@ def run_ours(job: Job, path: Path, rows: list[dict[str, Any]]) -> Side:
         side.tokens.append(m["train/tokens"])
         side.generated.append(m["tokens/generated"])
         side.reward.append(m["reward/mean"])
+    side.rounds = [job.steps]
     return side
 
 
@@ -261,15 +285,17 @@ def run_trl(job: Job, path: Path, rows: list[dict[str, Any]], out_dir: Path) -> 
     side.update_s = [e - b - g for b, e, g in zip(begins, ends, side.generate_s, strict=True)]
     side.sync_s = [0.0] * len(ends)
     side.reward = rewards
+    side.rounds = [job.steps]
     return side
 
 
 # ---------------------------------------------------------------------------------- report
 
 
-def print_table(job: Job, trl: Side, ours: Side) -> None:
+def print_table(job: Job, trl: Side, ours: Side, rounds: int) -> None:
     title = (f"GRPO, {job.prompts_per_step} prompts x n={job.n}, {job.max_new_tokens} new tokens, "
-             f"{job.threads} thread(s): means of steps 2..{job.steps}")
+             f"{job.threads} thread(s): medians of steps 2..{job.steps} of {rounds} "
+             "alternating rounds")
     caption = ("ours: agentrl_sdk sync pipeline, TorchEngine, trainer.world_size 1 (Ray actor); "
                "TRL: GRPOTrainer, HF generate in-process, nothing to sync; tok = prompt + "
                "completion tokens per step, upd = update only")
@@ -280,10 +306,10 @@ def print_table(job: Job, trl: Side, ours: Side) -> None:
         table.add_column(column, justify="left" if column == "system" else "right")
     for side in (trl, ours):
         table.add_row(
-            side.name, f"{side.mean('step_s'):.3f}", f"{side.mean('generate_s'):.3f}",
-            f"{side.mean('update_s'):.3f}", f"{side.mean('sync_s'):.3f}",
-            f"{side.mean('tokens'):.0f}", f"{side.mean('generated'):.0f}",
-            f"{side.update_tok_s:.0f}", f"{side.mean('reward'):.3f}",
+            side.name, f"{side.median('step_s'):.3f}", f"{side.median('generate_s'):.3f}",
+            f"{side.median('update_s'):.3f}", f"{side.median('sync_s'):.3f}",
+            f"{side.median('tokens'):.0f}", f"{side.median('generated'):.0f}",
+            f"{side.update_tok_s:.0f}", f"{side.median('reward'):.3f}",
         )
     Console().print(table)
 
@@ -292,6 +318,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4 steps instead of 10")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, each side")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating TRL/ours rounds (a shared machine's load drifts)")
     args = parser.parse_args()
     job = Job(steps=4 if args.quick else 10, threads=args.threads)
     torch.set_num_threads(job.threads)
@@ -300,23 +328,27 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="vs_trl-") as tmp:
         path = build_model_folder(Path(tmp) / "model")
-        trl = run_trl(job, path, rows, Path(tmp) / "trl")
-        ours = run_ours(job, path, rows)
+        trl, ours = Side("TRL"), Side("ours")
+        for r in range(args.rounds):  # alternate, so drifting load hits both sides alike
+            trl.extend(run_trl(job, path, rows, Path(tmp) / f"trl{r}"))
+            ours.extend(run_ours(job, path, rows))
 
-    step_ratio = trl.mean("step_s") / ours.mean("step_s")
+    step_ratio = trl.median("step_s") / ours.median("step_s")
     update_ratio = ours.update_tok_s / trl.update_tok_s
-    print_table(job, trl, ours)
+    print_table(job, trl, ours, args.rounds)
     console = Console()
     console.print(f"step_speedup = {step_ratio:.2f}x · update_speedup = {update_ratio:.2f}x "
                   "(> 1: we are faster; goal >= 1)")
     figures = {
         "step_speedup": {
-            "value": round(ours.mean("step_s"), 4), "baseline": round(trl.mean("step_s"), 4),
-            "ratio": round(step_ratio, 3), "goal": 1.0, "unit": "s/step",
+            "value": round(ours.median("step_s"), 4),
+            "baseline": round(trl.median("step_s"), 4),
+            "ratio": round(step_ratio, 3), "goal": 1.0, "unit": "s/step (median)",
+            "rounds": args.rounds,
         },
         "update_speedup": {
             "value": round(ours.update_tok_s, 1), "baseline": round(trl.update_tok_s, 1),
-            "ratio": round(update_ratio, 3), "goal": 1.0, "unit": "tok/s",
+            "ratio": round(update_ratio, 3), "goal": 1.0, "unit": "tok/s (median step)",
         },
     }
     console.print(f"wrote {write_result('vs_trl', figures)}")
