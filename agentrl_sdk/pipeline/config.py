@@ -120,6 +120,11 @@ class CheckpointConfig(_Section):
     dir: str | None = Field(None, description="Checkpoint folder; None disables checkpoints.")
     every: int = Field(0, ge=0, description="Checkpoint every this many steps (0: at the end only).")
     resume: bool = Field(False, description="Continue from the newest checkpoint in dir.")
+    keep_last: int | None = Field(
+        None, ge=1, description="Keep only the newest this many step_* checkpoints in dir, "
+        "deleting older ones as new ones are written (None: keep all; copies logged as MLflow "
+        "artifacts stay)."
+    )
     export_final: bool = Field(True, description="Write the final policy as a save_pretrained folder.")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -259,9 +260,24 @@ async def maybe_resume(job: Job, console: Console) -> tuple[int, Path | None]:
     return int(extra["step"]), latest
 
 
+def _checkpoints(directory: Path) -> list[Path]:
+    """The ``step_<n>`` folders in ``directory``, oldest first."""
+    found = [p for p in directory.glob("step_*") if p.name[5:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
 def _latest_checkpoint(directory: Path) -> Path | None:
-    steps = sorted(directory.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
+    steps = _checkpoints(directory)
     return steps[-1] if steps else None
+
+
+def prune_checkpoints(directory: Path, keep: int | None) -> list[Path]:
+    """Delete all but the newest ``keep`` checkpoint folders (none when ``keep`` is None);
+    returns what was deleted."""
+    stale = _checkpoints(directory)[:-keep] if keep else []
+    for folder in stale:
+        shutil.rmtree(folder)
+    return stale
 
 
 async def save_checkpoint(
@@ -280,6 +296,7 @@ async def save_checkpoint(
         if job.run and job.config.tracking.log_checkpoints:
             name = f"checkpoints/{path.relative_to(root)}"
             await asyncio.to_thread(job.run.log_artifacts, path, name)
+        prune_checkpoints(path.parent, job.config.checkpoint.keep_last)
     return str(Path(root) / f"step_{step}")
 
 

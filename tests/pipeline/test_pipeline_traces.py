@@ -21,6 +21,7 @@ def test_training_run_holds_traces_checkpoints_and_versions(tmp_path):
     config.rollout.n = 4
     config.checkpoint.dir = str(tmp_path / "ckpt")
     config.checkpoint.every = 1
+    config.checkpoint.keep_last = 1
     config.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config.tracking.traces = "all"
 
@@ -52,6 +53,8 @@ def test_training_run_holds_traces_checkpoints_and_versions(tmp_path):
     assert {"checkpoints", "final_model", "package_versions.json"} <= artifacts
     assert {a.path for a in client.list_artifacts(run_id, "checkpoints")} == {
         "checkpoints/step_1", "checkpoints/step_2"}
+    # keep_last 1: on disk only the newest checkpoint stays (its MLflow copies all do).
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("step_*")) == ["step_2"]
     logged = client.get_run(run_id).data
     assert logged.tags["version.mlflow"] == mlflow.__version__
     # The config is logged as flattened params, values as the run used them.
