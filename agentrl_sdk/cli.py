@@ -58,9 +58,6 @@ def train(
                           eval_dataset=job.eval_dataset)  # fmt: skip
     curve = ", ".join(f"{m['reward/mean']:.3f}" for m in result.history)
     console.print(f"reward per step: {curve}")
-    for evaluation in result.evaluations:
-        console.print(f"eval after {evaluation.step} updates: reward "
-                      f"{evaluation.metrics['reward/mean']:.3f}")  # fmt: skip
     console.print(f"MLflow run {result.run_id} · final model {result.final_model}")
 
 
@@ -159,7 +156,6 @@ def inspect(
 ) -> None:
     """List rollout traces (reward, status) or show one: tokens by mask and advantage, spans,
     tool calls and errors."""
-
     from agentrl_sdk.tracing import (
         load_trace_view,
         render_trace,
@@ -181,9 +177,9 @@ def inspect(
         for info in infos:
             t = info.tags
             table.add_row(info.trace_id, t.get("step"), t.get("phase", "train"), t.get("row_id"),
-                          t.get("sample_index"),
-                          t.get("status"), t.get("reward"), t.get("advantage"),
-                          t.get("policy_versions"), str(info.execution_duration))
+                          t.get("sample_index"), t.get("status"), t.get("reward"),
+                          t.get("advantage"), t.get("policy_versions"),
+                          str(info.execution_duration))
         console.print(table)
         return
     view = load_trace_view(uri, trace_id)

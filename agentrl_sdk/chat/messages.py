@@ -14,7 +14,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 _ROLES: dict[type, str] = {
     SystemMessage: "system",
@@ -66,11 +66,6 @@ def to_template_message(
         if clip is not None:
             out["content"] = clip(out["content"])
     return out
-
-
-def to_json_schema(schema: Any) -> dict[str, Any]:
-    """A pydantic model, TypedDict, JSON schema or OpenAI function as a JSON schema dict."""
-    return convert_to_json_schema(schema)
 
 
 def with_format_instruction(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import concurrent.futures
 import contextvars
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, Literal
@@ -21,11 +21,11 @@ from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_json_schema
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
 from agentrl_sdk.chat.messages import (
-    to_json_schema,
     to_openai_tools,
     to_template_message,
     with_format_instruction,
@@ -174,7 +174,7 @@ class TokenChatModel(BaseChatModel):
         is_model = isinstance(schema, type)
         parser = PydanticOutputParser(pydantic_object=schema) if is_model else JsonOutputParser()
         llm = self.bind(response_format={"type": "json_object"} if schema is None else {
-            "type": "json_schema", "schema": to_json_schema(schema)})
+            "type": "json_schema", "schema": convert_to_json_schema(schema)})
         if not include_raw:
             return llm | parser
 
