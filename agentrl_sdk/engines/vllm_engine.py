@@ -7,15 +7,17 @@ vllm is an optional dependency (``pip install agentrl-sdk[vllm]`` on GPU machine
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
+from agentrl_sdk.engines._vllm_cpu_env import vllm_cpu_env
 from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import FinishReason, SamplingParams
@@ -49,6 +51,9 @@ class VLLMEngine(VLLMBackend):
         start_timeout_s: Longest wait for the engine to start.
         request_timeout_s: Longest wait for a control call (weights, health) to the engine.
         engine_args: More ``AsyncEngineArgs`` fields, overriding ours.
+        cpu_threads: vLLM-CPU only: torch threads of the engine's worker (``None``: every CPU
+            this process may use, none reserved; see `vllm_cpu_env`). Environment variables
+            the user set win.
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class VLLMEngine(VLLMBackend):
         start_timeout_s: float = 600.0,
         request_timeout_s: float = 600.0,
         engine_args: Mapping[str, Any] | None = None,
+        cpu_threads: int | None = None,
     ) -> None:
         path = os.fspath(model_path)
         if not os.path.isdir(path):
@@ -89,7 +95,9 @@ class VLLMEngine(VLLMBackend):
         }
         self._loop = LoopThread("agentrl-vllm-engine")
         try:
-            self._llm, self._requests = self._loop.run(self._start(args), start_timeout_s)
+            # The engine core process inherits the environment when it starts; not after.
+            with _environment(vllm_cpu_env(cpu_threads)):
+                self._llm, self._requests = self._loop.run(self._start(args), start_timeout_s)
         except TimeoutError as exc:
             self._loop.stop()
             raise EngineError(
@@ -226,3 +234,14 @@ def default_eos(model_path: str) -> list[int]:
             if eos is not None:
                 return [eos] if isinstance(eos, int) else list(eos)
     return []
+
+
+@contextlib.contextmanager
+def _environment(extra: Mapping[str, str]) -> Iterator[None]:
+    """``extra`` in ``os.environ`` for the duration of the block (only names not already set)."""
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for name in extra:
+            os.environ.pop(name, None)

@@ -27,6 +27,7 @@ import httpx
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
+from agentrl_sdk.engines._vllm_cpu_env import vllm_cpu_env
 from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.engines.vllm_engine import default_eos
 from agentrl_sdk.errors import EngineError
@@ -59,6 +60,8 @@ class VLLMServerEngine(VLLMBackend):
         start_timeout_s: Longest wait for the server to report healthy.
         request_timeout_s: Longest wait for one HTTP call (a whole generation included).
         server_args: More command-line arguments for a started server.
+        cpu_threads: vLLM-CPU only: torch threads of a started server (``None``: every CPU
+            this process may use; see `vllm_cpu_env`).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class VLLMServerEngine(VLLMBackend):
         start_timeout_s: float = 600.0,
         request_timeout_s: float = 600.0,
         server_args: Iterable[str] = (),
+        cpu_threads: int | None = None,
     ) -> None:
         if model_path is None and url is None:
             raise ValueError("VLLMServerEngine needs model_path (to start a server) or url")
@@ -85,6 +89,7 @@ class VLLMServerEngine(VLLMBackend):
             raise FileNotFoundError(f"{path!r} is not a local model directory")
         self._eos = tuple(default_eos(path) if eos_token_ids is None else eos_token_ids)
         self._model_name = model_name
+        self._cpu_threads = cpu_threads
         self._bucket_bytes = bucket_bytes
         self._timeout = request_timeout_s
         self._version = 0
@@ -123,7 +128,7 @@ class VLLMServerEngine(VLLMBackend):
         command += extra
         handle, log_name = tempfile.mkstemp(prefix="agentrl-vllm-server-", suffix=".log")
         self._log_path = Path(log_name)
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+        env = {**os.environ, **vllm_cpu_env(self._cpu_threads), "VLLM_SERVER_DEV_MODE": "1"}
         with os.fdopen(handle, "wb") as log:
             self._process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

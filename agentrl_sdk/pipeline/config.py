@@ -73,8 +73,9 @@ class EngineConfig(_Section):
     url: str | None = Field(None, description="vllm-server: a running server to use.")
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="More backend options (vllm: dtype, max_model_len, engine_args; "
-        "vllm-server: server_args, start_timeout_s).",
+        description="More backend options (vllm: dtype, max_model_len, engine_args, cpu_threads; "
+        "vllm-server: server_args, start_timeout_s, cpu_threads). On CPUs vLLM gets every usable "
+        "CPU as torch threads unless cpu_threads or OMP_NUM_THREADS says otherwise.",
     )
 
     @model_validator(mode="after")

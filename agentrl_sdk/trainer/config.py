@@ -25,7 +25,10 @@ class TrainerConfig(BaseModel):
         "auto", description="torch.distributed backend; auto is NCCL when CUDA is available, "
         "else gloo (CPU)."
     )
-    num_cpus_per_worker: float = Field(1.0, gt=0, description="CPUs Ray reserves for each worker.")
+    num_cpus_per_worker: float = Field(
+        1.0, gt=0, description="CPUs Ray reserves for each worker; a CPU worker runs that many "
+        "torch threads (at least one)."
+    )
     num_gpus_per_worker: float = Field(
         0.0, ge=0, description="GPUs Ray reserves for each worker; 0 trains on CPU."
     )
@@ -36,6 +39,16 @@ class TrainerConfig(BaseModel):
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="Compute dtype. bfloat16 uses FSDP2 mixed precision (parameters "
         "and optimizer state stay float32, gradients are reduced in float32)."
+    )
+    trainable_layers: int | None = Field(
+        None, ge=0, description="Train only the last N decoder layers and the final norm; "
+        "embeddings, the LM head and earlier layers stay frozen (no gradients, no optimizer "
+        "state). None trains every parameter. On a CPU the last few layers of a small model "
+        "cost about half of a full update."
+    )
+    activation_checkpointing: bool = Field(
+        False, description="Recompute each decoder layer's activations in the backward pass "
+        "instead of keeping them: less memory for ~30% more compute."
     )
     # Optimiser and schedule.
     lr: float = Field(1e-6, gt=0, description="Peak AdamW learning rate.")

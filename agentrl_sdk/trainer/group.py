@@ -101,7 +101,8 @@ class TrainerGroup:
         Returns:
             ``loss``, ``pg_loss``, ``clip_frac``, ``approx_kl``, ``ratio_mean``, ``entropy``
             (``kl``, ``dual_clip_frac`` when enabled), ``grad_norm``, ``lr``, ``tokens``,
-            ``trained_tokens``, ``samples``, ``optimizer_steps``, ``step`` and ``time_s``.
+            ``trained_tokens``, ``samples``, ``optimizer_steps``, ``step``, ``time_s`` and
+            ``peak_rss_gb`` (the largest peak resident memory of any rank so far).
         """
         import ray
 
@@ -109,8 +110,9 @@ class TrainerGroup:
             raise ValueError("update needs a batch with at least one sample")
         start = time.perf_counter()
         ref = ray.put(FlatSamples.from_samples(batch.samples))
-        metrics = self._call("update", ref)[0]
-        return metrics | {"time_s": time.perf_counter() - start}
+        per_rank = self._call("update", ref)
+        peak = max(m.pop("peak_rss_gb") for m in per_rank)
+        return per_rank[0] | {"time_s": time.perf_counter() - start, "peak_rss_gb": peak}
 
     def compute_logprobs(self, batch: Batch) -> list[list[float]]:
         """Logprobs of every response token under the current weights, per sample.

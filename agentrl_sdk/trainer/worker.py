@@ -110,6 +110,9 @@ class PolicyWorker:
 
         hf_logging.disable_progress_bar()  # one bar per rank and load is noise in the driver log
         cfg = self.config
+        if not torch.cuda.is_available():
+            # Ray starts actors with one OMP thread whatever num_cpus says: use what was given.
+            torch.set_num_threads(max(1, int(cfg.num_cpus_per_worker)))
         _seed_all(cfg.seed + self.rank)
         backend = cfg.backend
         if backend == "auto":
@@ -130,7 +133,7 @@ class PolicyWorker:
         if self.loss_config.kl_coef > 0:
             self.ref_model = self._load_sharded(trainable=False)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            [p for p in self.model.parameters() if p.requires_grad],
             lr=cfg.lr,
             betas=cfg.betas,
             eps=cfg.adam_eps,
@@ -143,11 +146,14 @@ class PolicyWorker:
         self.pad_id = int(getattr(self.model.config, "pad_token_id", None) or 0)
         self._placeholder = FlatSamples.placeholder(self.pad_id)
         num_params = sum(p.numel() for p in self.model.parameters())
+        trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         return {
             "rank": self.rank,
             "device": str(self.device),
             "dtype": str(self.compute_dtype).removeprefix("torch."),
             "num_params": num_params,
+            "trained_params": trained,
+            "threads": torch.get_num_threads(),
         }
 
     def _compute_dtype(self) -> torch.dtype:
@@ -173,6 +179,11 @@ class PolicyWorker:
                 f"cannot find the decoder layers of {type(model).__name__} (its _no_split_modules "
                 f"is {sorted(layer_classes)}); FSDP2 shards one unit per decoder layer"
             )
+        if trainable:
+            freeze_all_but_last(model, layers, self.config.trainable_layers)
+        if self.config.activation_checkpointing:
+            for layer in layers:
+                checkpoint_activations(layer)
         # Parameters (and so optimizer state) stay float32; bf16 is for compute only.
         mp = MixedPrecisionPolicy()
         if self.compute_dtype != torch.float32:
@@ -272,6 +283,7 @@ class PolicyWorker:
             "samples": float(len(flat)),
             "optimizer_steps": float(len(steps)),
             "step": float(self.step),
+            "peak_rss_gb": _peak_rss_gb(),
         }
         return metrics | correction
 
@@ -380,7 +392,8 @@ class PolicyWorker:
 
     def _clip_gradients(self) -> float:
         max_norm = self.config.max_grad_norm or float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(trained, max_norm)
         full = getattr(norm, "full_tensor", None)
         return float(full() if full is not None else norm)
 
@@ -477,12 +490,57 @@ class PolicyWorker:
             dist.destroy_process_group()
 
 
+def freeze_all_but_last(model: nn.Module, layers: Sequence[nn.Module], count: int | None) -> None:
+    """Leaves only the last ``count`` of ``layers`` and the final norm trainable (``None``: all).
+
+    Embeddings and the LM head are often one tied tensor; both stay frozen, so the engine's
+    vocabulary projection never moves and the optimizer holds no state for it.
+    """
+    if count is None:
+        return
+    if count > len(layers):
+        raise ValueError(
+            f"trainable_layers={count} but the model has {len(layers)} decoder layers"
+        )
+    model.requires_grad_(False)
+    for layer in layers[len(layers) - count :]:
+        layer.requires_grad_(True)
+    norm = getattr(getattr(model, "model", model), "norm", None)
+    if count and norm is not None:
+        norm.requires_grad_(True)
+
+
+def checkpoint_activations(layer: nn.Module) -> None:
+    """Makes ``layer`` recompute its activations in the backward pass (non-reentrant).
+
+    transformers' own gradient checkpointing acts only in train mode, and the policy stays in
+    eval mode (no dropout), so the layer's forward is wrapped here instead.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    forward = layer.forward
+
+    def recomputed(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    layer.forward = recomputed  # type: ignore[method-assign]
+
+
 def _tensors_by_identity(model: nn.Module) -> list[tuple[list[str], torch.Tensor]]:
     """The state dict's tensors in order, each with all its keys (tied weights share one)."""
     groups: dict[int, tuple[list[str], torch.Tensor]] = {}
     for key, tensor in model.state_dict(keep_vars=True).items():
         groups.setdefault(id(tensor), ([], tensor))[0].append(key)
     return list(groups.values())
+
+
+def _peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GiB (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def _seed_all(seed: int) -> None:

@@ -29,6 +29,7 @@ from agentrl_sdk.engines.torch_engine import TorchEngine
 from agentrl_sdk.models import build_small_tokenizer, build_tiny_model, save_pretrained_pair
 from agentrl_sdk.trainer import FlatSamples, TrainerConfig, TrainerError, TrainerGroup, WeightSync
 from agentrl_sdk.trainer.packing import shard_plan
+from agentrl_sdk.trainer.worker import freeze_all_but_last
 from agentrl_sdk.types import Batch, Sample, SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -285,8 +286,9 @@ def test_resume_in_fresh_group_is_exact(scenario_a, model_path):
         metrics = fresh.update(BATCHES[2])
         state = full_state(fresh)
     expected = scenario_a["metrics"][2]
-    assert {k: v for k, v in metrics.items() if k != "time_s"} == {
-        k: v for k, v in expected.items() if k != "time_s"
+    machine = ("time_s", "peak_rss_gb")  # wall time and memory are not the update's
+    assert {k: v for k, v in metrics.items() if k not in machine} == {
+        k: v for k, v in expected.items() if k not in machine
     }
     assert all(torch.equal(state[k], scenario_a["states"][2][k]) for k in state)
     assert max_diff(state, scenario_a["states"][1]) > 1e-3  # step 3 did move the weights
@@ -388,3 +390,28 @@ def test_bf16_compute_keeps_fp32_weights_and_tracks_the_fp32_update(ray_session,
     assert got["loss"] == pytest.approx(expected["loss"], rel=2e-2, abs=1e-3)
     assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=2e-2)
     assert got["loss"] != expected["loss"] or got["grad_norm"] != expected["grad_norm"]
+
+
+def test_last_layer_only_with_activation_checkpointing_matches_reference(ray_session, model_path):
+    config = CONFIG_C.model_copy(update={"trainable_layers": 1, "activation_checkpointing": True})
+    reference = Reference(model_path, config, LOSS_C)
+    freeze_all_but_last(reference.model, reference.model.model.layers, 1)
+    start = reference.state_dict()
+    with TrainerGroup(model_path, config, LOSS_C) as group:
+        trained = sum(p.numel() for p in reference.model.parameters() if p.requires_grad)
+        assert group.info["trained_params"] == trained < group.info["num_params"]
+        for step in range(2):
+            got = group.update(BATCHES[step])
+            expected = reference.update(BATCHES[step].samples)
+            state = full_state(group)
+            assert max_diff(state, reference.state_dict()) < TOL
+            assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
+            assert got["peak_rss_gb"] > 0
+    moved = {k for k in state if not torch.equal(state[k], start[k])}
+    assert moved and all(k.startswith(("model.layers.1.", "model.norm.")) for k in moved)
+
+
+def test_trainable_layers_beyond_the_model_is_refused(ray_session, model_path):
+    config = TrainerConfig(num_cpus_per_worker=0.5, trainable_layers=3)
+    with pytest.raises(TrainerError, match="trainable_layers=3 but the model has 2 decoder layers"):
+        TrainerGroup(model_path, config, LOSS_C)
