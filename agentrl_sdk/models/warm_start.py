@@ -6,7 +6,7 @@ import functools
 import math
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -228,6 +228,7 @@ def supervised_warm_start(
     batch_size: int = 8,
     seed: int = 0,
     progress: bool = True,
+    dtype: Literal["float32", "bfloat16"] = "float32",
 ) -> list[float]:
     """Fine-tunes ``model`` in place on ``conversations``, learning only the assistant turns.
 
@@ -248,6 +249,10 @@ def supervised_warm_start(
         batch_size: Examples per step.
         seed: Seed of the batch sampling (the model's initialisation is the caller's).
         progress: Show a progress bar with the running loss.
+        dtype: Compute dtype. ``bfloat16`` autocasts each step's forward pass (fast on CPUs
+            with AMX); weights and optimizer state stay in the model's dtype. The autocast
+            opens and closes per step: its cache of bf16 weight copies lives as long as the
+            context, so one context around the loop would train against stale copies.
 
     Returns:
         The loss of every step, in order.
@@ -267,7 +272,8 @@ def supervised_warm_start(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     model.train()
     try:
-        return _train(model, examples, pad_id, steps, lr, batch_size, seed, progress)
+        return _train(model, examples, pad_id, steps, lr, batch_size, seed, progress,
+                      torch.bfloat16 if dtype == "bfloat16" else None)
     finally:
         model.eval()
 
@@ -281,6 +287,7 @@ def _train(
     batch_size: int,
     seed: int,
     progress: bool,
+    autocast_dtype: torch.dtype | None,
 ) -> list[float]:
     generator = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -292,7 +299,9 @@ def _train(
         task = bar.add_task("sft", total=steps, loss=float("nan")) if bar is not None else None
         for _ in range(steps):
             picked = torch.randperm(len(examples), generator=generator)[:batch_size]
-            loss = _masked_next_token_loss(model, *_collate([examples[k] for k in picked], pad_id))
+            batch = _collate([examples[k] for k in picked], pad_id)
+            with torch.autocast(model.device.type, autocast_dtype, enabled=autocast_dtype is not None):
+                loss = _masked_next_token_loss(model, *batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -236,3 +236,19 @@ def test_qwen3_conversation_ending_with_a_user_turn_gives_no_empty_example(qwen3
 def test_a_conversation_without_assistant_turns_has_an_empty_mask(qwen_tokenizer):
     [(ids, mask)] = build_sft_examples(qwen_tokenizer, [{"role": "user", "content": "hi"}])
     assert ids[-3:] == [6023, IM_END, NL] and set(mask) == {0}
+
+
+def test_bf16_warm_start_follows_the_fp32_one_and_keeps_fp32_weights():
+    # Autocast per step: every step's forward uses the weights the previous step wrote. A
+    # single autocast around the loop would keep reusing the first step's bf16 copies.
+    tokenizer = build_small_tokenizer()
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2)
+        losses[dtype] = supervised_warm_start(model, tokenizer, CONVERSATIONS, tools=TOOLS,
+                                              steps=40, lr=1e-2, progress=False, dtype=dtype)
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+    fp32, bf16 = losses["float32"], losses["bfloat16"]
+    assert bf16 != fp32  # bf16 compute did happen
+    assert bf16[-1] < bf16[0] / 10
+    assert bf16[-1] == pytest.approx(fp32[-1], rel=0.5, abs=0.05)
