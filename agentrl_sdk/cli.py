@@ -244,3 +244,35 @@ def build_model(
     save_pretrained_pair(model, tokenizer, out)
     params = sum(p.numel() for p in model.parameters())
     console.print(f"wrote {out} ({params / 1e6:.2f}M parameters, vocab {len(tokenizer)})")
+
+
+@app.command("import-model")
+def import_model_command(
+    src: Annotated[Path, typer.Argument(help="A .gguf file, or a local HF causal-LM folder.")],
+    out: Annotated[Path, typer.Argument(help="Folder to write (save_pretrained layout); new or empty.")],
+    dtype: Annotated[str, typer.Option(help="Weight dtype: float32, bfloat16 or float16.")] = "float32",
+    overwrite: Annotated[bool, typer.Option(help="Write into a non-empty OUT.")] = False,
+) -> None:
+    """Import a GGUF file (dequantized) or an HF folder as a folder both engines load."""
+    import json
+    import time
+
+    from agentrl_sdk.models import ModelImportError, import_model
+
+    started = time.perf_counter()
+    try:
+        import_model(src, out, dtype=dtype, overwrite=overwrite)  # type: ignore[arg-type]
+    except ModelImportError as exc:
+        console.print(f"[red]import-model: {exc}[/]")
+        raise typer.Exit(1) from exc
+    config = json.loads((out / "config.json").read_text())
+    eos = json.loads((out / "generation_config.json").read_text()).get("eos_token_id")
+    files = sorted(p for p in out.iterdir() if p.is_file())
+    size = sum(p.stat().st_size for p in files)
+    console.print(
+        f"wrote {out} in {time.perf_counter() - started:.1f}s: {config.get('architectures')} "
+        f"{config.get('model_type')}, {config.get('num_hidden_layers')} layers, vocab "
+        f"{config.get('vocab_size')}, {dtype}, eos ids {eos}, {size / 1e6:.0f} MB"
+    )
+    for path in files:
+        console.print(f"  {path.name}  {path.stat().st_size / 1e6:.2f} MB")

