@@ -8,6 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentrl_sdk.types import SamplingParams
 
+ToolPromptMode = Literal["auto", "native", "hermes"]
+"""How tools reach the prompt; see ``ChatConfig.tool_prompt``."""
+
 
 class ChatConfig(BaseModel):
     """How the token chat model builds prompts and guards the context."""
@@ -21,7 +24,18 @@ class ChatConfig(BaseModel):
     max_observation_tokens: int | None = Field(
         None, ge=1, description="Tool outputs longer than this many tokens are cut (by tokens)."
     )
-    tool_parser: Literal["hermes"] = Field("hermes", description="How tool calls are read.")
+    tool_parser: Literal["hermes", "llama3_json", "mistral"] = Field(
+        "hermes", description="How tool calls are read from generated text: hermes "
+        "(<tool_call>{json}</tool_call>), llama3_json ({\"name\": ..., \"parameters\": ...} "
+        "calls, optionally after <|python_tag|>, separated by ';') or mistral "
+        "([TOOL_CALLS][{...}, ...])."
+    )
+    tool_prompt: ToolPromptMode = Field(
+        "auto", description="How tools reach the prompt: native (the model's chat template "
+        "renders them; refused if it ignores them), hermes (a Hermes-style tools section, "
+        "<tool_call> blocks and <tool_response> turns written around the model's own template) "
+        "or auto (native when the template renders tools, else hermes with a warning)."
+    )
     request_timeout_s: float = Field(
         600.0, gt=0, description="Longest wait for one engine answer before the call fails."
     )

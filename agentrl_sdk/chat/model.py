@@ -196,8 +196,10 @@ class TokenChatModel(BaseChatModel):
                 "run the graph with sdk.rollout(...) or pass engine= and tokenizer="
             )
         # One template per model: it compiles the Jinja once and keeps the encode cache warm.
-        if self._template is None or self._template.tokenizer is not self.tokenizer:
-            self._template = ChatTemplate(self.tokenizer)
+        template = self._template
+        if (template is None or template.tokenizer is not self.tokenizer
+                or template.tool_prompt_setting != self.chat.tool_prompt):
+            self._template = ChatTemplate(self.tokenizer, tool_prompt=self.chat.tool_prompt)
         return RolloutRecorder(
             self.engine, self._template, chat=self.chat,
             rollout_id=f"call-{uuid.uuid4().hex[:12]}",

@@ -1,4 +1,5 @@
-"""`ChatTemplate`: render messages with the tokenizer's own Jinja template, and encode text to ids."""
+"""`ChatTemplate`: render messages with the tokenizer's own Jinja template (and a tool prompt
+around it when the template has no tool support), and encode text to ids."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from transformers.utils.chat_template_utils import _compile_jinja_template
+
+from agentrl_sdk.chat.tool_prompt import hermes_messages, renders_tools, resolve_tool_prompt
+from agentrl_sdk.config import ToolPromptMode
 
 _SENTINEL = "\u2063agentrl-sentinel\u2063"
 
@@ -15,9 +19,17 @@ class ChatTemplate:
 
     Args:
         tokenizer: A transformers tokenizer with a ``chat_template``.
+        tool_prompt: How tools reach the prompt (``ChatConfig.tool_prompt``): ``native``
+            renders them with the template, ``hermes`` writes them around it
+            (`agentrl_sdk.chat.tool_prompt`), ``auto`` picks native when the template renders
+            tools.
+
+    Attributes:
+        tool_prompt: The tool prompt in use, ``native`` or ``hermes``.
+        tool_prompt_setting: The one asked for (``auto`` included).
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, tool_prompt: ToolPromptMode = "auto") -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(
                 "the tokenizer has no chat_template; build it with agentrl_sdk.models or set "
@@ -31,6 +43,10 @@ class ChatTemplate:
         }
         # The same texts recur: n samples share a first prompt, tool results repeat.
         self._encode_cached = lru_cache(maxsize=4096)(self._encode_uncached)
+        self._renders_tools = renders_tools(lambda m, t: self._render_native(m, t, True))
+        name = f"the chat template of {getattr(tokenizer, 'name_or_path', '') or 'the tokenizer'}"
+        self.tool_prompt_setting = tool_prompt
+        self.tool_prompt = resolve_tool_prompt(tool_prompt, self._renders_tools, name)
 
     def render(
         self,
@@ -39,7 +55,28 @@ class ChatTemplate:
         *,
         add_generation_prompt: bool,
     ) -> str:
-        """Render ``messages`` (OpenAI-style dicts) and ``tools`` to the prompt text."""
+        """Render ``messages`` (OpenAI-style dicts) and ``tools`` to the prompt text.
+
+        Raises:
+            ValueError: If ``tools`` are given, the tool prompt is ``native`` and the template
+                ignores tools (they would vanish from the prompt).
+        """
+        if self.tool_prompt == "hermes":
+            messages, tools = hermes_messages(messages, tools), None
+        elif tools and not self._renders_tools:
+            raise ValueError(
+                "the model's chat template ignores tools, so they would vanish from the prompt; "
+                "set chat.tool_prompt: hermes (or auto) to write a Hermes-style tools section "
+                "around it"
+            )
+        return self._render_native(messages, tools, add_generation_prompt)
+
+    def _render_native(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+    ) -> str:
         return self._compiled.render(
             messages=messages,
             tools=tools or None,

@@ -43,9 +43,11 @@ class Gateway:
         rollout: RolloutConfig | None = None,
     ) -> None:
         self.engine = engine
-        self.template = tokenizer if isinstance(tokenizer, ChatTemplate) else ChatTemplate(tokenizer)
         self.config = config or GatewayConfig()
         self.rollout = rollout or RolloutConfig()
+        self.template = tokenizer if isinstance(tokenizer, ChatTemplate) else ChatTemplate(
+            tokenizer, tool_prompt=self.rollout.chat.tool_prompt
+        )
         self.api_key = (self.config.api_key or secrets.token_urlsafe(24)) if self.config.auth else None
         self.registry = SessionRegistry(
             self._recorder, open_on_first_call=self.config.open_on_first_call

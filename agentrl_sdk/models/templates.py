@@ -1,4 +1,5 @@
-"""Chat templates (Jinja) the project's tokenizers ship: Hermes/Qwen2.5 tools and Qwen3 thinking.
+"""Chat templates (Jinja) the project's tokenizers ship: Hermes/Qwen2.5 tools, Qwen3 thinking,
+plain ChatML without tools (as SmolLM2) and a Llama-3-style template.
 
 The hub is unreachable, so the templates of the real model families are written out here,
 following the published Qwen2.5 / Qwen3 templates: tools listed in the system turn, calls as
@@ -85,5 +86,65 @@ QWEN3_TEMPLATE = (
 )
 """Qwen3-style template: like Hermes, but strips ``<think>`` blocks of earlier turns."""
 
+# SmolLM2-Instruct's template, shape for shape: ChatML that ignores `tools` and `tool_calls`.
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if loop.first and messages[0]['role'] != 'system' %}"
+    "{{- '<|im_start|>system\\n" + _DEFAULT_SYSTEM + "<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""Plain ChatML without tool support (as SmolLM2's): tools need a tool prompt around it. Set it
+as ``tokenizer.chat_template`` of a Qwen-token tokenizer."""
+
 TEMPLATES = {"hermes": HERMES_TEMPLATE, "qwen3": QWEN3_TEMPLATE}
 """Templates by name, as the tokenizer builders accept them."""
+
+_LLAMA3_TOOLS = (
+    "You have access to the following functions. To call functions, respond with JSON of the "
+    'form {\\"name\\": function name, \\"parameters\\": dictionary of argument name and its '
+    'value}; separate several calls with \\"; \\".\\n'
+)
+
+# Llama 3.1's custom-tool layout, shortened: tools in the system turn, calls as bare JSON
+# (after `<|python_tag|>` when the turn also has text), results as `ipython` turns.
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- if messages and messages[0].role == 'system' %}"
+    "{%- set system = messages[0].content %}{%- set turns = messages[1:] %}"
+    "{%- else %}{%- set system = '' %}{%- set turns = messages %}{%- endif %}"
+    "{%- if system or tools %}"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system }}"
+    "{%- if tools %}"
+    "{%- if system %}{{- '\\n\\n' }}{%- endif %}"
+    '{{- "' + _LLAMA3_TOOLS + '" }}'
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{%- endif %}"
+    "{{- '<|eot_id|>' }}"
+    "{%- endif %}"
+    "{%- for message in turns %}"
+    "{%- set content = message.content if message.content is string else '' %}"
+    "{%- set role = 'ipython' if message.role == 'tool' else message.role %}"
+    "{{- '<|start_header_id|>' + role + '<|end_header_id|>\\n\\n' + content }}"
+    "{%- if message.role == 'assistant' and message.tool_calls %}"
+    "{%- if content %}{{- '<|python_tag|>' }}{%- endif %}"
+    "{%- for tool_call in message.tool_calls %}"
+    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    "{%- if not loop.first %}{{- '; ' }}{%- endif %}"
+    "{{- '{\"name\": \"' + tool_call.name + '\", \"parameters\": ' }}"
+    "{%- if tool_call.arguments is string %}{{- tool_call.arguments }}"
+    "{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}"
+    "{{- '}' }}"
+    "{%- endfor %}"
+    "{%- endif %}"
+    "{{- '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{%- endif %}"
+)
+"""Llama-3-style template (``<|begin_of_text|>``, ``<|start_header_id|>role<|end_header_id|>``,
+``<|eot_id|>``) with JSON tool calls. Prefix-preserving. Needs Llama 3's special tokens, so it
+is not in `TEMPLATES`: `agentrl_sdk.models.llama_tokenizer` ships it."""

@@ -1,14 +1,18 @@
-"""Tiny random Qwen2 models for CPU tests and demos, saved and loaded with their tokenizer."""
+"""Tiny random Qwen2 or Llama models for CPU tests and demos, saved with their tokenizer."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
     PreTrainedTokenizerBase,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -16,17 +20,22 @@ from transformers import (
 
 __all__ = ["build_tiny_model", "load_pretrained_pair", "save_pretrained_pair"]
 
+Architecture = Literal["qwen2", "llama"]
+
 _VOCAB_MULTIPLE = 64
-_EOS_TOKEN = "<|im_end|>"
-_PAD_TOKEN = "<|endoftext|>"
+_ARCHITECTURES = {
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "llama": (LlamaConfig, LlamaForCausalLM),
+}
 
 
-def _token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
-    token_id = tokenizer.convert_tokens_to_ids(token)
+def _token_id(tokenizer: PreTrainedTokenizerBase, role: str) -> int:
+    token = getattr(tokenizer, f"{role}_token", None)
+    token_id = tokenizer.convert_tokens_to_ids(token) if token else None
     if token_id is None or token_id == tokenizer.unk_token_id:
         raise ValueError(
-            f"the tokenizer has no {token!r} token; build it with build_qwen_tokenizer or "
-            "build_small_tokenizer"
+            f"the tokenizer has no {role} token; build it with build_qwen_tokenizer, "
+            "build_small_tokenizer or build_llama3_tokenizer"
         )
     return token_id
 
@@ -42,16 +51,19 @@ def build_tiny_model(
     max_position_embeddings: int = 4096,
     seed: int = 0,
     tie_word_embeddings: bool = True,
-) -> Qwen2ForCausalLM:
-    """Builds a small float32 Qwen2 model with seeded random weights, sized for ``tokenizer``.
+    architecture: Architecture = "qwen2",
+) -> PreTrainedModel:
+    """Builds a small float32 Qwen2 or Llama model with seeded random weights, sized for
+    ``tokenizer``.
 
     The embedding has ``len(tokenizer)`` rounded up to a multiple of 64 rows (as real
-    checkpoints pad theirs); generation stops on ``<|im_end|>`` or ``<|endoftext|>`` and pads
-    with ``<|endoftext|>``. The global torch RNG is left untouched.
+    checkpoints pad theirs); generation stops on the tokenizer's eos or pad token and pads
+    with the pad token (Qwen tokenizers: ``<|im_end|>``, ``<|endoftext|>``). The global torch
+    RNG is left untouched.
 
     Args:
-        tokenizer: A tokenizer from :mod:`agentrl_sdk.models.tokenizers` (or any with Qwen's
-            ``<|im_end|>`` and ``<|endoftext|>`` tokens).
+        tokenizer: A tokenizer from :mod:`agentrl_sdk.models.tokenizers` or
+            :mod:`agentrl_sdk.models.llama_tokenizer` (or any with eos and pad tokens).
         hidden_size: Width of the residual stream; a multiple of ``num_heads``.
         num_layers: Number of decoder layers.
         num_heads: Attention heads; a multiple of ``num_kv_heads``.
@@ -60,21 +72,31 @@ def build_tiny_model(
         max_position_embeddings: Longest sequence the rotary embedding is set up for.
         seed: Seed of the weight initialisation: same seed, same weights.
         tie_word_embeddings: Share the input embedding with the output projection.
+        architecture: ``qwen2`` (Qwen2ForCausalLM: biased q/k/v) or ``llama``
+            (LlamaForCausalLM, bos from the tokenizer).
 
     Returns:
         The model, in eval mode.
 
     Raises:
-        ValueError: If the head counts do not divide, or the tokenizer lacks Qwen's tokens.
+        ValueError: If the head counts do not divide, the architecture is unknown, or the
+            tokenizer lacks an eos or pad token.
     """
     if hidden_size % num_heads or num_heads % num_kv_heads:
         raise ValueError(
             f"hidden_size={hidden_size} must be a multiple of num_heads={num_heads}, and "
             f"num_heads a multiple of num_kv_heads={num_kv_heads}"
         )
-    eos_id, pad_id = _token_id(tokenizer, _EOS_TOKEN), _token_id(tokenizer, _PAD_TOKEN)
+    if architecture not in _ARCHITECTURES:
+        raise ValueError(
+            f"unknown architecture {architecture!r}; choose one of {sorted(_ARCHITECTURES)}"
+        )
+    config_cls, model_cls = _ARCHITECTURES[architecture]
+    eos_id, pad_id = _token_id(tokenizer, "eos"), _token_id(tokenizer, "pad")
+    # Qwen2 checkpoints carry no bos; Llama ones name theirs.
+    bos_id = tokenizer.bos_token_id if architecture == "llama" else None
     vocab_size = -(-len(tokenizer) // _VOCAB_MULTIPLE) * _VOCAB_MULTIPLE
-    config = Qwen2Config(
+    config = config_cls(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size or 4 * hidden_size,
@@ -83,22 +105,22 @@ def build_tiny_model(
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=tie_word_embeddings,
-        bos_token_id=None,
+        bos_token_id=bos_id,
         eos_token_id=eos_id,
         pad_token_id=pad_id,
         dtype="float32",
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config).to(torch.float32)
+        model = model_cls(config).to(torch.float32)
     model.generation_config = GenerationConfig(
-        eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, bos_token_id=None, do_sample=False
+        eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, bos_token_id=bos_id, do_sample=False
     )
     return model.eval()
 
 
 def save_pretrained_pair(
-    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerBase, path: str | Path
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path
 ) -> Path:
     """Writes ``model`` (safetensors) and ``tokenizer`` into one ``save_pretrained`` folder.
 
@@ -119,7 +141,7 @@ def save_pretrained_pair(
 
 def load_pretrained_pair(
     path: str | Path,
-) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerBase]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Loads a model and tokenizer written by :func:`save_pretrained_pair`, from disk only.
 
     Args:

@@ -13,21 +13,28 @@ import torch.nn.functional as F
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.config import ToolPromptMode
+
 __all__ = ["build_sft_example", "build_sft_examples", "supervised_warm_start"]
 
 Message = dict[str, Any]
-_END_OF_TURN = "<|im_end|>"
 
 
 def _render(
-    tokenizer: PreTrainedTokenizerBase,
+    template: ChatTemplate,
     messages: Sequence[Message],
     tools: list[dict[str, Any]] | None,
     add_generation_prompt: bool = False,
 ) -> str:
-    return tokenizer.apply_chat_template(
-        list(messages), tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
-    )
+    # The rollouts' renderer, tool prompt included: SFT and RL see the same prompts.
+    return template.render(list(messages), tools, add_generation_prompt=add_generation_prompt)
+
+
+def _end_of_turn(template: ChatTemplate) -> str:
+    """The token that closes an assistant turn (``<|im_end|>``, ``<|eot_id|>``): the model
+    generates it, the rest of the template's suffix is prompt."""
+    return template.decode(template.encode(template.assistant_suffix)[:1])
 
 
 def _assistant_turns(messages: Sequence[Message]) -> list[int]:
@@ -37,7 +44,7 @@ def _assistant_turns(messages: Sequence[Message]) -> list[int]:
 
 
 def _turn_span(
-    tokenizer: PreTrainedTokenizerBase,
+    template: ChatTemplate,
     messages: Sequence[Message],
     tools: list[dict[str, Any]] | None,
     turn: int,
@@ -46,17 +53,18 @@ def _turn_span(
     """Where, in characters of ``full``, assistant message ``turn`` was generated.
 
     The span starts where the generation prompt (``<|im_start|>assistant\\n``) of the
-    conversation so far ends and stops after the turn's closing ``<|im_end|>``. ``None`` when
-    ``full`` renders the history differently (e.g. Qwen3 drops ``<think>`` blocks of turns
-    before the last user message).
+    conversation so far ends and stops after the turn's closing token (``<|im_end|>``).
+    ``None`` when ``full`` renders the history differently (e.g. Qwen3 drops ``<think>``
+    blocks of turns before the last user message).
     """
-    prompt = _render(tokenizer, messages[:turn], tools, add_generation_prompt=True)
-    with_turn = _render(tokenizer, messages[: turn + 1], tools)
+    prompt = _render(template, messages[:turn], tools, add_generation_prompt=True)
+    with_turn = _render(template, messages[: turn + 1], tools)
     if not (full.startswith(with_turn) and with_turn.startswith(prompt)):
         return None
-    end = with_turn.rfind(_END_OF_TURN) + len(_END_OF_TURN)
+    end_of_turn = _end_of_turn(template)
+    end = with_turn.rfind(end_of_turn) + len(end_of_turn)
     if end <= len(prompt):
-        raise ValueError(f"assistant message {turn} does not end with {_END_OF_TURN}")
+        raise ValueError(f"assistant message {turn} does not end with {end_of_turn}")
     return len(prompt), end
 
 
@@ -87,6 +95,7 @@ def build_sft_examples(
     tokenizer: PreTrainedTokenizerBase,
     messages: Sequence[Message],
     tools: list[dict[str, Any]] | None = None,
+    tool_prompt: ToolPromptMode = "auto",
 ) -> list[tuple[list[int], list[int]]]:
     """Tokenizes a conversation into one or more examples, as the token ledger would see it.
 
@@ -99,6 +108,7 @@ def build_sft_examples(
         tokenizer: A tokenizer with a chat template using ``<|im_end|>`` to close turns.
         messages: OpenAI-style messages (``role`` system/user/assistant/tool, ``content``).
         tools: Tool schemas passed to the chat template.
+        tool_prompt: How tools reach the prompt, as ``chat.tool_prompt`` of the rollouts.
 
     Returns:
         ``(input_ids, loss_mask)`` pairs, ordered by their last assistant turn; a single
@@ -108,14 +118,15 @@ def build_sft_examples(
         ValueError: If the conversation opens with an assistant message, or a span does not
             tokenize on its own the way it does inside the conversation.
     """
+    template = ChatTemplate(tokenizer, tool_prompt)
     pending = _assistant_turns(messages)
     if not pending:
-        return [_tokenize_spans(tokenizer, _render(tokenizer, messages, tools), [])]
+        return [_tokenize_spans(tokenizer, _render(template, messages, tools), [])]
     examples = []
     end, first = len(messages), True
     while pending:
-        full = _render(tokenizer, messages[:end], tools)
-        spans = {i: _turn_span(tokenizer, messages, tools, i, full) for i in pending}
+        full = _render(template, messages[:end], tools)
+        spans = {i: _turn_span(template, messages, tools, i, full) for i in pending}
         covered = [spans[i] for i in pending if spans[i] is not None]
         # The whole conversation may cover no turn (a trailing user message rewrote them all);
         # a prefix ending with the turn itself must cover it.
@@ -135,6 +146,7 @@ def build_sft_example(
     tokenizer: PreTrainedTokenizerBase,
     messages: Sequence[Message],
     tools: list[dict[str, Any]] | None = None,
+    tool_prompt: ToolPromptMode = "auto",
 ) -> tuple[list[int], list[int]]:
     """Tokenizes a conversation for supervised fine-tuning, marking the tokens to learn.
 
@@ -147,6 +159,7 @@ def build_sft_example(
         tokenizer: A tokenizer with a chat template using ``<|im_end|>`` to close turns.
         messages: OpenAI-style messages (``role`` system/user/assistant/tool, ``content``).
         tools: Tool schemas passed to the chat template.
+        tool_prompt: How tools reach the prompt, as ``chat.tool_prompt`` of the rollouts.
 
     Returns:
         ``(input_ids, loss_mask)``, two lists of the same length. ``input_ids`` equals the
@@ -157,8 +170,9 @@ def build_sft_example(
             :func:`build_sft_examples`), or a span does not tokenize on its own the way it
             does inside the conversation.
     """
-    full = _render(tokenizer, messages, tools)
-    spans = [_turn_span(tokenizer, messages, tools, i, full) for i in _assistant_turns(messages)]
+    template = ChatTemplate(tokenizer, tool_prompt)
+    full = _render(template, messages, tools)
+    spans = [_turn_span(template, messages, tools, i, full) for i in _assistant_turns(messages)]
     if None in spans:
         raise ValueError(
             "the chat template renders earlier assistant turns differently once later "
@@ -229,6 +243,7 @@ def supervised_warm_start(
     seed: int = 0,
     progress: bool = True,
     dtype: Literal["float32", "bfloat16"] = "float32",
+    tool_prompt: ToolPromptMode = "auto",
 ) -> list[float]:
     """Fine-tunes ``model`` in place on ``conversations``, learning only the assistant turns.
 
@@ -253,6 +268,8 @@ def supervised_warm_start(
             with AMX); weights and optimizer state stay in the model's dtype. The autocast
             opens and closes per step: its cache of bf16 weight copies lives as long as the
             context, so one context around the loop would train against stale copies.
+        tool_prompt: How tools reach the prompt (``chat.tool_prompt``): give the rollouts'
+            setting so the warm start learns the prompts RL will show.
 
     Returns:
         The loss of every step, in order.
@@ -265,7 +282,7 @@ def supervised_warm_start(
         raise ValueError("supervised_warm_start needs at least one conversation")
     examples = []
     for k, conversation in enumerate(conversations):
-        converted = build_sft_examples(tokenizer, conversation, tools)
+        converted = build_sft_examples(tokenizer, conversation, tools, tool_prompt)
         if not any(any(mask) for _, mask in converted):
             raise ValueError(f"conversation {k} has no assistant message to learn from")
         examples += converted

@@ -112,7 +112,7 @@ async def arollout_batch(
     """
     config = config or RolloutConfig()
     samples = n or config.n
-    template = ChatTemplate(tokenizer)
+    template = ChatTemplate(tokenizer, tool_prompt=config.chat.tool_prompt)
     gate = asyncio.Semaphore(config.concurrency)
     # Agent functions reach the engines through a recording gateway, up for this batch only.
     gateway = build_gateway(engine, template, config) if uses_agent_fns(graph) else None

@@ -9,7 +9,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
 from agentrl_sdk.chat.template import ChatTemplate
-from agentrl_sdk.config import ChatConfig, RolloutConfig
+from agentrl_sdk.config import ChatConfig, RolloutConfig, ToolPromptMode
 from agentrl_sdk.rollout import arollout
 from agentrl_sdk.types import SamplingParams
 from integrations.verl.engine import VerlServerEngine
@@ -33,18 +33,25 @@ class GraphAgentLoop(AgentLoopBase):
     Args:
         graph: ``"module:attr"`` naming a compiled graph, or a function returning one.
         recursion_limit: LangGraph's step limit per rollout.
+        tool_prompt: ``chat.tool_prompt`` of the rollouts (how tools reach the prompt).
         *args, **kwargs: What verl passes every agent loop (config, server manager, tokenizer...).
     """
 
     def __init__(
-        self, *args: Any, graph: str | Any = None, recursion_limit: int = 50, **kwargs: Any
+        self,
+        *args: Any,
+        graph: str | Any = None,
+        recursion_limit: int = 50,
+        tool_prompt: ToolPromptMode = "auto",
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         if graph is None:
             raise ValueError("GraphAgentLoop needs graph='module:attr' in the agent loop config")
         self.graph = _load_graph(graph)
         self.recursion_limit = recursion_limit
-        self.template = ChatTemplate(self.tokenizer)
+        self.tool_prompt = tool_prompt
+        self.template = ChatTemplate(self.tokenizer, tool_prompt=tool_prompt)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Run the graph once on the row ``kwargs`` and return its trained segment."""
@@ -57,7 +64,9 @@ class GraphAgentLoop(AgentLoopBase):
                 top_k=int(sampling_params.get("top_k", -1)),
                 max_tokens=response_length,
             ),
-            chat=ChatConfig(max_context_tokens=prompt_length + response_length),
+            chat=ChatConfig(
+                max_context_tokens=prompt_length + response_length, tool_prompt=self.tool_prompt
+            ),
             recursion_limit=self.recursion_limit,
         )
         engine = VerlServerEngine(self.server_manager, session_id=uuid.uuid4().hex)

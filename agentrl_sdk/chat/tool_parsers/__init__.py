@@ -7,14 +7,22 @@ from agentrl_sdk.chat.tool_parsers.base import (
     ToolParser,
 )
 from agentrl_sdk.chat.tool_parsers.hermes import HermesToolParser
+from agentrl_sdk.chat.tool_parsers.llama3_json import Llama3JsonToolParser
+from agentrl_sdk.chat.tool_parsers.mistral import MistralToolParser
 
-TOOL_PARSERS: dict[str, type] = {"hermes": HermesToolParser}
-"""Parsers by the name configs use."""
+TOOL_PARSERS: dict[str, type] = {
+    "hermes": HermesToolParser,
+    "llama3_json": Llama3JsonToolParser,
+    "mistral": MistralToolParser,
+}
+"""Parsers by the name configs use (``chat.tool_parser``)."""
 
 __all__ = [
     "TOOL_PARSERS",
     "HermesToolParser",
     "InvalidToolCall",
+    "Llama3JsonToolParser",
+    "MistralToolParser",
     "ParsedResponse",
     "ParsedToolCall",
     "ToolParser",
