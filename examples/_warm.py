@@ -1,15 +1,21 @@
-"""How the examples make their tiny CPU policies: a small-vocab model, warm-started briefly."""
+"""How the examples make their CPU policies: a tiny small-vocab model or the real SmolLM2-135M,
+warm-started briefly on demonstrations."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl_sdk.models import (
     build_small_tokenizer,
     build_tiny_model,
     save_pretrained_pair,
+    smollm2_path,
     supervised_warm_start,
 )
 
@@ -30,3 +36,24 @@ def build_warm_started(
     supervised_warm_start(model, tokenizer, conversations, tools=tools, steps=recipe["steps"],
                           lr=recipe["lr"], batch_size=recipe["batch_size"], progress=progress)
     save_pretrained_pair(model, tokenizer, folder)
+
+
+def build_warm_started_smollm2(
+    folder: Path,
+    recipe: dict[str, Any],
+    conversations: Sequence[Sequence[dict[str, Any]]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    progress: bool = True,
+) -> None:
+    """Warm-start the imported SmolLM2-135M-Instruct as ``recipe`` says (steps, lr,
+    batch_size, dtype) on ``conversations`` and save it with its tokenizer into ``folder``."""
+    base = smollm2_path()
+    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, dtype=torch.float32)
+    supervised_warm_start(model, tokenizer, conversations, tools=tools, steps=recipe["steps"],
+                          lr=recipe["lr"], batch_size=recipe["batch_size"],
+                          dtype=recipe["dtype"], progress=progress)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    shutil.copy(base / "generation_config.json", folder)  # the stop ids import_model chose

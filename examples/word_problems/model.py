@@ -8,14 +8,11 @@ RL has something real to learn.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from agentrl_sdk.chat.messages import to_openai_tools
-from agentrl_sdk.models import cached_build, smollm2_path, supervised_warm_start
+from agentrl_sdk.models import cached_build
+from examples._warm import build_warm_started_smollm2
 from examples.word_problems.agent import calculator, demonstration, make_rows
 
 RECIPE = {"version": 1, "base": "smollm2-135m-instruct", "demonstrated": "+-", "rows": 400,
@@ -32,16 +29,8 @@ def demonstrations() -> list[list[dict]]:
 
 def build(folder: Path, progress: bool = True) -> None:
     """Warm-start the imported SmolLM2 on the demonstrations and save it into ``folder``."""
-    base = smollm2_path()
-    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, dtype=torch.float32)
-    supervised_warm_start(model, tokenizer, demonstrations(), tools=to_openai_tools([calculator]),
-                          steps=RECIPE["steps"], lr=RECIPE["lr"],
-                          batch_size=RECIPE["batch_size"], dtype=RECIPE["dtype"],
-                          progress=progress)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    shutil.copy(base / "generation_config.json", folder)  # the stop ids import_model chose
+    build_warm_started_smollm2(folder, RECIPE, demonstrations(),
+                               tools=to_openai_tools([calculator]), progress=progress)
 
 
 def model_path(progress: bool = True) -> Path:

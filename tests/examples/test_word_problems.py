@@ -1,0 +1,72 @@
+"""The real-model demo's task: problems, the answer reward, demonstrations, and its prompts on
+SmolLM2 (whose own template ignores tools: the Hermes tool prompt is written around it)."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from agentrl_sdk.chat.messages import to_openai_tools
+from agentrl_sdk.chat.template import ChatTemplate
+from examples.calculator.calculator import calculate
+from examples.word_problems.agent import (
+    calculator,
+    demonstration,
+    held_out_rows,
+    make_rows,
+    right_answer_reward,
+    training_rows,
+)
+from examples.word_problems.model import demonstrations
+
+
+def test_problems_are_whole_number_arithmetic_with_two_and_three_digit_numbers():
+    rows = make_rows(200, seed=3)
+    assert rows == make_rows(200, seed=3)
+    assert {r["expression"][len(r["expression"].rstrip("0123456789")) - 1] for r in rows} == set(
+        "+-*/")
+    for row in rows:
+        assert float(calculate(row["expression"])) == int(row["answer"])
+        assert any(len(n) >= 2 for n in row["messages"][1]["content"].split() if n.isdigit())
+    held_out = {r["messages"][1]["content"] for r in held_out_rows()}
+    assert len(held_out & {r["messages"][1]["content"] for r in training_rows()}) <= 2
+
+
+@pytest.mark.parametrize(("reply", "reward"), [
+    ("The answer is 289.", 1.0), ("289", 1.0), ("It is 96 + 193 = 289", 1.0),
+    ("The answer is 288.", 0.0), ("I do not know.", 0.0), ("289 or 290", 0.0),
+])
+def test_reward_is_the_last_number_of_the_final_reply(reply, reward):
+    row = make_rows(1, seed=2)[0] | {"answer": "289"}
+    state = {"messages": [HumanMessage("q"), AIMessage(reply)]}
+    assert right_answer_reward(state, row, None) == reward
+
+
+def test_a_final_tool_call_earns_nothing():
+    call = AIMessage("", tool_calls=[{"name": "calculator", "args": {"expression": "1+1"},
+                                      "id": "c1"}])
+    assert right_answer_reward({"messages": [call]}, {"answer": "2"}, None) == 0.0
+
+
+def test_demonstrations_cover_addition_and_subtraction_only():
+    shown = demonstrations()
+    assert len(shown) == 400
+    ops = {next(c for c in "+-*/" if c in d[2]["content"].split('"expression": "')[1]) for d in shown}
+    assert ops == {"+", "-"}
+
+
+@pytest.mark.slow
+def test_smollm2_prompts_carry_the_tool_and_the_demonstrated_call(smollm2_folder):
+    from transformers import AutoTokenizer
+
+    template = ChatTemplate(AutoTokenizer.from_pretrained(smollm2_folder))
+    row = make_rows(1, seed=2)[0]
+    tools = to_openai_tools([calculator])
+    prompt = template.render(row["messages"], tools, add_generation_prompt=True)
+    assert prompt.startswith("<|im_start|>system\nSolve the problem with the calculator tool")
+    assert '"name": "calculator"' in prompt and prompt.endswith("<|im_start|>assistant\n")
+    full = template.render(demonstration(row)[:-1], tools, add_generation_prompt=True)
+    assert full.startswith(prompt)  # prefix-preserving: the ledger extends, never re-renders
+    assert '<tool_call>\n{"name": "calculator", "arguments": {"expression": "' in full
+    assert f"<|im_start|>user\n<tool_response>\n{row['answer']}\n</tool_response><|im_end|>" in full
+    assert len(template.encode(prompt)) < 320  # short prompts keep the CPU demo fast
