@@ -26,8 +26,8 @@ def test_gsm8k_records_become_valid_verl_rows(tmp_path):
         extract_answer("no final line")
 
 
-def test_both_configs_validate():
-    for name in ("config.yaml", "config_gpu.yaml"):
+def test_every_config_validates():
+    for name in ("config.yaml", "config_real.yaml", "config_gpu.yaml"):
         TrainConfig.from_yaml(HERE / name)
 
 

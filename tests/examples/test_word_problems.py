@@ -70,3 +70,13 @@ def test_smollm2_prompts_carry_the_tool_and_the_demonstrated_call(smollm2_folder
     assert '<tool_call>\n{"name": "calculator", "arguments": {"expression": "' in full
     assert f"<|im_start|>user\n<tool_response>\n{row['answer']}\n</tool_response><|im_end|>" in full
     assert len(template.encode(prompt)) < 320  # short prompts keep the CPU demo fast
+
+
+def test_config_validates_and_trains_the_last_layers_in_bf16():
+    from pathlib import Path
+
+    from agentrl_sdk.pipeline import TrainConfig
+
+    config = TrainConfig.from_yaml(Path("examples/word_problems/config.yaml"))
+    assert config.trainer.trainable_layers == 6 and config.trainer.dtype == "bfloat16"
+    assert config.engine.options["dtype"] == "bfloat16"
