@@ -27,22 +27,28 @@ class State(TypedDict):
     messages: Annotated[list, add_messages]
 
 
-@sdk.trainable("solver")
-async def solver(state: State, config) -> dict:
-    """Ask the policy for the next step: a calculator call or the final answer."""
-    llm = sdk.chat_model(config).bind_tools([calculator])
-    return {"messages": [await llm.ainvoke(state["messages"])]}
+def react_graph(tools: list[Any]) -> Any:
+    """solver -> (tools -> solver)* -> end: an ordinary LangGraph ReAct loop over ``tools``,
+    its solver node trainable."""
 
+    @sdk.trainable("solver")
+    async def solver(state: State, config) -> dict:
+        """Ask the policy for the next step: a tool call or the final answer."""
+        llm = sdk.chat_model(config).bind_tools(tools)
+        return {"messages": [await llm.ainvoke(state["messages"])]}
 
-def build_graph() -> Any:
-    """solver -> (tools -> solver)* -> end: an ordinary LangGraph ReAct loop."""
     graph = StateGraph(State)
     graph.add_node("solver", solver)
-    graph.add_node("tools", sdk.ToolNode([calculator]))
+    graph.add_node("tools", sdk.ToolNode(tools))
     graph.add_edge(START, "solver")
     graph.add_conditional_edges("solver", sdk.tools_condition)
     graph.add_edge("tools", "solver")
     return graph.compile()
+
+
+def build_graph() -> Any:
+    """The calculator agent: the ReAct loop with the safe calculator tool."""
+    return react_graph([calculator])
 
 
 def make_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:

@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
-from langgraph.graph import START, StateGraph
-from langgraph.graph.message import add_messages
 
-import agentrl_sdk as sdk
+from examples.calculator.agent import react_graph
 from examples.calculator.calculator import calculate
 
 SYSTEM = "Solve the problem with the calculator tool, then reply: The answer is N."
@@ -44,26 +42,9 @@ def calculator(expression: str) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
-class State(TypedDict):
-    messages: Annotated[list, add_messages]
-
-
-@sdk.trainable("solver")
-async def solver(state: State, config) -> dict:
-    """The next step: a calculator call or the final answer."""
-    llm = sdk.chat_model(config).bind_tools([calculator])
-    return {"messages": [await llm.ainvoke(state["messages"])]}
-
-
 def build_graph() -> Any:
-    """solver -> (tools -> solver)* -> end: an ordinary LangGraph ReAct loop."""
-    graph = StateGraph(State)
-    graph.add_node("solver", solver)
-    graph.add_node("tools", sdk.ToolNode([calculator]))
-    graph.add_edge(START, "solver")
-    graph.add_conditional_edges("solver", sdk.tools_condition)
-    graph.add_edge("tools", "solver")
-    return graph.compile()
+    """solver -> (calculator -> solver)* -> end: the calculator example's ReAct loop."""
+    return react_graph([calculator])
 
 
 def _numbers(rng: random.Random, op: str) -> tuple[int, int]:
