@@ -293,6 +293,9 @@ def init_ray(config: TrainerConfig) -> bool:
         return True
     # Ray >= 2.60 turns token authentication on by default; a private local cluster needs none.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # Ray starts worker processes at nice 15. Our actors (trainer ranks, engines) are the job's
+    # main work: niced, an update got ~20% of a core while the driver sampled the next batch.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(
         num_cpus=os.cpu_count() or 1,
         include_dashboard=False,

@@ -5,6 +5,7 @@ PPO update. Runs inside a Ray actor (see `TrainerGroup`) but imports no Ray at m
 from __future__ import annotations
 
 import logging
+import os
 import random
 import socket
 from collections.abc import Sequence
@@ -110,6 +111,12 @@ class PolicyWorker:
 
         hf_logging.disable_progress_bar()  # one bar per rank and load is noise in the driver log
         cfg = self.config
+        if os.nice(0) > 0:
+            logger.warning(
+                "trainer rank %d runs at nice %d (a Ray cluster started without "
+                "RAY_worker_niceness=0): it yields the CPU to every other process",
+                self.rank, os.nice(0),
+            )
         if not torch.cuda.is_available():
             # Ray starts actors with one OMP thread whatever num_cpus says: use what was given.
             torch.set_num_threads(max(1, int(cfg.num_cpus_per_worker)))
@@ -154,6 +161,7 @@ class PolicyWorker:
             "num_params": num_params,
             "trained_params": trained,
             "threads": torch.get_num_threads(),
+            "nice": os.nice(0),
         }
 
     def _compute_dtype(self) -> torch.dtype:

@@ -9,8 +9,6 @@ with mini-batches, epochs, recomputed old logprobs, a cosine schedule and Dr.GRP
 from __future__ import annotations
 
 import copy
-import logging
-import os
 import random
 
 import numpy as np
@@ -27,7 +25,14 @@ from agentrl_sdk.algorithms import (
 )
 from agentrl_sdk.engines.torch_engine import TorchEngine
 from agentrl_sdk.models import build_small_tokenizer, build_tiny_model, save_pretrained_pair
-from agentrl_sdk.trainer import FlatSamples, TrainerConfig, TrainerError, TrainerGroup, WeightSync
+from agentrl_sdk.trainer import (
+    FlatSamples,
+    TrainerConfig,
+    TrainerError,
+    TrainerGroup,
+    WeightSync,
+    init_ray,
+)
 from agentrl_sdk.trainer.packing import shard_plan
 from agentrl_sdk.trainer.worker import freeze_all_but_last
 from agentrl_sdk.types import Batch, Sample, SamplingParams
@@ -193,10 +198,7 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 def ray_session():
     import ray
 
-    started = not ray.is_initialized()
-    if started:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    started = init_ray(TrainerConfig())  # as TrainerGroup starts it: workers not niced
     yield
     if started:
         ray.shutdown()
@@ -400,6 +402,7 @@ def test_last_layer_only_with_activation_checkpointing_matches_reference(ray_ses
     with TrainerGroup(model_path, config, LOSS_C) as group:
         trained = sum(p.numel() for p in reference.model.parameters() if p.requires_grad)
         assert group.info["trained_params"] == trained < group.info["num_params"]
+        assert group.info["nice"] == 0 and group.info["threads"] == 1  # not Ray's nice 15
         for step in range(2):
             got = group.update(BATCHES[step])
             expected = reference.update(BATCHES[step].samples)
