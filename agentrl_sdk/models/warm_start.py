@@ -31,6 +31,12 @@ def _render(
     return template.render(list(messages), tools, add_generation_prompt=add_generation_prompt)
 
 
+def _template(tokenizer: PreTrainedTokenizerBase | ChatTemplate, tool_prompt: ToolPromptMode
+              ) -> ChatTemplate:
+    # A ChatTemplate given by the caller is reused: compiling one per conversation is waste.
+    return tokenizer if isinstance(tokenizer, ChatTemplate) else ChatTemplate(tokenizer, tool_prompt)
+
+
 def _end_of_turn(template: ChatTemplate) -> str:
     """The token that closes an assistant turn (``<|im_end|>``, ``<|eot_id|>``): the model
     generates it, the rest of the template's suffix is prompt."""
@@ -92,7 +98,7 @@ def _tokenize_spans(
 
 
 def build_sft_examples(
-    tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase | ChatTemplate,
     messages: Sequence[Message],
     tools: list[dict[str, Any]] | None = None,
     tool_prompt: ToolPromptMode = "auto",
@@ -105,7 +111,8 @@ def build_sft_examples(
     every turn is trained in the context it was generated in.
 
     Args:
-        tokenizer: A tokenizer with a chat template using ``<|im_end|>`` to close turns.
+        tokenizer: A tokenizer with a chat template, or a `ChatTemplate` to reuse (its tool
+            prompt then wins over ``tool_prompt``).
         messages: OpenAI-style messages (``role`` system/user/assistant/tool, ``content``).
         tools: Tool schemas passed to the chat template.
         tool_prompt: How tools reach the prompt, as ``chat.tool_prompt`` of the rollouts.
@@ -118,7 +125,8 @@ def build_sft_examples(
         ValueError: If the conversation opens with an assistant message, or a span does not
             tokenize on its own the way it does inside the conversation.
     """
-    template = ChatTemplate(tokenizer, tool_prompt)
+    template = _template(tokenizer, tool_prompt)
+    tokenizer = template.tokenizer
     pending = _assistant_turns(messages)
     if not pending:
         return [_tokenize_spans(tokenizer, _render(template, messages, tools), [])]
@@ -143,7 +151,7 @@ def build_sft_examples(
 
 
 def build_sft_example(
-    tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase | ChatTemplate,
     messages: Sequence[Message],
     tools: list[dict[str, Any]] | None = None,
     tool_prompt: ToolPromptMode = "auto",
@@ -156,7 +164,8 @@ def build_sft_example(
     ``<|im_start|>assistant\\n`` header, and the ``\\n`` after ``<|im_end|>``.
 
     Args:
-        tokenizer: A tokenizer with a chat template using ``<|im_end|>`` to close turns.
+        tokenizer: A tokenizer with a chat template, or a `ChatTemplate` to reuse (its tool
+            prompt then wins over ``tool_prompt``).
         messages: OpenAI-style messages (``role`` system/user/assistant/tool, ``content``).
         tools: Tool schemas passed to the chat template.
         tool_prompt: How tools reach the prompt, as ``chat.tool_prompt`` of the rollouts.
@@ -170,7 +179,8 @@ def build_sft_example(
             :func:`build_sft_examples`), or a span does not tokenize on its own the way it
             does inside the conversation.
     """
-    template = ChatTemplate(tokenizer, tool_prompt)
+    template = _template(tokenizer, tool_prompt)
+    tokenizer = template.tokenizer
     full = _render(template, messages, tools)
     spans = [_turn_span(template, messages, tools, i, full) for i in _assistant_turns(messages)]
     if None in spans:
@@ -281,8 +291,9 @@ def supervised_warm_start(
     if not conversations:
         raise ValueError("supervised_warm_start needs at least one conversation")
     examples = []
+    template = ChatTemplate(tokenizer, tool_prompt)
     for k, conversation in enumerate(conversations):
-        converted = build_sft_examples(tokenizer, conversation, tools, tool_prompt)
+        converted = build_sft_examples(template, conversation, tools)
         if not any(any(mask) for _, mask in converted):
             raise ValueError(f"conversation {k} has no assistant message to learn from")
         examples += converted
