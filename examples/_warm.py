@@ -28,32 +28,22 @@ def build_warm_started(
     tools: list[dict[str, Any]] | None = None,
     progress: bool = True,
 ) -> None:
-    """Warm-start a tiny model as ``recipe`` says (vocab_size, hidden_size, num_layers, steps,
-    lr, batch_size) on ``conversations`` and save it with its tokenizer into ``folder``."""
-    tokenizer = build_small_tokenizer("hermes", vocab_size=recipe["vocab_size"])
-    model = build_tiny_model(tokenizer, hidden_size=recipe["hidden_size"],
-                             num_layers=recipe["num_layers"])
-    supervised_warm_start(model, tokenizer, conversations, tools=tools, steps=recipe["steps"],
-                          lr=recipe["lr"], batch_size=recipe["batch_size"], progress=progress)
-    save_pretrained_pair(model, tokenizer, folder)
-
-
-def build_warm_started_smollm2(
-    folder: Path,
-    recipe: dict[str, Any],
-    conversations: Sequence[Sequence[dict[str, Any]]],
-    *,
-    tools: list[dict[str, Any]] | None = None,
-    progress: bool = True,
-) -> None:
-    """Warm-start the imported SmolLM2-135M-Instruct as ``recipe`` says (steps, lr,
-    batch_size, dtype) on ``conversations`` and save it with its tokenizer into ``folder``."""
-    base = smollm2_path()
-    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, dtype=torch.float32)
+    """Warm-start the model ``recipe`` names on ``conversations`` and save it with its
+    tokenizer into ``folder``: the imported SmolLM2-135M-Instruct when ``recipe["base"]`` says
+    ``smollm2-135m-instruct``, else a tiny model (vocab_size, hidden_size, num_layers). The
+    warm start follows steps, lr, batch_size and dtype (default float32)."""
+    base = smollm2_path() if recipe.get("base") == "smollm2-135m-instruct" else None
+    if base is not None:
+        tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True,
+                                                     dtype=torch.float32)
+    else:
+        tokenizer = build_small_tokenizer("hermes", vocab_size=recipe["vocab_size"])
+        model = build_tiny_model(tokenizer, hidden_size=recipe["hidden_size"],
+                                 num_layers=recipe["num_layers"])
     supervised_warm_start(model, tokenizer, conversations, tools=tools, steps=recipe["steps"],
                           lr=recipe["lr"], batch_size=recipe["batch_size"],
-                          dtype=recipe["dtype"], progress=progress)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    shutil.copy(base / "generation_config.json", folder)  # the stop ids import_model chose
+                          dtype=recipe.get("dtype", "float32"), progress=progress)
+    save_pretrained_pair(model, tokenizer, folder)
+    if base is not None:
+        shutil.copy(base / "generation_config.json", folder)  # the stop ids import_model chose

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agentrl_sdk.chat.messages import to_openai_tools
 from agentrl_sdk.models import cached_build
-from examples._warm import build_warm_started, build_warm_started_smollm2
+from examples._warm import build_warm_started
 from examples.gsm8k_tool_agent.agent import TOOLS, expert_conversation, training_rows
 
 RECIPE = {"version": 1, "vocab_size": 1024, "hidden_size": 64, "num_layers": 2,
@@ -45,8 +45,8 @@ def build_real(folder: Path, progress: bool = True) -> None:
     rng = random.Random(0)
     conversations = [expert_conversation(r, rng, REAL_RECIPE["expert_accuracy"])
                      for r in training_rows(REAL_RECIPE["warm_rows"], seed=1)]
-    build_warm_started_smollm2(folder, REAL_RECIPE, conversations, tools=to_openai_tools(TOOLS),
-                               progress=progress)
+    build_warm_started(folder, REAL_RECIPE, conversations, tools=to_openai_tools(TOOLS),
+                       progress=progress)
 
 
 def real_model_path(progress: bool = True) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agentrl_sdk.chat.messages import to_openai_tools
 from agentrl_sdk.models import cached_build
-from examples._warm import build_warm_started_smollm2
+from examples._warm import build_warm_started
 from examples.word_problems.agent import calculator, demonstration, make_rows
 
 RECIPE = {"version": 1, "base": "smollm2-135m-instruct", "demonstrated": "+-", "rows": 400,
@@ -29,8 +29,8 @@ def demonstrations() -> list[list[dict]]:
 
 def build(folder: Path, progress: bool = True) -> None:
     """Warm-start the imported SmolLM2 on the demonstrations and save it into ``folder``."""
-    build_warm_started_smollm2(folder, RECIPE, demonstrations(),
-                               tools=to_openai_tools([calculator]), progress=progress)
+    build_warm_started(folder, RECIPE, demonstrations(),
+                       tools=to_openai_tools([calculator]), progress=progress)
 
 
 def model_path(progress: bool = True) -> Path:
