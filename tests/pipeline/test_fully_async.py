@@ -69,8 +69,10 @@ def test_max_staleness_zero_reproduces_the_sync_pipeline(tmp_path, trained):
                        for s in theirs]  # fmt: skip
         assert [s.advantage for s in ours] == [s.advantage for s in theirs]
         assert [s.response_versions for s in ours] == [s.response_versions for s in theirs]
+        # Same tokens, but the engine may batch the requests differently: float sums in
+        # another order move a logprob by ~1e-5 (seen in CI), never by 1e-4.
         for a, b in zip(ours, theirs, strict=True):
-            assert a.old_logprobs == pytest.approx(b.old_logprobs, abs=1e-5)
+            assert a.old_logprobs == pytest.approx(b.old_logprobs, abs=1e-4)
     for ours, theirs in zip(fully_async.history, sync.history, strict=True):
         assert ours["reward/mean"] == theirs["reward/mean"]
         assert ours["train/loss"] == pytest.approx(theirs["train/loss"], rel=1e-4, abs=1e-6)
