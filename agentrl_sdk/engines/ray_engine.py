@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
@@ -35,8 +36,8 @@ class _EngineActor:
         )
         return result.model_dump()
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        return await self.engine.update_weights(state_dict)
+    async def update_weights(self, packed: PackedTensors) -> int:
+        return await self.engine.update_weights(packed.unpack())
 
     async def pause(self) -> None:
         await self.engine.pause()
@@ -126,8 +127,8 @@ class RayEngine:
         return result
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Ship ``state_dict`` through the object store and load it in the actor."""
-        self._version = await self._call("update_weights", dict(state_dict))
+        """Ship ``state_dict`` through the object store (as arrays: no copies) and load it."""
+        self._version = await self._call("update_weights", PackedTensors.pack(state_dict))
         return self._version
 
     async def pause(self) -> None:

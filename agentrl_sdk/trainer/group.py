@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agentrl_sdk.algorithms import PolicyLossConfig
+from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.errors import AgentRLError
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.packing import FlatSamples
@@ -140,11 +141,13 @@ class TrainerGroup:
         plan = self._bucket_plans.get(bucket_bytes)
         if plan is None:  # the keys and shapes never change: plan once per bucket size
             plan = self._bucket_plans[bucket_bytes] = self._call("state_dict_plan", bucket_bytes)[0]
-        pending = self._submit("gather_bucket", plan[0]) if plan else None
+        method = "gather_packed_bucket"
+        pending = self._submit(method, plan[0]) if plan else None
         for i in range(len(plan)):
             current = pending
-            pending = self._submit("gather_bucket", plan[i + 1]) if i + 1 < len(plan) else None
-            yield self._wait(current, "gather_bucket", self.config.call_timeout_s)[0]
+            pending = self._submit(method, plan[i + 1]) if i + 1 < len(plan) else None
+            packed: PackedTensors = self._wait(current, method, self.config.call_timeout_s)[0]
+            yield packed.unpack()
 
     def save_checkpoint(
         self, path: str | os.PathLike[str], extra: dict[str, Any] | None = None

@@ -26,6 +26,7 @@ from agentrl_sdk.algorithms import (
     kl_loss,
     ppo_policy_loss,
 )
+from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, mini_batches, pack, shard_plan
@@ -444,6 +445,11 @@ class PolicyWorker:
                 full = gathered[id(tensor)] = full.cpu() if self.rank == 0 else full
             out[key] = full
         return out if self.rank == 0 else None
+
+    def gather_packed_bucket(self, keys: Sequence[str]) -> PackedTensors | None:
+        """`gather_bucket` as numpy arrays, which leave the actor without a copy (rank 0)."""
+        state = self.gather_bucket(keys)
+        return None if state is None else PackedTensors.pack(state)
 
     def export_pretrained(self, path: str) -> None:
         """Writes the current weights as a ``save_pretrained`` folder (rank 0), with the
