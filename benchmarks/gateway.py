@@ -57,7 +57,7 @@ class TimedEngine:
         self.calls = 0
         self.answers: dict[tuple[int, ...], object] = {}
 
-    async def generate(self, prompt_ids, sampling, request_id):
+    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
         start = time.perf_counter()
         try:
             result = await self.engine.generate(prompt_ids, sampling, request_id)
@@ -75,7 +75,7 @@ class ReplayEngine:
         self.answers = answers
         self.seconds = 0.0
 
-    async def generate(self, prompt_ids, sampling, request_id):
+    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
         return self.answers[tuple(prompt_ids)]  # KeyError if the replay diverged
 
 

@@ -38,7 +38,7 @@ class ScriptedEngine:
         self.policy_version = 0
         self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
-    async def generate(self, prompt_ids, sampling, request_id):
+    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
         self.prompts.append(list(prompt_ids))
         self.requests.append((request_id, sampling))
         reply = self.replies.pop(0)

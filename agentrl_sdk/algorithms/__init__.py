@@ -7,7 +7,7 @@ from agentrl_sdk.algorithms.advantages import (
     compute_grpo_advantages,
     compute_rloo_advantages,
 )
-from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate
+from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate, loss_shares, sequence_mass
 from agentrl_sdk.algorithms.corrections import OffPolicyCorrection, importance_weights
 from agentrl_sdk.algorithms.kl import KLKind, kl_loss, kl_penalty
 from agentrl_sdk.algorithms.losses import PolicyLossConfig, entropy_from_logits, ppo_policy_loss
@@ -26,5 +26,7 @@ __all__ = [
     "importance_weights",
     "kl_loss",
     "kl_penalty",
+    "loss_shares",
     "ppo_policy_loss",
+    "sequence_mass",
 ]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Hashable, Mapping
+from typing import Literal, TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -12,6 +13,34 @@ LossAgg = Literal[
     "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 ]
 """How a ``(B, T)`` loss matrix becomes a scalar; verl's ``loss_agg_mode`` names."""
+
+
+_Key = TypeVar("_Key", bound=Hashable)
+
+
+def sequence_mass(weight: float | np.ndarray, trained_tokens: float | np.ndarray, agg: LossAgg):
+    """A sequence's part of the denominator of `aggregate` (element-wise on arrays).
+
+    ``weight × trained tokens`` under ``token-mean``; under the seq-mean modes ``weight`` if
+    the sequence has a trained token, else 0. Summed over a batch it is the denominator; a
+    micro-batch's sum over the batch's is its share of the loss; a rollout's sum over the
+    batch's is its share of the update.
+    """
+    _check_agg(agg)
+    if agg == "token-mean":
+        return weight * trained_tokens
+    return weight * (np.asarray(trained_tokens) > 0)
+
+
+def loss_shares(masses: Mapping[_Key, float]) -> dict[_Key, float]:
+    """Each key's share of the total `sequence_mass` (shares sum to 1; all 0 if nothing trains)."""
+    total = sum(masses.values()) or 1.0
+    return {key: float(mass) / total for key, mass in masses.items()}
+
+
+def _check_agg(agg: str) -> None:
+    if agg != "token-mean" and agg not in _SEQ_LOSS:
+        raise ValueError(f"unknown agg {agg!r}; choose one of {['token-mean', *_SEQ_LOSS]}")
 
 
 def _safe_div(num: Tensor, den: Tensor) -> Tensor:
@@ -64,8 +93,7 @@ def aggregate(
         raise ValueError(
             f"loss_mat {tuple(loss_mat.shape)} and mask {tuple(mask.shape)} must both be (B, T)"
         )
-    if agg != "token-mean" and agg not in _SEQ_LOSS:
-        raise ValueError(f"unknown agg {agg!r}; choose one of {['token-mean', *_SEQ_LOSS]}")
+    _check_agg(agg)
     keep = mask.bool()  # (B, T)
     B, T = loss_mat.shape
     if seq_weights is None:

@@ -129,7 +129,9 @@ class RolloutRecorder:
         started_ns = time.time_ns()
         try:
             result = await asyncio.wait_for(
-                self.engine_for(node.policy).generate(plan.prompt_ids, sampling, request_id),
+                self.engine_for(node.policy).generate(
+                    plan.prompt_ids, sampling, request_id, session_id=self.rollout_id
+                ),
                 timeout=self.chat.request_timeout_s,
             )
         except TimeoutError as exc:

@@ -38,7 +38,12 @@ class VLLMBackend:
     _closed: bool
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        *,
+        session_id: str | None = None,  # one engine: no replica to pin to
     ) -> GenerateResult:
         """Sample one response to ``prompt_ids``; cancelling the caller aborts the request.
 

@@ -31,9 +31,19 @@ class Engine(Protocol):
         ...
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        *,
+        session_id: str | None = None,
     ) -> GenerateResult:
-        """Sample one response to ``prompt_ids``."""
+        """Sample one response to ``prompt_ids``.
+
+        ``session_id`` names the conversation (rollout) the request belongs to: a pool keeps
+        a session's requests on one replica, where its prefix is cached. Engines serving
+        alone ignore it.
+        """
         ...
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from agentrl_sdk.engines.base import Engine
@@ -21,21 +21,16 @@ from agentrl_sdk.types import GenerateResult, SamplingParams
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["EnginePool", "session_of_request"]
+__all__ = ["EnginePool"]
 
 logger = logging.getLogger(__name__)
-
-
-def session_of_request(request_id: str) -> str:
-    """The rollout a request belongs to: chat request ids are ``{rollout_id}-{n}``."""
-    head, sep, tail = request_id.rpartition("-")
-    return head if sep and tail.isdigit() else request_id
 
 
 class EnginePool:
     """Routes requests over ``replicas`` and keeps them on one policy version.
 
-    Routing: a session's first request goes to the healthy replica with the fewest requests
+    Routing: a session (the ``session_id`` of `generate`; a request without one is its own
+    session) is pinned to a replica. Its first request goes to the healthy replica with the fewest requests
     in flight (ties: the one picked least recently); later requests of the session go to the
     same replica. A request that fails on a replica which then fails its health check drains
     that replica (no new work, its sessions forgotten) and is restarted on another one; the
@@ -47,7 +42,6 @@ class EnginePool:
 
     Args:
         replicas: The engines; any mix of backends (torch, vLLM, Ray actors).
-        session_of: Maps a request id to its session (rollout) id.
         max_sessions: Most sessions remembered; the least recently used are forgotten.
         health_timeout_s: Longest wait for a replica's health check.
     """
@@ -56,7 +50,6 @@ class EnginePool:
         self,
         replicas: Sequence[Engine],
         *,
-        session_of: Callable[[str], str] = session_of_request,
         max_sessions: int = 100_000,
         health_timeout_s: float = 30.0,
     ) -> None:
@@ -65,7 +58,6 @@ class EnginePool:
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
         self.replicas = list(replicas)
-        self._session_of = session_of
         self._max_sessions = max_sessions
         self._health_timeout = health_timeout_s
         self._sessions: OrderedDict[str, int] = OrderedDict()
@@ -98,20 +90,27 @@ class EnginePool:
         return self._sessions.get(session)
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        *,
+        session_id: str | None = None,
     ) -> GenerateResult:
         """Sample one response on the session's replica, moving it if that replica dies.
 
         Raises:
             EngineError: Every replica is drained, or the request failed on a healthy replica.
         """
-        session = self._session_of(request_id)
+        session = session_id if session_id is not None else request_id
         while True:
             with self._lock:
                 index = self._route(session)
                 self._in_flight[index] += 1
             try:
-                return await self.replicas[index].generate(prompt_ids, sampling, request_id)
+                return await self.replicas[index].generate(
+                    prompt_ids, sampling, request_id, session_id=session
+                )
             except (EngineError, ConnectionError, OSError) as exc:
                 if await self._is_healthy(index):
                     raise

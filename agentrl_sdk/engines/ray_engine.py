@@ -117,7 +117,12 @@ class RayEngine:
             raise EngineError(f"the engine actor failed in {method}: {exc}") from exc
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        *,
+        session_id: str | None = None,  # one engine: no replica to pin to
     ) -> GenerateResult:
         """Sample one response in the actor."""
         prompt = np.asarray(prompt_ids, dtype=np.int64)

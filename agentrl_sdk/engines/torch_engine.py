@@ -118,7 +118,12 @@ class TorchEngine:
         return self._scheduler.busy_s
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        *,
+        session_id: str | None = None,  # one engine: no replica to pin to
     ) -> GenerateResult:
         """Sample one response to ``prompt_ids``; cancelling the caller drops the request.
 

@@ -48,11 +48,18 @@ class WeightGate:
         self._open.set()
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        *,
+        session_id: str | None = None,
     ) -> GenerateResult:
         """The engine's ``generate``, once the gate is released."""
         await self._open.wait()
-        return await self.engine.generate(prompt_ids, sampling, request_id)
+        return await self.engine.generate(
+            prompt_ids, sampling, request_id, session_id=session_id
+        )
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
         """The engine's ``update_weights``; a held gate does not hold it."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentrl_sdk.algorithms.aggregation import LossAgg, loss_shares, sequence_mass
 from agentrl_sdk.types import RolloutEvent, Sample, Trajectory
 
 if TYPE_CHECKING:
@@ -61,24 +62,17 @@ def select_rollouts(
 
 
 def rollout_credit(
-    samples: Iterable[Sample], agg: str = "seq-mean-token-mean"
+    samples: Iterable[Sample], agg: LossAgg = "seq-mean-token-mean"
 ) -> dict[tuple[str, int], RolloutCredit]:
-    """Each rollout's advantage and share of the aggregated loss's weight (shares sum to 1).
-
-    Under ``token-mean`` a sample weighs ``weight × trained tokens``; under the seq-mean modes
-    it weighs ``weight`` (if it has a trained token). A rollout's share is the sum over its
-    samples divided by the total.
-    """
+    """Each rollout's advantage and share of the aggregated loss's weight (shares sum to 1):
+    the sum of its samples' `sequence_mass` over the batch's."""
     mass: dict[tuple[str, int], float] = {}
     advantage: dict[tuple[str, int], float] = {}
     for s in samples:
         key = (s.row_id, s.sample_index)
-        trained = sum(s.response_mask)
-        m = s.weight * trained if agg == "token-mean" else (s.weight if trained else 0.0)
-        mass[key] = mass.get(key, 0.0) + m
+        mass[key] = mass.get(key, 0.0) + float(sequence_mass(s.weight, sum(s.response_mask), agg))
         advantage[key] = s.advantage
-    total = sum(mass.values()) or 1.0
-    return {key: RolloutCredit(advantage[key], m / total) for key, m in mass.items()}
+    return {key: RolloutCredit(advantage[key], share) for key, share in loss_shares(mass).items()}
 
 
 def trace_tags(

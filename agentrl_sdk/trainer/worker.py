@@ -25,6 +25,7 @@ from agentrl_sdk.algorithms import (
     importance_weights,
     kl_loss,
     ppo_policy_loss,
+    sequence_mass,
 )
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
@@ -338,9 +339,7 @@ class PolicyWorker:
         idx = np.asarray(indices, dtype=np.int64)
         n = flat.trained_tokens[idx].astype(np.float64)
         w = flat.weights[idx].astype(np.float64)
-        if self.loss_config.agg == "token-mean":
-            return float((w * n).sum())
-        return float((w * (n > 0)).sum())
+        return float(sequence_mass(w, n, self.loss_config.agg).sum())
 
     def _normalisers(self, flat: FlatSamples, mine: list[int]) -> _Normalisers:
         idx = np.asarray(mine, dtype=np.int64)

@@ -57,12 +57,18 @@ def _numbers(rng: random.Random, op: str) -> tuple[int, int]:
     return a, b
 
 
-def make_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``count`` word problems; the seed decides them (training and held-out seeds differ)."""
+def make_rows(
+    count: int, seed: int = 0, op_weights: dict[str, float] | None = None
+) -> list[dict[str, Any]]:
+    """``count`` word problems; the seed decides them (training and held-out seeds differ).
+
+    Stories are drawn uniformly, or each in proportion to its operation's ``op_weights``.
+    """
     rng = random.Random(seed)
+    weights = None if op_weights is None else [op_weights[op] for op, _ in _STORIES]
     rows = []
     for i in range(count):
-        op, story = rng.choice(_STORIES)
+        op, story = rng.choice(_STORIES) if weights is None else rng.choices(_STORIES, weights)[0]
         a, b = _numbers(rng, op)
         expression = f"{a}{op}{b}"
         rows.append({
@@ -77,13 +83,23 @@ def make_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
+TRAINING_OP_WEIGHTS = {"+": 1.0, "-": 1.0, "*": 3.0, "/": 3.0}
+"""RL practises most what the warm start never showed: a group of + or - problems is solved by
+all of its samples from the start (equal rewards, no gradient), so uniform stories left half of
+each update's groups flat. Some + and - stay so the demonstrated skill is kept up."""
+
+
 def training_rows() -> list[dict[str, Any]]:
-    """The RL training problems."""
-    return make_rows(2000, seed=1)
+    """The RL training problems (mostly multiplication and division, see above), none of
+    them held out."""
+    held_out = {r["messages"][1]["content"] for r in held_out_rows()}
+    rows = make_rows(2000, seed=1, op_weights=TRAINING_OP_WEIGHTS)
+    return [r for r in rows if r["messages"][1]["content"] not in held_out]
 
 
 def held_out_rows() -> list[dict[str, Any]]:
-    """Problems never trained on (another seed), for greedy held-out accuracy."""
+    """Problems never trained on (another seed, stories drawn uniformly), for greedy held-out
+    accuracy."""
     return make_rows(64, seed=2)
 
 

@@ -20,7 +20,9 @@ from agentrl_sdk.algorithms import (
     entropy_from_logits,
     kl_loss,
     kl_penalty,
+    loss_shares,
     ppo_policy_loss,
+    sequence_mass,
 )
 
 SETTINGS = settings(max_examples=50, deadline=None)
@@ -176,6 +178,44 @@ def test_doubling_a_weight_equals_duplicating_the_row(batch, agg, data):
     b, _ = ppo_policy_loss(t64(dup(logp)), t64(dup(old)), t64(dup(adv)), torch.tensor(dup(mask)),
                            agg=agg, seq_weights=t64(dup(w)))
     assert a.item() == pytest.approx(b.item(), abs=1e-9)
+
+
+@pytest.mark.parametrize(("agg", "expected"), [
+    ("token-mean", [0.5 * 3, 2.0 * 0, 1.0 * 1]),
+    ("seq-mean-token-mean", [0.5, 0.0, 1.0]),
+    ("seq-mean-token-sum", [0.5, 0.0, 1.0]),
+    ("seq-mean-token-sum-norm", [0.5, 0.0, 1.0]),
+])
+def test_sequence_mass_hand_computed(agg, expected):
+    weights, trained = np.array([0.5, 2.0, 1.0]), np.array([3, 0, 1])
+    assert sequence_mass(weights, trained, agg).tolist() == expected
+    assert [float(sequence_mass(w, n, agg)) for w, n in zip(weights, trained)] == expected
+    with pytest.raises(ValueError, match="unknown agg"):
+        sequence_mass(weights, trained, "mean")
+
+
+def test_loss_shares_sum_to_one_or_are_all_zero():
+    assert loss_shares({"a": 1.5, "b": 0.0, "c": 0.5}) == {"a": 0.75, "b": 0.0, "c": 0.25}
+    assert loss_shares({"a": 0.0}) == {"a": 0.0}
+
+
+@SETTINGS
+@given(batches(), st.sampled_from(AGGS), st.data())
+def test_micro_batches_scaled_by_mass_share_add_up_to_the_batch(batch, agg, data):
+    """The trainer's gradient accumulation: any split, each part's aggregate times its share
+    of the batch's `sequence_mass`, sums to the whole batch's aggregate (same padded T)."""
+    loss_mat, _, mask, _, w = batch
+    L, m, weights = t64(loss_mat), torch.tensor(mask), t64(w)
+    cut = data.draw(st.integers(1, len(loss_mat)))
+    parts = [slice(0, cut), slice(cut, len(loss_mat))]
+    total_mass = float(sequence_mass(weights.numpy(), m.sum(-1).numpy(), agg).sum())
+    summed = 0.0
+    for part in parts:
+        if L[part].shape[0] == 0 or total_mass == 0:
+            continue
+        mass = float(sequence_mass(weights[part].numpy(), m[part].sum(-1).numpy(), agg).sum())
+        summed += aggregate(L[part], m[part], agg, weights[part]).item() * mass / total_mass
+    assert summed == pytest.approx(aggregate(L, m, agg, weights).item(), abs=1e-9)
 
 
 # ---- ppo_policy_loss ----

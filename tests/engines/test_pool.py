@@ -10,7 +10,6 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from agentrl_sdk.engines import Engine, EnginePool, TorchEngine
-from agentrl_sdk.engines.pool import session_of_request
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.trainer.weight_sync import WeightSync
 from agentrl_sdk.types import SamplingParams
@@ -47,8 +46,8 @@ class Recorded:
     def policy_version(self) -> int:
         return self.engine.policy_version
 
-    async def generate(self, prompt_ids, sampling, request_id):
-        self.log.append((self.name, request_id, self.pool.in_flight if self.pool else None))
+    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
+        self.log.append((self.name, session_id, self.pool.in_flight if self.pool else None))
         return await self.engine.generate(prompt_ids, sampling, request_id)
 
     def __getattr__(self, name):
@@ -79,12 +78,6 @@ def pool_of(model):
     yield make
     for pool in made:
         pool.close()
-
-
-def test_session_of_request_strips_the_call_number() -> None:
-    assert session_of_request("row-3:1-0") == "row-3:1"
-    assert session_of_request("row-3:1-12") == "row-3:1"
-    assert session_of_request("plain") == "plain"
 
 
 async def test_pool_is_an_engine(pool_of) -> None:
@@ -127,15 +120,17 @@ async def test_later_calls_of_a_rollout_stick_to_its_replica(pool_of) -> None:
     pool, log = pool_of(3, max_sessions=4)
     for turn in range(3):
         await asyncio.gather(
-            *(pool.generate([5, r, turn], GREEDY, f"row{r}:0-{turn}") for r in range(4))
-        )
+            *(pool.generate([5, r, turn], GREEDY, f"req-{r}-{turn}", session_id=f"row{r}:0")
+              for r in range(4))
+        )  # fmt: skip
     by_session: dict[str, set[int]] = {}
-    for name, request_id, _ in log:
-        by_session.setdefault(session_of_request(request_id), set()).add(name)
+    for name, session_id, _ in log:
+        by_session.setdefault(session_id, set()).add(name)
+    assert by_session.keys() == {f"row{r}:0" for r in range(4)}
     assert all(len(names) == 1 for names in by_session.values())
     assert {next(iter(n)) for n in by_session.values()} == {0, 1, 2}  # all replicas used
     # LRU bound: a fifth session evicts the least recently used one.
-    await pool.generate([9], GREEDY, "row9:0-0")
+    await pool.generate([9], GREEDY, "req-9-0", session_id="row9:0")
     assert pool.replica_of("row0:0") is None
     assert pool.replica_of("row3:0") is not None
 
@@ -145,7 +140,8 @@ async def test_replica_failure_reroutes_without_losing_a_rollout(pool_of, model)
     long = SamplingParams(temperature=0.0, max_tokens=60)
     prompts = {f"r{i}": [11, i + 1, 4, 2] for i in range(6)}  # no 0: HF pads with it
     tasks = {
-        rid: asyncio.ensure_future(pool.generate(p, long, f"{rid}-0")) for rid, p in prompts.items()
+        rid: asyncio.ensure_future(pool.generate(p, long, f"{rid}-0", session_id=rid))
+        for rid, p in prompts.items()
     }
     await asyncio.sleep(0.01)
     on_zero = [rid for rid in prompts if pool.replica_of(rid) == 0]
@@ -160,7 +156,7 @@ async def test_replica_failure_reroutes_without_losing_a_rollout(pool_of, model)
     assert pool.reroutes == 3
     assert pool.healthy == [1]
     # The moved rollouts' next calls go to the survivor.
-    await pool.generate([1, 2], GREEDY, f"{on_zero[0]}-1")
+    await pool.generate([1, 2], GREEDY, f"{on_zero[0]}-1", session_id=on_zero[0])
     assert pool.replica_of(on_zero[0]) == 1
 
 
@@ -176,7 +172,7 @@ async def test_failure_on_a_healthy_replica_is_raised(pool_of) -> None:
 
 async def test_check_health_drains_unhealthy_replicas_before_a_request_fails(pool_of) -> None:
     pool, log = pool_of(3, health_timeout_s=0.2)
-    await asyncio.gather(*(pool.generate([4, i + 1], GREEDY, f"h{i}-0") for i in range(3)))
+    await asyncio.gather(*(pool.generate([4, i + 1], GREEDY, f"h{i}-0", session_id=f"h{i}") for i in range(3)))
     session_on = {pool.replica_of(f"h{i}"): f"h{i}" for i in range(3)}
     assert sorted(session_on) == [0, 1, 2]
     assert await pool.check_health() == [0, 1, 2]
@@ -193,7 +189,8 @@ async def test_check_health_drains_unhealthy_replicas_before_a_request_fails(poo
     assert pool.replica_of(session_on[1]) is None and pool.replica_of(session_on[2]) is None
     log.clear()
     # The drained replicas' rollouts go on on replica 0; no request had to fail first.
-    await asyncio.gather(*(pool.generate([4, 9], GREEDY, f"{session_on[i]}-1") for i in (1, 2)))
+    await asyncio.gather(*(pool.generate([4, 9], GREEDY, f"{session_on[i]}-1", session_id=session_on[i])
+                           for i in (1, 2)))
     assert [name for name, *_ in log] == [0, 0]
     assert pool.reroutes == 0
     assert await pool.check_health() == [0]  # drained replicas stay drained
@@ -226,7 +223,7 @@ async def test_weight_sync_reaches_every_replica_behind_one_barrier(pool_of, mod
         assert result.versions == [0] * k + [1] * (200 - k)
         assert result.token_ids[k:] == greedy(new_model, [3, i + 1, *result.token_ids[:k]], 200 - k)
     after = await asyncio.gather(*(pool.generate([8, i + 1], GREEDY, f"n{i}-0") for i in range(2)))
-    assert {name for name, request_id, _ in log if request_id.startswith("n")} == {0, 1}
+    assert {name for name, session, _ in log if session.startswith("n")} == {0, 1}
     assert all(r.token_ids == greedy(new_model, [8, i + 1], 8) for i, r in enumerate(after))
 
 
@@ -256,7 +253,8 @@ async def test_pool_over_an_in_process_and_a_ray_actor_replica(ray_started) -> N
         prompts = [[5, i + 1, 40] for i in range(4)]
         for turn in range(2):
             results = await asyncio.gather(
-                *(pool.generate(p, GREEDY, f"ray{i}:0-{turn}") for i, p in enumerate(prompts))
+                *(pool.generate(p, GREEDY, f"ray{i}:0-{turn}", session_id=f"ray{i}:0")
+              for i, p in enumerate(prompts))
             )
             expected = await asyncio.gather(*(local.generate(p, GREEDY, "ref") for p in prompts))
             assert [r.token_ids for r in results] == [r.token_ids for r in expected]
@@ -265,14 +263,16 @@ async def test_pool_over_an_in_process_and_a_ray_actor_replica(ray_started) -> N
         assert await pool.update_weights(new_model.state_dict()) == 1
         assert remote.policy_version == local.policy_version == 1
         moved = await asyncio.gather(
-            *(pool.generate(p, GREEDY, f"ray{i}:0-2") for i, p in enumerate(prompts))
+            *(pool.generate(p, GREEDY, f"ray{i}:0-2", session_id=f"ray{i}:0")
+              for i, p in enumerate(prompts))
         )
         expected = [greedy(new_model, p, 8) for p in prompts]
         assert [r.token_ids for r in moved] == expected
         # The actor dies: its rollouts move to the in-process replica.
         ray_started.kill(remote._actor)
         again = await asyncio.gather(
-            *(pool.generate(p, GREEDY, f"ray{i}:0-3") for i, p in enumerate(prompts))
+            *(pool.generate(p, GREEDY, f"ray{i}:0-3", session_id=f"ray{i}:0")
+              for i, p in enumerate(prompts))
         )
         assert [r.token_ids for r in again] == expected
         assert pool.healthy == [0]

@@ -6,7 +6,6 @@ import pytest
 
 import agentrl_sdk as sdk
 from agentrl_sdk.engines import EnginePool, TorchEngine
-from agentrl_sdk.engines.pool import session_of_request
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.models import load_pretrained_pair
 from examples.calculator.agent import build_graph
@@ -30,7 +29,7 @@ class DyingReplica:
     def policy_version(self) -> int:
         return self.engine.policy_version
 
-    async def generate(self, prompt_ids, sampling, request_id):
+    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
         self.calls += 1
         if not self.alive:
             raise EngineError(f"replica is down ({request_id!r})")
@@ -88,7 +87,7 @@ async def test_a_rollout_survives_its_replica_dying_on_a_later_call(qwen_tokeniz
         assert call.response_ids == result.token_ids
         assert call.response_logprobs == result.logprobs
     assert pool.reroutes == 1 and pool.healthy == [1]
-    assert pool.replica_of(session_of_request(first.request_id)) == 1
+    assert pool.replica_of(f"{traj.row_id}:{traj.sample_index}") == 1  # the rollout's session
 
     # Nothing lost or repeated: the same trajectory as on one engine that never failed.
     assert [c.request_id for c in traj.calls] == [c.request_id for c in reference.calls]

@@ -29,7 +29,20 @@ def test_problems_are_whole_number_arithmetic_with_two_and_three_digit_numbers()
         assert float(calculate(row["expression"])) == int(row["answer"])
         assert any(len(n) >= 2 for n in row["messages"][1]["content"].split() if n.isdigit())
     held_out = {r["messages"][1]["content"] for r in held_out_rows()}
-    assert len(held_out & {r["messages"][1]["content"] for r in training_rows()}) <= 2
+    assert not held_out & {r["messages"][1]["content"] for r in training_rows()}
+
+
+def _operation(row: dict) -> str:
+    return next(op for op in "*/+-" if op in row["expression"][1:])
+
+
+def test_training_practises_mostly_the_undemonstrated_operations():
+    ops = [_operation(r) for r in training_rows()]
+    share = (ops.count("*") + ops.count("/")) / len(ops)
+    assert 0.66 < share < 0.76  # weight 3 for 3 + 2 stories, 1 for 3 + 3 stories: 15/21
+    held_out = [_operation(r) for r in held_out_rows()]
+    assert held_out == [_operation(r) for r in make_rows(64, seed=2)]  # uniform stories
+    assert set(held_out) == set("+-*/")
 
 
 @pytest.mark.parametrize(("reply", "reward"), [

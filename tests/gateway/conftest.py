@@ -64,7 +64,7 @@ class RecordingEngine:
     def policy_version(self) -> int:
         return self.engine.policy_version
 
-    async def generate(self, prompt_ids, sampling, request_id):
+    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
         self.prompts.append(list(prompt_ids))
         result = await self.engine.generate(prompt_ids, sampling, request_id)
         self.results.append(result)

@@ -18,7 +18,7 @@ class _VersionedEngine:
     def close(self) -> None:
         self.closed += 1
 
-    async def generate(self, prompt_ids, sampling, request_id) -> GenerateResult:
+    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None) -> GenerateResult:
         return GenerateResult(token_ids=[1], logprobs=[0.0], finish_reason="length",
                               policy_version=self.policy_version)
 

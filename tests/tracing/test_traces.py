@@ -43,7 +43,7 @@ class InterleavingEngine:
         self.rng = random.Random(seed)
         self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
-    async def generate(self, prompt_ids, sampling, request_id):
+    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
         await asyncio.sleep(self.rng.random() * 0.004)
         rollout, turn = request_id.rsplit("-", 1)
         uid = _uid(rollout)

@@ -263,6 +263,16 @@ def two_updates_match_reference(model_path, config, loss) -> list[dict[str, floa
     return metrics
 
 
+@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "seq-mean-token-sum",
+                                 "seq-mean-token-sum-norm"])
+def test_two_ranks_micro_batched_match_reference_in_every_agg_mode(ray_session, model_path, agg):
+    """Scenario A covers token-mean; the seq-mean modes on 2 ranks, micro-batched (the
+    batches split into several micro-batches per rank) and in two mini-batches."""
+    config = CONFIG_A.model_copy(update={"num_mini_batches": 2})
+    metrics = two_updates_match_reference(model_path, config, PolicyLossConfig(agg=agg))
+    assert [m["optimizer_steps"] for m in metrics] == [2, 2]
+
+
 def test_one_rank_micro_batched_matches_reference(ray_session, model_path):
     metrics = two_updates_match_reference(model_path, CONFIG_C, LOSS_C)
     assert [(m["optimizer_steps"], m["step"]) for m in metrics] == [(4, 4), (4, 8)]
