@@ -7,6 +7,7 @@ from agentrl_sdk.chat.model import TokenChatModel
 from agentrl_sdk.chat.recorder import PendingCall, RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.tool_parsers import HermesToolParser, ParsedResponse, ToolParser
+from agentrl_sdk.chat.turn import failure_status, record_turn
 
 __all__ = [
     "ChatTemplate",
@@ -22,4 +23,6 @@ __all__ = [
     "ToolParser",
     "current_node",
     "current_recorder",
+    "failure_status",
+    "record_turn",
 ]

@@ -16,7 +16,7 @@ from langchain_core.callbacks import (
 )
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.messages.tool import invalid_tool_call, tool_call, tool_call_chunk
+from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
@@ -25,14 +25,10 @@ from langchain_core.utils.function_calling import convert_to_json_schema
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
-from agentrl_sdk.chat.messages import (
-    to_openai_tools,
-    to_template_message,
-    with_format_instruction,
-)
-from agentrl_sdk.chat.recorder import PendingCall, RolloutRecorder
+from agentrl_sdk.chat.messages import to_openai_tools
+from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
-from agentrl_sdk.chat.tool_parsers import TOOL_PARSERS, ParsedResponse
+from agentrl_sdk.chat.turn import DEFAULT_MODEL_NAME, record_turn
 from agentrl_sdk.config import ChatConfig
 from agentrl_sdk.errors import NoEngineError
 
@@ -59,7 +55,7 @@ class TokenChatModel(BaseChatModel):
     top_k: int | None = None
     max_tokens: int | None = None
     seed: int | None = None
-    model_name: str = "agentrl-token-model"
+    model_name: str = DEFAULT_MODEL_NAME
     _template: ChatTemplate | None = PrivateAttr(None)
 
     def __repr_args__(self) -> Any:
@@ -99,17 +95,11 @@ class TokenChatModel(BaseChatModel):
         node = current_node.get() or NodeTag(
             name=_graph_node(run_manager) or "llm", trained=recorder.default_trainable
         )
-        dicts = [to_template_message(m, recorder.clip_observation) for m in messages]
-        if kwargs.get("response_format"):
-            dicts = with_format_instruction(dicts, kwargs["response_format"])
-        overrides = self._overrides()
-        if stop:
-            overrides["stop_token_ids"] = _stop_ids(recorder.template, stop)
-        pending = await recorder.generate(dicts, kwargs.get("tools"), node, overrides)
-        message = self._reply(recorder, pending)
-        recorder.commit(
-            pending, to_template_message(message), run_manager.run_id if run_manager else None
-        )
+        message = await record_turn(
+            recorder, node, messages, tools=kwargs.get("tools"), stop=stop,
+            sampling=self._overrides(), response_format=kwargs.get("response_format"),
+            run_id=run_manager.run_id if run_manager else None, model_name=self.model_name,
+        )  # fmt: skip
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _generate(
@@ -205,40 +195,6 @@ class TokenChatModel(BaseChatModel):
             rollout_id=f"call-{uuid.uuid4().hex[:12]}",
         )
 
-    def _reply(self, recorder: RolloutRecorder, pending: PendingCall) -> AIMessage:
-        """The AIMessage LangGraph sees: parsed from the generated ids, for control flow only."""
-        result = pending.result
-        ids = result.token_ids
-        if result.finish_reason == "stop" and ids:
-            ids = ids[:-1]  # the end-of-turn token is not content
-        parser = TOOL_PARSERS[recorder.chat.tool_parser]()
-        parsed: ParsedResponse = parser.parse(recorder.template.decode(ids))
-        recorder.metrics["tool_calls"] += len(parsed.tool_calls)
-        recorder.metrics["malformed_tool_calls"] += len(parsed.invalid_tool_calls)
-        prompt_len = len(pending.plan.prompt_ids)
-        return AIMessage(
-            content=parsed.content,
-            tool_calls=[
-                tool_call(name=c.name, args=c.args, id=_call_id()) for c in parsed.tool_calls
-            ],
-            invalid_tool_calls=[
-                invalid_tool_call(name=c.name, args=c.args, id=_call_id(), error=c.error)
-                for c in parsed.invalid_tool_calls
-            ],
-            response_metadata={
-                "model_name": self.model_name,
-                "finish_reason": result.finish_reason,
-                "policy_version": result.policy_version,
-                "request_id": pending.request_id,
-                "segment_started": pending.plan.start_reason,
-            },
-            usage_metadata={
-                "input_tokens": prompt_len,
-                "output_tokens": len(result.token_ids),
-                "total_tokens": prompt_len + len(result.token_ids),
-            },
-        )
-
 
 def _as_chunk(message: AIMessage) -> ChatGenerationChunk:
     """A whole reply as a streaming chunk (tool calls as complete tool-call chunks)."""
@@ -257,23 +213,6 @@ def _as_chunk(message: AIMessage) -> ChatGenerationChunk:
 def _graph_node(run_manager: Any) -> str | None:
     metadata = getattr(run_manager, "metadata", None) or {}
     return metadata.get("langgraph_node")
-
-
-def _stop_ids(template: ChatTemplate, stop: list[str]) -> tuple[int, ...]:
-    ids = []
-    for text in stop:
-        encoded = template.encode(text)
-        if len(encoded) != 1:
-            raise ValueError(
-                f"stop string {text!r} is {len(encoded)} tokens; the token engine stops on "
-                "single tokens only (pass a special token such as '<|im_end|>')"
-            )
-        ids.append(encoded[0])
-    return tuple(ids)
-
-
-def _call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:

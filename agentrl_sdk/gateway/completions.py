@@ -1,8 +1,9 @@
 """One chat completion: OpenAI messages in, recorded `TokenChatModel` calls, OpenAI choices out.
 
 The gateway does not template, tokenize or parse on its own: it converts the request into
-LangChain messages and calls `TokenChatModel` with the session's recorder in context, so a
-call through the gateway lands in the token ledger exactly as a call from a LangGraph node.
+LangChain messages and records each choice with the chat layer's `record_turn`, as
+`TokenChatModel` does, so a call through the gateway lands in the token ledger exactly as a
+call from a LangGraph node.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 
-from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
-from agentrl_sdk.chat.model import TokenChatModel
+from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.turn import failure_status, record_turn, stop_token_ids
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
 from agentrl_sdk.gateway.errors import GatewayError
 from agentrl_sdk.gateway.protocol import (
@@ -42,59 +43,52 @@ async def complete(
             prompt past the context budget; 503 when the engine fails or times out.
     """
     messages = _messages(request)
-    _check_stop(session, request.stop_list())
-    model = TokenChatModel(
-        temperature=request.temperature,
-        top_p=request.top_p,
-        max_tokens=request.max_completion_tokens or request.max_tokens,
-        seed=request.seed,
-        model_name=request.model,
-    )
+    stop = request.stop_list()
+    try:
+        stop_token_ids(session.recorder.template, stop or [])
+    except ValueError as exc:
+        raise GatewayError(400, str(exc), param="stop") from exc
+    sampling = {
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "max_tokens": request.max_completion_tokens or request.max_tokens,
+        "seed": request.seed,
+    }
+    sampling = {k: v for k, v in sampling.items() if v is not None}
     # ``tool_choice`` is validated but, as in TokenChatModel, not enforced: the engine does not
     # constrain decoding.
     tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
-    recorder_token = current_recorder.set(session.recorder)
-    node_token = current_node.set(NodeTag(name=node, policy=policy, trained=True))
+    node_tag = NodeTag(name=node, policy=policy, trained=True)
     session.requests += 1
     try:
-        # The chat model's own generation path (prompt plan, engine call, parse, ledger commit)
-        # without LangChain's callback plumbing around it: no graph listens to these calls.
         replies = await asyncio.gather(*(
-            _generate(session, model, messages, request.stop_list(), tools)
+            _generate(session, node_tag, messages, stop, tools, sampling, request.model)
             for _ in range(request.n)
         ))
-    except ContextBudgetExceeded as exc:
-        session.fail("context_exceeded", str(exc))
-        raise GatewayError(400, str(exc), code="context_length_exceeded", param="messages") from exc
-    except EngineError as exc:
-        session.fail("engine_error", str(exc))
+    except (ContextBudgetExceeded, EngineError) as exc:
+        session.fail(*failure_status(exc))
+        if isinstance(exc, ContextBudgetExceeded):
+            raise GatewayError(
+                400, str(exc), code="context_length_exceeded", param="messages"
+            ) from exc
         raise GatewayError(503, str(exc), type="server_error", code="engine_error") from exc
-    finally:
-        current_node.reset(node_token)
-        current_recorder.reset(recorder_token)
     return _completion(request.model, replies)
 
 
 async def _generate(
     session: RolloutSession,
-    model: TokenChatModel,
+    node: NodeTag,
     messages: list[BaseMessage],
     stop: list[str] | None,
     tools: list[dict[str, Any]] | None,
+    sampling: Mapping[str, Any],
+    model_name: str,
 ) -> AIMessage:
     start_ns = time.time_ns()
-    result = await model._agenerate(messages, stop=stop, tools=tools)
-    reply = result.generations[0].message
+    reply = await record_turn(session.recorder, node, messages, tools=tools, stop=stop,
+                              sampling=sampling, model_name=model_name)
     session.record_llm_event(reply.response_metadata["request_id"], start_ns)
     return reply
-
-
-def _check_stop(session: RolloutSession, stop: list[str] | None) -> None:
-    """The token engine stops on single tokens only (e.g. ``<|im_end|>``), not on strings."""
-    for text in stop or []:
-        if len(session.recorder.template.encode(text)) != 1:
-            raise GatewayError(400, f"stop string {text!r} is not a single token; this gateway "
-                               "stops on single tokens only (such as '<|im_end|>')", param="stop")
 
 
 def _messages(request: ChatCompletionRequest) -> list[BaseMessage]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentrl_sdk.chat.turn import failure_status
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.gateway import Gateway, GatewayConfig
 from agentrl_sdk.types import Trajectory
@@ -114,10 +115,8 @@ async def run_agent(
     state: Any = None
     try:
         state = await asyncio.wait_for(_call(agent_fn, endpoint, row), timeout=config.timeout_s)
-    except TimeoutError:
-        session.fail("timeout", f"rollout exceeded timeout_s={config.timeout_s}")
     except Exception as exc:  # noqa: BLE001 - user code may raise anything; it is recorded
-        session.fail("graph_error", f"{type(exc).__name__}: {exc}")
+        session.fail(*failure_status(exc, config.timeout_s))
     finally:
         trajectory = gateway.close(rollout_id)
     trajectory.final_state = state

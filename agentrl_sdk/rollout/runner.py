@@ -8,14 +8,12 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from langgraph.errors import GraphRecursionError
-
 from agentrl_sdk.chat.context import current_recorder
 from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.chat.turn import failure_status
 from agentrl_sdk.config import RolloutConfig
-from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
 from agentrl_sdk.rollout.agents import build_gateway, is_agent_fn, run_agent, uses_agent_fns
 from agentrl_sdk.tools import ToolSession, current_tool_session, tools_kwargs_of
 from agentrl_sdk.types import Trajectory, TrajectoryStatus
@@ -193,16 +191,8 @@ async def _run_one(
             run_config["callbacks"] = [events]
         run = select_graph(graph, row).ainvoke(input_fn(row), config=run_config)
         state = await asyncio.wait_for(run, timeout=config.timeout_s)
-    except ContextBudgetExceeded as exc:
-        status, error = "context_exceeded", str(exc)
-    except EngineError as exc:
-        status, error = "engine_error", str(exc)
-    except TimeoutError:
-        status, error = "timeout", f"rollout exceeded timeout_s={config.timeout_s}"
-    except GraphRecursionError as exc:
-        status, error = "graph_error", f"recursion limit reached: {exc}"
     except Exception as exc:  # noqa: BLE001 - a user graph may raise anything; it is recorded
-        status, error = "graph_error", f"{type(exc).__name__}: {exc}"
+        status, error = failure_status(exc, config.timeout_s)
     finally:
         current_tool_session.reset(tools_token)
         current_recorder.reset(token)

@@ -1,0 +1,145 @@
+"""One recorded LLM turn, the chat layer's public entry point, and how a failed rollout is named.
+
+`TokenChatModel` (LangChain's interface) and the OpenAI-compatible gateway both call
+`record_turn`: messages in, a parsed `AIMessage` out, the call planned, generated and committed
+to the rollout's token ledger in between. `failure_status` is the one mapping from what a
+rollout raised to its `TrajectoryStatus`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.tool import invalid_tool_call, tool_call
+from langgraph.errors import GraphRecursionError
+
+from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.messages import to_template_message, with_format_instruction
+from agentrl_sdk.chat.recorder import PendingCall, RolloutRecorder
+from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.chat.tool_parsers import TOOL_PARSERS, ParsedResponse
+from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
+from agentrl_sdk.types import TrajectoryStatus
+
+__all__ = ["DEFAULT_MODEL_NAME", "failure_status", "record_turn", "stop_token_ids"]
+
+DEFAULT_MODEL_NAME = "agentrl-token-model"
+
+
+async def record_turn(
+    recorder: RolloutRecorder,
+    node: NodeTag,
+    messages: Sequence[BaseMessage],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    stop: Sequence[str] | None = None,
+    sampling: Mapping[str, Any] | None = None,
+    response_format: Mapping[str, Any] | None = None,
+    run_id: Any = None,
+    model_name: str = DEFAULT_MODEL_NAME,
+) -> AIMessage:
+    """Generate one reply to ``messages`` for ``node`` and record it in ``recorder``'s ledger.
+
+    Args:
+        recorder: The rollout's recorder (engine, template, ledger).
+        node: Which node (and policy) the call belongs to, and whether it trains.
+        messages: The conversation so far.
+        tools: OpenAI tool schemas the template renders into the prompt.
+        stop: Stop strings; each must be one token of the template's tokenizer.
+        sampling: Overrides of the rollout's sampling parameters (temperature, max_tokens...).
+        response_format: An OpenAI ``response_format``; shown to the model as an instruction.
+        run_id: The LangChain run of the call, kept on the ledger entry for its trace.
+        model_name: Reported in the reply's ``response_metadata``.
+
+    Returns:
+        The reply, parsed from the generated ids (content and tool calls).
+
+    Raises:
+        ValueError: A stop string is not a single token.
+        ContextBudgetExceeded: The prompt leaves no room for one generated token.
+        EngineError: The engine failed or did not answer in time.
+    """
+    dicts = [to_template_message(m, recorder.clip_observation) for m in messages]
+    if response_format:
+        dicts = with_format_instruction(dicts, dict(response_format))
+    overrides = dict(sampling or {})
+    if stop:
+        overrides["stop_token_ids"] = stop_token_ids(recorder.template, stop)
+    pending = await recorder.generate(dicts, tools, node, overrides)
+    message = _reply(recorder, pending, model_name)
+    recorder.commit(pending, to_template_message(message), run_id)
+    return message
+
+
+def stop_token_ids(template: ChatTemplate, stop: Sequence[str]) -> tuple[int, ...]:
+    """The token id of each stop string.
+
+    Raises:
+        ValueError: A stop string is not exactly one token.
+    """
+    ids = []
+    for text in stop:
+        encoded = template.encode(text)
+        if len(encoded) != 1:
+            raise ValueError(
+                f"stop string {text!r} is {len(encoded)} tokens; the token engine stops on "
+                "single tokens only (pass a special token such as '<|im_end|>')"
+            )
+        ids.append(encoded[0])
+    return tuple(ids)
+
+
+def failure_status(exc: BaseException, timeout_s: float | None = None) -> tuple[TrajectoryStatus, str]:
+    """The status and error text of a rollout that raised ``exc``.
+
+    ``timeout_s`` names the rollout's limit when ``exc`` is its timeout.
+    """
+    if isinstance(exc, ContextBudgetExceeded):
+        return "context_exceeded", str(exc)
+    if isinstance(exc, EngineError):
+        return "engine_error", str(exc)
+    if isinstance(exc, TimeoutError):
+        return "timeout", f"rollout exceeded timeout_s={timeout_s}"
+    if isinstance(exc, GraphRecursionError):
+        return "graph_error", f"recursion limit reached: {exc}"
+    return "graph_error", f"{type(exc).__name__}: {exc}"
+
+
+def _reply(recorder: RolloutRecorder, pending: PendingCall, model_name: str) -> AIMessage:
+    """The AIMessage the caller sees: parsed from the generated ids, for control flow only."""
+    result = pending.result
+    ids = result.token_ids
+    if result.finish_reason == "stop" and ids:
+        ids = ids[:-1]  # the end-of-turn token is not content
+    parser = TOOL_PARSERS[recorder.chat.tool_parser]()
+    parsed: ParsedResponse = parser.parse(recorder.template.decode(ids))
+    recorder.metrics["tool_calls"] += len(parsed.tool_calls)
+    recorder.metrics["malformed_tool_calls"] += len(parsed.invalid_tool_calls)
+    prompt_len = len(pending.plan.prompt_ids)
+    return AIMessage(
+        content=parsed.content,
+        tool_calls=[tool_call(name=c.name, args=c.args, id=_call_id()) for c in parsed.tool_calls],
+        invalid_tool_calls=[
+            invalid_tool_call(name=c.name, args=c.args, id=_call_id(), error=c.error)
+            for c in parsed.invalid_tool_calls
+        ],
+        response_metadata={
+            "model_name": model_name,
+            "finish_reason": result.finish_reason,
+            "policy_version": result.policy_version,
+            "request_id": pending.request_id,
+            "segment_started": pending.plan.start_reason,
+        },
+        usage_metadata={
+            "input_tokens": prompt_len,
+            "output_tokens": len(result.token_ids),
+            "total_tokens": prompt_len + len(result.token_ids),
+        },
+    )
+
+
+def _call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
