@@ -6,10 +6,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentrl_sdk.algorithms import PolicyLossConfig
 from agentrl_sdk.config import RolloutConfig
+from agentrl_sdk.engines.options import (
+    BACKEND_OPTIONS,
+    EngineOptions,
+    TorchOptions,
+    VLLMOptions,
+    VLLMServerOptions,
+)
 from agentrl_sdk.rollout.rewards import OnRewardError
 from agentrl_sdk.tracing import TraceSampling
 from agentrl_sdk.trainer import TrainerConfig
@@ -71,22 +78,48 @@ class EngineConfig(_Section):
         "resources, apart from the driver and the trainer workers)."
     )
     url: str | None = Field(None, description="vllm-server: a running server to use.")
-    options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="More backend options (vllm: dtype, max_model_len, engine_args, cpu_threads; "
-        "vllm-server: server_args, start_timeout_s, cpu_threads). On CPUs vLLM gets every usable "
-        "CPU as torch threads unless cpu_threads or OMP_NUM_THREADS says otherwise.",
+    options: TorchOptions | VLLMOptions | VLLMServerOptions = Field(
+        default_factory=TorchOptions,
+        description="The backend's own options, checked against its options model "
+        "(`agentrl_sdk.engines.options`): torch: dtype; vllm: dtype, max_model_len, "
+        "engine_args, cpu_threads, timeouts; vllm-server: the same with server_args. On CPUs "
+        "vLLM gets every usable CPU as torch threads unless cpu_threads or OMP_NUM_THREADS "
+        "says otherwise.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options_of_the_backend(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not isinstance(data.get("options"), EngineOptions):
+            backend = data.get("backend", "torch")
+            if backend in BACKEND_OPTIONS:  # else the backend field reports the error
+                model = BACKEND_OPTIONS[backend]
+                try:
+                    options = model.model_validate(data.get("options") or {})
+                except ValidationError as exc:
+                    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                         for e in exc.errors())
+                    raise ValueError(f"engine.options of backend {backend!r}: {problems} "
+                                     f"(allowed: {sorted(model.model_fields)})") from None
+                data = {**data, "options": options}
+        return data
 
     @model_validator(mode="after")
     def _url_for_server(self) -> EngineConfig:
         if self.url is not None and self.backend != "vllm-server":
             raise ValueError(f"engine.url is for backend 'vllm-server', not {self.backend!r}")
+        if not isinstance(self.options, BACKEND_OPTIONS[self.backend]):
+            raise ValueError(f"engine.options are {type(self.options).__name__}, not the "
+                             f"{BACKEND_OPTIONS[self.backend].__name__} of {self.backend!r}")
+        if self.options.actor_options is not None and not self.ray_actors:
+            raise ValueError("engine.options.actor_options needs engine.ray_actors: true")
         return self
 
     def create_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `create_engine` besides the backend and model path."""
-        kwargs: dict[str, Any] = {"max_batch_size": self.max_batch_size, **self.options}
+        kwargs: dict[str, Any] = {
+            "max_batch_size": self.max_batch_size, **self.options.engine_kwargs()
+        }
         if self.url is not None:
             kwargs["url"] = self.url
         return {"replicas": self.replicas, "ray_actors": self.ray_actors, **kwargs}

@@ -58,3 +58,48 @@ def test_weight_buckets_split_by_size_and_keep_tied_tensors(tmp_path) -> None:
     loaded = {k: v for p in paths for k, v in load_file(p).items()}
     assert loaded.keys() == state.keys()
     assert all(torch.equal(loaded[k], state[k]) for k in state)
+
+
+def test_engine_options_are_typed_per_backend() -> None:
+    from agentrl_sdk.engines.options import TorchOptions, VLLMOptions, VLLMServerOptions
+
+    assert isinstance(TrainConfig().engine.options, TorchOptions)
+    vllm = EngineConfig(backend="vllm", options={"dtype": "bfloat16", "cpu_threads": 2})
+    assert isinstance(vllm.options, VLLMOptions)
+    assert vllm.create_kwargs() == {"replicas": 1, "ray_actors": False, "max_batch_size": 64,
+                                    "dtype": "bfloat16", "cpu_threads": 2}  # fmt: skip
+    server = EngineConfig(backend="vllm-server", options={"server_args": ["--seed", "1"]})
+    assert isinstance(server.options, VLLMServerOptions)
+    # A YAML round trip keeps them typed and passes only what was set.
+    again = TrainConfig.model_validate(TrainConfig(engine=vllm).model_dump()).engine
+    assert again.options == vllm.options and again.create_kwargs() == vllm.create_kwargs()
+    for backend, options, allowed in [
+        ("torch", {"dtyp": "float32"}, "dtype"),
+        ("torch", {"max_model_len": 128}, "dtype"),  # a vLLM option on the torch engine
+        ("vllm", {"server_args": ["x"]}, "engine_args"),
+        ("vllm-server", {"cpu_threads": 0}, "server_args"),
+    ]:
+        with pytest.raises(ValueError, match=f"engine.options of backend '{backend}'.*{allowed}"):
+            EngineConfig(backend=backend, options=options)
+    with pytest.raises(ValueError, match="engine_args"):
+        EngineConfig(backend="vllm-server", options={"engine_args": {"seed": 1}})
+    with pytest.raises(ValueError, match="actor_options needs engine.ray_actors"):
+        EngineConfig(options={"actor_options": {"num_cpus": 1}})
+
+
+def test_every_engine_option_is_a_parameter_of_its_engine() -> None:
+    import inspect
+
+    from agentrl_sdk.engines.options import BACKEND_OPTIONS
+    from agentrl_sdk.engines.ray_engine import RayEngine
+    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+    from agentrl_sdk.engines.vllm_server import VLLMServerEngine
+
+    constructors = {"torch": TorchEngine.from_pretrained, "vllm": VLLMEngine.__init__,
+                    "vllm-server": VLLMServerEngine.__init__}  # fmt: skip
+    ray_parameters = set(inspect.signature(RayEngine.__init__).parameters)
+    for backend, options in BACKEND_OPTIONS.items():
+        parameters = set(inspect.signature(constructors[backend]).parameters) | ray_parameters
+        engine_args_refused = backend == "vllm-server"
+        fields = set(options.model_fields) - ({"engine_args"} if engine_args_refused else set())
+        assert fields <= parameters, (backend, fields - parameters)

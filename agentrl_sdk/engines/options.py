@@ -1,0 +1,70 @@
+"""Typed options of each engine backend (``engine.options`` in a training config).
+
+A field left unset (None) keeps the engine constructor's default, so defaults live in one place: the
+engine. The vLLM engine and the vLLM server share every field but the server's own two.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["BACKEND_OPTIONS", "EngineOptions", "TorchOptions", "VLLMOptions", "VLLMServerOptions"]
+
+
+class EngineOptions(BaseModel):
+    """Options every backend takes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    eos_token_ids: list[int] | None = Field(
+        None, description="Token ids that end a response (default: the model's EOS ids)."
+    )
+    actor_options: dict[str, Any] | None = Field(
+        None, description="With engine.ray_actors: Ray's .options() of each engine actor "
+        "(num_cpus, num_gpus, resources, ...)."
+    )
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The fields that were set, as keyword arguments of the engine."""
+        return self.model_dump(exclude_none=True)
+
+
+class TorchOptions(EngineOptions):
+    """The embedded torch engine."""
+
+    dtype: str | None = Field(None, description="Weight dtype (default 'auto': as saved).")
+
+
+class VLLMOptions(EngineOptions):
+    """In-process vLLM (`AsyncLLM`)."""
+
+    dtype: str | None = Field(None, description="Weight dtype (default float32).")
+    max_model_len: int | None = Field(None, ge=1, description="Longest prompt + response.")
+    bucket_bytes: int | None = Field(None, ge=1, description="Size of one weight-update bucket.")
+    start_timeout_s: float | None = Field(None, gt=0, description="Longest wait for startup.")
+    request_timeout_s: float | None = Field(None, gt=0, description="Longest wait per request.")
+    engine_args: dict[str, Any] | None = Field(
+        None, description="More vLLM engine arguments, passed through unchanged."
+    )
+    cpu_threads: int | None = Field(
+        None, ge=1, description="vLLM-CPU: torch threads (default: every usable CPU, or "
+        "OMP_NUM_THREADS)."
+    )
+
+
+class VLLMServerOptions(VLLMOptions):
+    """vLLM's OpenAI-compatible server, started here or reached at ``engine.url``."""
+
+    engine_args: None = Field(None, description="Not for the server: use server_args.")
+    server_args: list[str] | None = Field(None, description="Extra `vllm serve` arguments.")
+    model_name: str | None = Field(None, description="The served model's name.")
+
+
+BACKEND_OPTIONS: dict[str, type[EngineOptions]] = {
+    "torch": TorchOptions,
+    "vllm": VLLMOptions,
+    "vllm-server": VLLMServerOptions,
+}
+"""The options model of each `create_engine` backend."""
