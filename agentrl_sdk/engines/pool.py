@@ -69,6 +69,7 @@ class EnginePool:
         self._lock = threading.Lock()
         self._version = max(r.policy_version for r in self.replicas)
         self.reroutes = 0
+        self.failed_health_checks = 0
 
     @property
     def policy_version(self) -> int:
@@ -145,7 +146,9 @@ class EnginePool:
             return bool(
                 await asyncio.wait_for(self.replicas[index].health(), self._health_timeout)
             )
-        except Exception:  # noqa: BLE001 - a health check that fails is an unhealthy replica
+        except Exception as exc:  # noqa: BLE001 - a health check that fails is an unhealthy replica
+            self.failed_health_checks += 1
+            logger.warning("engine replica %d: health check raised %r", index, exc)
             return False
 
     def _drain(self, index: int, cause: BaseException | str) -> None:
@@ -156,6 +159,15 @@ class EnginePool:
             for session in [s for s, i in self._sessions.items() if i == index]:
                 del self._sessions[session]
         logger.warning("engine replica %d drained: %s", index, cause)
+
+    def stats(self) -> dict[str, float]:
+        """Counts for the step metrics: requests moved off a dead replica, replicas drained,
+        health checks that raised (each also logged with its cause)."""
+        return {
+            "reroutes": float(self.reroutes),
+            "drained_replicas": float(len(self._drained)),
+            "failed_health_checks": float(self.failed_health_checks),
+        }
 
     async def check_health(self) -> list[int]:
         """Health-check every replica, drain the failing ones; returns the healthy indices."""

@@ -7,6 +7,7 @@ keeps working); token ids travel as numpy arrays (the object store moves lists ~
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["RayEngine"]
+
+logger = logging.getLogger(__name__)
 
 
 class _EngineActor:
@@ -148,7 +151,8 @@ class RayEngine:
         """False once the actor or its engine is gone."""
         try:
             return bool(await asyncio.wait_for(self._call("health"), 30))
-        except Exception:  # noqa: BLE001 - a dead actor is the unhealthy answer
+        except Exception as exc:  # noqa: BLE001 - a dead actor is the unhealthy answer
+            logger.warning("engine actor health check failed: %r", exc)
             return False
 
     def close(self) -> None:
@@ -160,6 +164,6 @@ class RayEngine:
 
         try:
             ray.get(self._actor.close.remote(), timeout=60)
-        except Exception:  # noqa: BLE001 - the actor is killed below either way
-            pass
+        except Exception as exc:  # noqa: BLE001 - the actor is killed below either way
+            logger.warning("engine actor did not close cleanly (killing it): %r", exc)
         ray.kill(self._actor)

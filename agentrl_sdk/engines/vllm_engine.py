@@ -175,7 +175,8 @@ class VLLMEngine(VLLMBackend):
             return False
         try:
             await asyncio.wait_for(self._loop.call(self._llm.check_health()), 30)
-        except Exception:  # noqa: BLE001 - any failure means unhealthy, which is the answer
+        except Exception as exc:  # noqa: BLE001 - any failure means unhealthy, which is the answer
+            logger.warning("vLLM health check failed: %r", exc)
             return False
         return not self._llm.errored
 

@@ -247,7 +247,8 @@ class VLLMServerEngine(VLLMBackend):
 
         try:
             return await asyncio.wait_for(self._loop.call(check()), 15)
-        except Exception:  # noqa: BLE001 - any failure means unhealthy, which is the answer
+        except Exception as exc:  # noqa: BLE001 - any failure means unhealthy, which is the answer
+            logger.warning("vLLM server health check failed: %r", exc)
             return False
 
     def close(self) -> None:
@@ -261,8 +262,8 @@ class VLLMServerEngine(VLLMBackend):
             try:
                 if client is not None:
                     loop.run(client.aclose(), timeout=10)
-            except Exception:  # noqa: BLE001 - closing anyway
-                pass
+            except Exception as exc:  # noqa: BLE001 - closing anyway
+                logger.warning("closing the vLLM server client failed: %r", exc)
             loop.stop()
         if self._process is not None and self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGTERM)

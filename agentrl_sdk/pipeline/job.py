@@ -336,6 +336,8 @@ def step_log(
         task = progress.add_task("train", total=config.max_steps, completed=start, reward=0.0)
 
         def record(step: int, metrics: dict[str, float]) -> bool:
+            for policy in job.policies.values():
+                metrics.update(policy.engine_metrics())
             result.history.append(metrics)
             result.steps = step + 1
             if job.run:

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl_sdk.engines import Engine, create_engine
+from agentrl_sdk.engines import Engine, EnginePool, create_engine
 from agentrl_sdk.pipeline.config import ModelConfig, TrainConfig
 from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.trainer import TrainerGroup, WeightSync, init_ray
 
 DEFAULT_POLICY = "default"
 """The policy ``model`` configures; ``@trainable`` nodes use it unless they name another."""
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,6 +33,12 @@ class Policy:
     def prefix(self, section: str) -> str:
         """Metric prefix: ``train/`` for the default policy, ``train/<name>/`` for others."""
         return f"{section}/" if self.name == DEFAULT_POLICY else f"{section}/{self.name}/"
+
+    def engine_metrics(self) -> dict[str, float]:
+        """The engine pool's failure counts (``engine/reroutes``, ...); none for one engine."""
+        if not isinstance(self.engine, EnginePool):
+            return {}
+        return {f"{self.prefix('engine')}{k}": v for k, v in self.engine.stats().items()}
 
     def checkpoint_dir(self, root: str | Path) -> Path:
         """Where this policy's checkpoints live under the job's checkpoint root."""
@@ -78,8 +86,10 @@ async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[
 async def stop_policies(policies: dict[str, Policy]) -> None:
     """Close every engine and shut every trainer down (the one that started Ray last)."""
     for policy in policies.values():
-        with contextlib.suppress(Exception):
+        try:
             policy.engine.close()
+        except Exception as exc:  # noqa: BLE001 - the other policies still get stopped
+            logger.warning("closing the engine of policy %r failed: %r", policy.name, exc)
     for policy in reversed(list(policies.values())):
         if policy.group is not None:
             await asyncio.to_thread(policy.group.shutdown)

@@ -155,6 +155,7 @@ async def test_replica_failure_reroutes_without_losing_a_rollout(pool_of, model)
         assert result.token_ids == greedy(model, prompt, 60), rid
     assert pool.reroutes == 3
     assert pool.healthy == [1]
+    assert pool.stats() == {"reroutes": 3.0, "drained_replicas": 1.0, "failed_health_checks": 0.0}
     # The moved rollouts' next calls go to the survivor.
     await pool.generate([1, 2], GREEDY, f"{on_zero[0]}-1", session_id=on_zero[0])
     assert pool.replica_of(on_zero[0]) == 1
@@ -185,6 +186,7 @@ async def test_check_health_drains_unhealthy_replicas_before_a_request_fails(poo
     pool.replicas[2].health = hangs  # no answer within health_timeout_s
     assert await pool.check_health() == [0]
     assert pool.healthy == [0]
+    assert pool.stats()["failed_health_checks"] == 1.0  # the hung one (logged with its cause)
     assert pool.replica_of(session_on[0]) == 0
     assert pool.replica_of(session_on[1]) is None and pool.replica_of(session_on[2]) is None
     log.clear()
