@@ -11,6 +11,7 @@ from typing import Any
 from agentrl_sdk.data import DatasetLike, load_rows
 from agentrl_sdk.pipeline import (
     EvalResult,
+    JobSpec,
     TrainConfig,
     TrainResult,
     run_evaluation,
@@ -63,8 +64,8 @@ async def atrain(
             "pass sdk.train(..., eval_dataset=rows) or set evaluation.every to 0"
         )
     pipeline = run_fully_async if resolved.pipeline == "fully_async" else run_sync
-    return await pipeline(graph, rows, reward, resolved, input_fn=input_fn,
-                          skipped_rows=skipped, eval_rows=eval_rows)
+    return await pipeline(JobSpec(graph, rows, reward, resolved, input_fn=input_fn,
+                                  skipped_rows=skipped, eval_rows=eval_rows))
 
 
 def _rows(graph: Any, dataset: DatasetLike, config: TrainConfig) -> tuple[list[dict], int]:
@@ -126,8 +127,9 @@ async def aevaluate(
         resolved = resolved.model_copy(deep=True)
         resolved.model.path = str(model)
     rows, skipped = _rows(graph, dataset, resolved)
-    return await run_evaluation(graph, rows, reward, resolved, input_fn=input_fn,
-                                skipped_rows=skipped)
+    return await run_evaluation(
+        JobSpec(graph, rows, reward, resolved, input_fn=input_fn, skipped_rows=skipped)
+    )
 
 
 def evaluate(

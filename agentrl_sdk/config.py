@@ -55,7 +55,8 @@ class RolloutConfig(BaseModel):
     )
     recursion_limit: int = Field(50, ge=1, description="LangGraph's step limit per rollout.")
     timeout_s: float | None = Field(
-        None, gt=0, description="Wall-clock limit of one rollout; past it status is timeout."
+        1800.0, gt=0, description="Wall-clock limit of one rollout; past it status is timeout "
+        "(a hung tool or agent cannot hold its rollout forever). None: no limit."
     )
 
     @model_validator(mode="after")

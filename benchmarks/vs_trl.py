@@ -70,7 +70,7 @@ from agentrl_sdk.models import (  # noqa: E402
     save_pretrained_pair,
     smollm2_path,
 )
-from agentrl_sdk.pipeline import TrainConfig, run_sync  # noqa: E402
+from agentrl_sdk.pipeline import JobSpec, TrainConfig, run_sync  # noqa: E402
 
 SYSTEM = "You answer with digits only."
 
@@ -212,7 +212,7 @@ def run_ours(job: Job, path: Path, rows: list[dict[str, Any]]) -> Side:
         "max_steps": job.steps,
     })
     clock = _PipelineClock()
-    result = asyncio.run(run_sync(build_graph(), rows, our_reward, config, console=clock))
+    result = asyncio.run(run_sync(JobSpec(build_graph(), rows, our_reward, config), console=clock))
     if len(clock.stamps) != job.steps:
         raise RuntimeError(f"expected {job.steps} step lines from the pipeline, got "
                            f"{len(clock.stamps)}: its per-step logging changed")

@@ -7,7 +7,7 @@ import itertools
 import time
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,31 @@ class PendingCall:
     ended_ns: int = 0
 
 
+class SharedEngine(Mapping[str, "Engine"]):
+    """One engine serving every policy: the engine-by-policy mapping of a one-model setup.
+
+    Whatever policy a node names, ``shared[policy]`` is the engine, so callers index engines
+    by policy the same way whether one model serves everything or each policy has its own.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def __getitem__(self, policy: str) -> Engine:
+        return self.engine
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("*",))
+
+    def __len__(self) -> int:
+        return 1
+
+
+def engines_by_policy(engines: Engine | Mapping[str, Engine]) -> Mapping[str, Engine]:
+    """``engines`` as a mapping by policy: a single engine serves every policy."""
+    return engines if isinstance(engines, Mapping) else SharedEngine(engines)
+
+
 class RolloutRecorder:
     """Everything one rollout's LLM calls share.
 
@@ -58,7 +83,7 @@ class RolloutRecorder:
         default_trainable: bool = True,
         events: EventLog | None = None,
     ) -> None:
-        self.engines = engines
+        self.engines = engines_by_policy(engines)
         self.template = template
         self.chat = chat or ChatConfig()
         self.sampling = sampling or SamplingParams()
@@ -73,8 +98,6 @@ class RolloutRecorder:
 
     def engine_for(self, policy: str) -> Engine:
         """The engine that serves ``policy``."""
-        if not isinstance(self.engines, Mapping):
-            return self.engines
         try:
             return self.engines[policy]
         except KeyError:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_weights import WeightFiles
 from agentrl_sdk.errors import EngineError
+from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class VLLMBackend:
             EngineError: vLLM failed to load the weights or did not answer in time.
         """
         self._check_open()
-        files = await asyncio.to_thread(WeightFiles, state_dict, self._bucket_bytes)
+        files = await run_blocking(WeightFiles, state_dict, self._bucket_bytes)
         try:
             return await self._loop.call(self._reload(files.paths))
         finally:

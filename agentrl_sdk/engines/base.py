@@ -65,3 +65,4 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the engine (threads, processes); later requests fail with `EngineError`."""
         ...
+

@@ -14,7 +14,8 @@ from agentrl_sdk.pipeline.config import (
 )
 from agentrl_sdk.pipeline.evaluate import run_evaluation
 from agentrl_sdk.pipeline.fully_async import run_fully_async
-from agentrl_sdk.pipeline.job import EvalResult, TrainResult
+from agentrl_sdk.pipeline.job import JobSpec
+from agentrl_sdk.pipeline.results import EvalResult, TrainResult
 from agentrl_sdk.pipeline.sync import run_sync
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "EntrypointConfig",
     "EvalConfig",
     "EvalResult",
+    "JobSpec",
     "ModelConfig",
     "RewardConfig",
     "TrackingConfig",

@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
-from typing import Any
 
 from rich.console import Console
 
-from agentrl_sdk.pipeline.config import TrainConfig
-from agentrl_sdk.pipeline.job import EvalResult, Job, TrainResult, open_job, score_rollouts
+from agentrl_sdk.pipeline.job import Job, JobSpec, open_job, score_rollouts
 from agentrl_sdk.pipeline.metrics import eval_metrics
-from agentrl_sdk.rollout import arollout_batch, default_input
-from agentrl_sdk.rollout.rewards import RewardFn
+from agentrl_sdk.pipeline.results import EvalResult, TrainResult
+from agentrl_sdk.rollout import arollout_batch
 
 __all__ = ["evaluate_job", "maybe_evaluate", "run_evaluation"]
 
@@ -69,29 +67,18 @@ def eval_line(evaluation: EvalResult) -> str:
     )
 
 
-async def run_evaluation(
-    graph: Any,
-    rows: list[dict[str, Any]],
-    reward_fn: RewardFn | None,
-    config: TrainConfig,
-    *,
-    input_fn: Callable[[dict[str, Any]], Any] = default_input,
-    console: Console | None = None,
-    skipped_rows: int = 0,
-) -> EvalResult:
-    """Evaluate ``config.model`` (and any other policies) on ``rows``: engines only, no
-    trainer; an MLflow run of its own when tracking is on.
+async def run_evaluation(spec: JobSpec, *, console: Console | None = None) -> EvalResult:
+    """Evaluate ``spec.config.model`` (and any other policies) on ``spec.rows``: engines only,
+    no trainer; an MLflow run of its own when tracking is on.
 
     Raises:
         ValueError: ``rows`` is empty.
     """
-    if not rows:
+    if not spec.rows:
         raise ValueError("nothing to evaluate: the dataset has no usable rows")
     console = console or Console()
-    async with open_job(
-        graph, rows, reward_fn, config, input_fn=input_fn, console=console,
-        skipped_rows=skipped_rows, eval_rows=rows, trainers=False,
-    ) as (job, _):  # fmt: skip
+    spec = dataclasses.replace(spec, eval_rows=spec.rows)
+    async with open_job(spec, console=console, trainers=False) as (job, _):
         evaluation = await evaluate_job(job, 0)
         console.log(eval_line(evaluation))
         return evaluation

@@ -14,28 +14,30 @@ import logging
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from rich.console import Console
 
-from agentrl_sdk.pipeline.config import TrainConfig
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
-from agentrl_sdk.pipeline.job import (
+from agentrl_sdk.pipeline.checkpoints import (
     PIPELINE_STATE,
-    Job,
-    TrainResult,
-    batch_samples,
     finish,
     maybe_resume,
+    save_checkpoint,
+)
+from agentrl_sdk.pipeline.job import (
+    Job,
+    JobSpec,
+    batch_samples,
     open_job,
     push_weights,
     rollout_config,
-    save_checkpoint,
     score_rollouts,
-    step_log,
+    trace_step,
     update_policies,
 )
+from agentrl_sdk.pipeline.progress import step_log
+from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.pipeline.staleness import (
     VersionSteps,
     may_admit,
@@ -48,8 +50,7 @@ from agentrl_sdk.pipeline.trajectory_queue import (
     PendingRow,
     PipelineState,
 )
-from agentrl_sdk.rollout import arollout, default_input
-from agentrl_sdk.rollout.rewards import RewardFn
+from agentrl_sdk.rollout import arollout
 
 logger = logging.getLogger(__name__)
 
@@ -203,18 +204,9 @@ class Rollouter:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def run_fully_async(
-    graph: Any,
-    rows: list[dict[str, Any]],
-    reward_fn: RewardFn | None,
-    config: TrainConfig,
-    *,
-    input_fn: Callable[[dict[str, Any]], Any] = default_input,
-    console: Console | None = None,
-    skipped_rows: int = 0,
-    eval_rows: list[dict[str, Any]] | None = None,
-) -> TrainResult:
-    """Train ``config.max_steps`` updates of ``graph`` with rollouts and updates overlapped.
+async def run_fully_async(spec: JobSpec, *, console: Console | None = None) -> TrainResult:
+    """Train ``spec.config.max_steps`` updates of ``spec.graph`` with rollouts and updates
+    overlapped.
 
     The rollouter keeps admitting rows while ``fully_async.max_staleness`` allows; the
     trainer takes ``data.batch_size`` finished groups per update, drops (or re-runs) any that
@@ -224,10 +216,8 @@ async def run_fully_async(
     the queue and the unfinished rows with the trainer when ``checkpoint.dir`` is set.
     """
     console = console or Console()
-    async with open_job(
-        graph, rows, reward_fn, config, input_fn=input_fn, console=console,
-        skipped_rows=skipped_rows, eval_rows=eval_rows,
-    ) as (job, result):  # fmt: skip
+    config = spec.config
+    async with open_job(spec, console=console) as (job, result):
         start, folder = await maybe_resume(job, console)
         state = PipelineState()
         if folder is not None and (folder / PIPELINE_STATE).exists():
@@ -284,7 +274,8 @@ class _Trainer:
         wait_s, period_s, self.last_batch_at = now - waited, now - self.last_batch_at, now
         groups.sort(key=lambda g: g.index)
         trajectories = [t for g in groups for t in g.trajectories]
-        samples, metrics = batch_samples(self.job, step, trajectories, period_s)
+        samples, metrics = batch_samples(self.job, trajectories, period_s)
+        metrics |= trace_step(self.job, step, trajectories, samples)
         for group in groups:
             for key, value in group.counts.items():
                 metrics[key] = metrics.get(key, 0.0) + value

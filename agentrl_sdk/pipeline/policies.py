@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 from agentrl_sdk.engines import Engine, EnginePool, create_engine
 from agentrl_sdk.pipeline.config import ModelConfig, TrainConfig
 from agentrl_sdk.pipeline.gate import WeightGate
+from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer import TrainerGroup, WeightSync, init_ray
 
 DEFAULT_POLICY = "default"
@@ -63,7 +63,7 @@ async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[
     specs = {DEFAULT_POLICY: (config.model, True)}
     specs |= {name: (spec, spec.trained) for name, spec in config.policies.items()}
     policies: dict[str, Policy] = {}
-    owns_ray = config.engine.ray_actors and await asyncio.to_thread(init_ray, config.trainer)
+    owns_ray = config.engine.ray_actors and await run_blocking(init_ray, config.trainer)
     try:
         for name, (spec, _) in specs.items():
             path = model_path(spec, name)
@@ -72,13 +72,13 @@ async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[
         for name, (_, trained) in specs.items():
             if trained and trainers:
                 policy = policies[name]
-                policy.group = await asyncio.to_thread(
+                policy.group = await run_blocking(
                     TrainerGroup, policy.path, config.trainer, config.algorithm
                 )
     except BaseException:
         await stop_policies(policies)
         if owns_ray and not policies:
-            await asyncio.to_thread(_shutdown_ray)
+            await run_blocking(_shutdown_ray)
         raise
     return policies
 
@@ -92,9 +92,9 @@ async def stop_policies(policies: dict[str, Policy]) -> None:
             logger.warning("closing the engine of policy %r failed: %r", policy.name, exc)
     for policy in reversed(list(policies.values())):
         if policy.group is not None:
-            await asyncio.to_thread(policy.group.shutdown)
+            await run_blocking(policy.group.shutdown)
     if any(p.owns_ray for p in policies.values()):
-        await asyncio.to_thread(_shutdown_ray)
+        await run_blocking(_shutdown_ray)
 
 
 def _shutdown_ray() -> None:

@@ -4,31 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
 from agentrl_sdk.data import LoaderPosition
-from agentrl_sdk.pipeline.config import TrainConfig
+from agentrl_sdk.pipeline.checkpoints import finish, maybe_resume, save_checkpoint
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
 from agentrl_sdk.pipeline.job import (
     Job,
-    TrainResult,
+    JobSpec,
     batch_samples,
-    finish,
-    maybe_resume,
     open_job,
     push_weights,
     rollout_config,
-    save_checkpoint,
     score_rollouts,
-    step_log,
+    trace_step,
     update_policies,
 )
-from agentrl_sdk.rollout import arollout_batch, default_input
-from agentrl_sdk.rollout.rewards import RewardFn
+from agentrl_sdk.pipeline.progress import step_log
+from agentrl_sdk.pipeline.results import TrainResult
+from agentrl_sdk.rollout import arollout_batch
 from agentrl_sdk.types import Trajectory
 
 
@@ -43,28 +40,12 @@ class _Rollouts:
     started: float
 
 
-async def run_sync(
-    graph: Any,
-    rows: list[dict[str, Any]],
-    reward_fn: RewardFn | None,
-    config: TrainConfig,
-    *,
-    input_fn: Callable[[dict[str, Any]], Any] = default_input,
-    console: Console | None = None,
-    skipped_rows: int = 0,
-    eval_rows: list[dict[str, Any]] | None = None,
-) -> TrainResult:
-    """Train ``config.max_steps`` policy updates of ``graph`` on ``rows``.
-
-    ``skipped_rows`` (dataset rows that failed validation) is reported and logged;
-    ``eval_rows`` are the held-out rows ``config.evaluation`` evaluates on.
-    """
+async def run_sync(spec: JobSpec, *, console: Console | None = None) -> TrainResult:
+    """Train ``spec.config.max_steps`` policy updates of ``spec.graph`` on ``spec.rows``."""
     console = console or Console()
+    config = spec.config
     pending: _Rollouts | None = None
-    async with open_job(
-        graph, rows, reward_fn, config, input_fn=input_fn, console=console,
-        skipped_rows=skipped_rows, eval_rows=eval_rows,
-    ) as (job, result):  # fmt: skip
+    async with open_job(spec, console=console) as (job, result):
         try:
             start, _ = await maybe_resume(job, console)
             if start == 0:  # a resumed run evaluated its starting weights before
@@ -114,7 +95,8 @@ async def _step(
     opened = max(p.gate.opened_at for p in job.policies.values())
     rollout_s = time.perf_counter() - max(current.started, opened)
     counts = await score_rollouts(job, trajectories, current.rows)
-    samples, metrics = batch_samples(job, current.step, trajectories, rollout_s)
+    samples, metrics = batch_samples(job, trajectories, rollout_s)
+    metrics.update(trace_step(job, current.step, trajectories, samples))
     metrics.update(counts)
     upcoming = None
     if prefetch:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from agentrl_sdk.errors import AgentRLError
+from agentrl_sdk.threads import run_blocking
 
 if TYPE_CHECKING:
     import torch
@@ -130,7 +131,7 @@ class WeightSync:
         state: dict[str, torch.Tensor] = {}
         buckets = 0
         try:
-            while (bucket := await asyncio.to_thread(next, stream, None)) is not None:
+            while (bucket := await run_blocking(next, stream, None)) is not None:
                 state.update(bucket)
                 buckets += 1
         finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentrl_sdk.pipeline.job import prune_checkpoints
+from agentrl_sdk.pipeline.checkpoints import prune_checkpoints
 
 
 def test_keeps_the_newest_by_step_number_and_nothing_else_is_touched(tmp_path):

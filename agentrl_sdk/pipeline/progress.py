@@ -1,0 +1,61 @@
+"""A job's progress: the progress bar, the step's record (history, MLflow, terminal line)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agentrl_sdk.pipeline.results import TrainResult
+
+if TYPE_CHECKING:
+    from agentrl_sdk.pipeline.job import Job
+
+__all__ = ["step_line", "step_log"]
+
+
+@contextlib.contextmanager
+def step_log(
+    job: Job, result: TrainResult, console: Console, start: int
+) -> Iterator[Callable[[int, dict[str, float]], bool]]:
+    """A progress bar for the job's steps, and ``record(step, metrics)`` that files a finished
+    step (history, MLflow metrics, progress, terminal line) and says whether a checkpoint of
+    it is due (``checkpoint.every``)."""
+    config = job.config
+    progress = Progress(
+        TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("reward {task.fields[reward]:.3f}"), TimeElapsedColumn(),
+        console=console, transient=True,
+    )  # fmt: skip
+    with progress:
+        task = progress.add_task("train", total=config.max_steps, completed=start, reward=0.0)
+
+        def record(step: int, metrics: dict[str, float]) -> bool:
+            for policy in job.policies.values():
+                metrics.update(policy.engine_metrics())
+            result.history.append(metrics)
+            result.steps = step + 1
+            if job.run:
+                job.run.log_metrics(step, metrics)
+            progress.update(task, advance=1, reward=metrics["reward/mean"])
+            console.log(step_line(step, metrics))
+            every = config.checkpoint.every
+            return bool(config.checkpoint.dir and every and (step + 1) % every == 0)
+
+        yield record
+
+
+def step_line(step: int, m: dict[str, float]) -> str:
+    """One step's summary line on the terminal."""
+    return (
+        f"step {step + 1}: reward {m['reward/mean']:.3f} ± {m['reward/std']:.3f} · "
+        f"loss {m.get('train/loss', float('nan')):.4f} · "
+        f"{m['tokens/generated_per_s']:.0f} tok/s · rollout {m['time/rollout_s']:.1f}s · "
+        f"train {m['time/train_s']:.1f}s · sync {m['time/weight_sync_s']:.2f}s"
+        # What decides whether GRPO can learn: groups whose rewards all agree give no gradient.
+        f" · entropy {m.get('train/entropy', float('nan')):.3f} · flat groups "
+        f"{m.get('adv_zero_std_group_frac', float('nan')):.0%}"
+    )
