@@ -9,79 +9,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from pathlib import Path
 
 import torch
 from rich.console import Console
 from rich.table import Table
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
 from _results import write_result  # noqa: E402
 
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
-from agentrl_sdk.types import SamplingParams  # noqa: E402
+from benchmarks._harness import ids_only_model, make_prompts, run_engine, run_hf  # noqa: E402
 
 GOAL = 5.0
-TEMPERATURE, TOP_K, TOP_P = 0.8, 50, 0.95
-
-
-def build_model() -> Qwen2ForCausalLM:
-    """A tiny random Qwen2: 1k vocab, hidden 128, 4 layers."""
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=1024,
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        dtype="float32",
-    )
-    return Qwen2ForCausalLM(config).eval()
-
-
-def make_prompts(n: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(1)
-    lengths = torch.randint(8, 65, (n,), generator=g).tolist()
-    return [torch.randint(0, 1024, (k,), generator=g).tolist() for k in lengths]
-
-
-def run_hf(model: Qwen2ForCausalLM, prompts: list[list[int]], new_tokens: int) -> tuple[int, float]:
-    """Baseline: ``model.generate`` on one request at a time. Returns (tokens, seconds)."""
-    total = 0
-    start = time.perf_counter()
-    with torch.inference_mode():
-        for prompt in prompts:
-            out = model.generate(
-                torch.tensor([prompt]),
-                do_sample=True,
-                temperature=TEMPERATURE,
-                top_k=TOP_K,
-                top_p=TOP_P,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                pad_token_id=0,
-            )
-            total += out.shape[1] - len(prompt)
-    return total, time.perf_counter() - start
-
-
-async def run_engine(
-    engine: TorchEngine, prompts: list[list[int]], new_tokens: int
-) -> tuple[int, float]:
-    """All requests at once through the engine's continuous batching. Returns (tokens, seconds)."""
-    sampling = SamplingParams(
-        temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, max_tokens=new_tokens
-    )
-    start = time.perf_counter()
-    results = await asyncio.gather(
-        *(engine.generate(p, sampling, f"bench-{i}") for i, p in enumerate(prompts))
-    )
-    return sum(len(r.token_ids) for r in results), time.perf_counter() - start
 
 
 def print_table(
@@ -110,7 +51,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     new_tokens = 16 if args.quick else 64
 
-    model = build_model()
+    model = ids_only_model(vocab=1024, hidden=128, layers=4, heads=4, kv_heads=2)
+    torch.manual_seed(0)  # both sides sample the same way run to run
     prompts = make_prompts(args.requests)
     engine = TorchEngine(model, eos_token_ids=())  # no EOS: both sides do the same work
     try:

@@ -25,7 +25,7 @@ os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "ag
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
-from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from transformers import Qwen2ForCausalLM  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
@@ -33,10 +33,9 @@ from _results import write_result  # noqa: E402
 
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
 from agentrl_sdk.models import cached_build  # noqa: E402
-from agentrl_sdk.types import SamplingParams  # noqa: E402
+from benchmarks._harness import ids_only_model, make_prompts, run_engine, run_hf  # noqa: E402
 
-TEMPERATURE, TOP_K, TOP_P = 0.8, 50, 0.95
-VOCAB = 1088  # a 1k BPE plus special tokens, rounded up to 64 like build_tiny_model
+VOCAB = 1088  # a 1k BPE plus special tokens, rounded up to 64 by build_tiny_model
 # (hidden, layers): head_dim 64 throughout, the first is the throughput model.
 SIZES = [(256, 4), (512, 8), (1024, 8)]
 GOAL_SPEEDUP = 1.0  # vLLM should at least match the embedded engine and HF
@@ -44,55 +43,14 @@ GOAL_SYNC_MS = 1000.0  # largest model's weights live in the engine within a sec
 
 
 def model_dir(hidden: int, layers: int) -> Path:
-    """A cached folder with a random float32 Qwen2 of this size (no tokenizer: ids only)."""
+    """A cached folder with the harness's id-only Qwen2 of this size (no tokenizer: ids only)."""
 
     def build(folder: Path) -> None:
-        config = Qwen2Config(
-            vocab_size=VOCAB, hidden_size=hidden, intermediate_size=3 * hidden,
-            num_hidden_layers=layers, num_attention_heads=hidden // 64, num_key_value_heads=max(
-                1, hidden // 128), max_position_embeddings=1024, tie_word_embeddings=False,
-            dtype="float32",
-        )  # fmt: skip
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            model = Qwen2ForCausalLM(config).float()
-        model.generation_config = GenerationConfig(do_sample=False)  # no EOS: equal work
-        model.save_pretrained(folder)
+        ids_only_model(VOCAB, hidden, layers, heads=hidden // 64,
+                       kv_heads=max(1, hidden // 128)).save_pretrained(folder)  # fmt: skip
 
-    recipe = {"hidden": hidden, "layers": layers, "vocab": VOCAB}
+    recipe = {"hidden": hidden, "layers": layers, "vocab": VOCAB, "builder": "build_tiny_model"}
     return cached_build("bench-engines", recipe, build)
-
-
-def make_prompts(n: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(1)
-    lengths = torch.randint(8, 65, (n,), generator=g).tolist()
-    return [torch.randint(0, 1024, (k,), generator=g).tolist() for k in lengths]
-
-
-def run_hf(model: Qwen2ForCausalLM, prompts: list[list[int]], new_tokens: int) -> tuple[int, float]:
-    """HF ``generate`` on one request at a time. Returns (tokens, seconds)."""
-    total = 0
-    start = time.perf_counter()
-    with torch.inference_mode():
-        for prompt in prompts:
-            out = model.generate(
-                torch.tensor([prompt]), do_sample=True, temperature=TEMPERATURE, top_k=TOP_K,
-                top_p=TOP_P, max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0,
-            )  # fmt: skip
-            total += out.shape[1] - len(prompt)
-    return total, time.perf_counter() - start
-
-
-async def run_engine(engine, prompts: list[list[int]], new_tokens: int) -> tuple[int, float]:
-    """All requests at once. Returns (tokens, seconds)."""
-    sampling = SamplingParams(
-        temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, max_tokens=new_tokens
-    )
-    start = time.perf_counter()
-    results = await asyncio.gather(
-        *(engine.generate(p, sampling, f"bench-{i}") for i, p in enumerate(prompts))
-    )
-    return sum(len(r.token_ids) for r in results), time.perf_counter() - start
 
 
 def best_rate(runs: list[tuple[int, float]]) -> tuple[int, float]:

@@ -42,41 +42,11 @@ from agentrl_sdk.chat import ChatTemplate, RolloutRecorder, current_recorder  # 
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
 from agentrl_sdk.gateway import Gateway  # noqa: E402
 from agentrl_sdk.models import build_qwen_tokenizer, build_tiny_model  # noqa: E402
+from benchmarks._harness import ReplayEngine, TimedEngine  # noqa: E402
 from benchmarks._results import write_result  # noqa: E402
 
 TURNS = 4
 CONFIG = RolloutConfig(sampling=SamplingParams(max_tokens=8, seed=1))
-
-
-class TimedEngine:
-    """Delegates to the real engine, adds up time inside ``generate``, keeps the answers."""
-
-    def __init__(self, engine: TorchEngine) -> None:
-        self.engine = engine
-        self.seconds = 0.0
-        self.calls = 0
-        self.answers: dict[tuple[int, ...], object] = {}
-
-    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
-        start = time.perf_counter()
-        try:
-            result = await self.engine.generate(prompt_ids, sampling, request_id)
-        finally:
-            self.seconds += time.perf_counter() - start
-            self.calls += 1
-        self.answers[tuple(prompt_ids)] = result
-        return result
-
-
-class ReplayEngine:
-    """Answers at once with what the real engine answered to the very same prompt."""
-
-    def __init__(self, answers: dict[tuple[int, ...], object]) -> None:
-        self.answers = answers
-        self.seconds = 0.0
-
-    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
-        return self.answers[tuple(prompt_ids)]  # KeyError if the replay diverged
 
 
 def _question(index: int) -> list[dict]:

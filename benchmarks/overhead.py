@@ -40,6 +40,7 @@ from agentrl_sdk import SamplingParams, TokenChatModel  # noqa: E402
 from agentrl_sdk.chat import ChatTemplate, RolloutRecorder, current_recorder  # noqa: E402
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
 from agentrl_sdk.models import build_qwen_tokenizer, build_tiny_model  # noqa: E402
+from benchmarks._harness import ReplayEngine, TimedEngine  # noqa: E402
 from benchmarks._results import write_result  # noqa: E402
 
 
@@ -47,17 +48,6 @@ from benchmarks._results import write_result  # noqa: E402
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression."""
     return "42"
-
-
-class ReplayEngine:
-    """Answers at once with what the real engine answered to the very same prompt."""
-
-    def __init__(self, answers: dict[tuple[int, ...], object]) -> None:
-        self.answers = answers
-        self.seconds = 0.0
-
-    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
-        return self.answers[tuple(prompt_ids)]  # KeyError if the replay diverged
 
 
 class NoopChatModel(BaseChatModel):
@@ -72,26 +62,6 @@ class NoopChatModel(BaseChatModel):
 
     async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):
         return ChatResult(generations=[ChatGeneration(message=AIMessage("x"))])
-
-
-class TimedEngine:
-    """Delegates to the real engine and adds up the time spent inside ``generate``."""
-
-    def __init__(self, engine: TorchEngine) -> None:
-        self.engine = engine
-        self.seconds = 0.0
-        self.calls = 0
-        self.answers: dict[tuple[int, ...], object] = {}
-
-    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
-        start = time.perf_counter()
-        try:
-            result = await self.engine.generate(prompt_ids, sampling, request_id)
-        finally:
-            self.seconds += time.perf_counter() - start
-            self.calls += 1
-        self.answers[tuple(prompt_ids)] = result
-        return result
 
 
 async def one_conversation(llm, template, engine, turns: int, index: int) -> float:

@@ -65,4 +65,3 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the engine (threads, processes); later requests fail with `EngineError`."""
         ...
-

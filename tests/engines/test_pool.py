@@ -7,32 +7,15 @@ import copy
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from agentrl_sdk.engines import Engine, EnginePool, TorchEngine
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.trainer.weight_sync import WeightSync
 from agentrl_sdk.types import SamplingParams
+from tests.engines._tiny import ID_VOCAB, hf_greedy, id_model
 
-VOCAB = 512
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
-
-
-def _tiny_model(seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-        dtype="float32",
-    )  # fmt: skip
-    return Qwen2ForCausalLM(config).eval()
-
-
-def greedy(model: Qwen2ForCausalLM, prompt: list[int], n: int) -> list[int]:
-    out = model.generate(
-        torch.tensor([prompt]), do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0
-    )
-    return out[0, len(prompt) :].tolist()
 
 
 class Recorded:
@@ -55,8 +38,8 @@ class Recorded:
 
 
 @pytest.fixture(scope="module")
-def model() -> Qwen2ForCausalLM:
-    return _tiny_model(0)
+def model() -> PreTrainedModel:
+    return id_model(0)
 
 
 @pytest.fixture
@@ -152,7 +135,7 @@ async def test_replica_failure_reroutes_without_losing_a_rollout(pool_of, model)
     results = await asyncio.wait_for(asyncio.gather(*tasks.values()), 120)
     # Every rollout's call completed, restarted from its prompt on the survivor.
     for (rid, prompt), result in zip(prompts.items(), results, strict=True):
-        assert result.token_ids == greedy(model, prompt, 60), rid
+        assert result.token_ids == hf_greedy(model, prompt, 60), rid
     assert pool.reroutes == 3
     assert pool.healthy == [1]
     assert pool.stats() == {"reroutes": 3.0, "drained_replicas": 1.0, "failed_health_checks": 0.0}
@@ -164,7 +147,7 @@ async def test_replica_failure_reroutes_without_losing_a_rollout(pool_of, model)
 async def test_failure_on_a_healthy_replica_is_raised(pool_of) -> None:
     pool, _ = pool_of(2)
     with pytest.raises(ValueError, match="out of range"):
-        await pool.generate([VOCAB + 1], GREEDY, "bad-0")
+        await pool.generate([ID_VOCAB + 1], GREEDY, "bad-0")
     pool.replicas[0].close()
     pool.replicas[1].close()
     with pytest.raises(EngineError, match="drained"):
@@ -201,7 +184,7 @@ async def test_check_health_drains_unhealthy_replicas_before_a_request_fails(poo
 class _Source:
     """A WeightSource streaming one model's state dict in two buckets."""
 
-    def __init__(self, model: Qwen2ForCausalLM) -> None:
+    def __init__(self, model: PreTrainedModel) -> None:
         self.state = model.state_dict()
 
     def full_state_dict(self, bucket_bytes: int = 0):
@@ -212,7 +195,7 @@ class _Source:
 
 async def test_weight_sync_reaches_every_replica_behind_one_barrier(pool_of, model) -> None:
     pool, log = pool_of(2)
-    new_model = _tiny_model(seed=1)
+    new_model = id_model(seed=1)
     long = SamplingParams(temperature=0.0, max_tokens=200)
     running = [asyncio.ensure_future(pool.generate([3, i + 1], long, f"w{i}-0")) for i in range(4)]
     await asyncio.sleep(0.05)
@@ -223,10 +206,11 @@ async def test_weight_sync_reaches_every_replica_behind_one_barrier(pool_of, mod
     for i, result in enumerate(results):
         k = result.versions.count(0)
         assert result.versions == [0] * k + [1] * (200 - k)
-        assert result.token_ids[k:] == greedy(new_model, [3, i + 1, *result.token_ids[:k]], 200 - k)
+        expected = hf_greedy(new_model, [3, i + 1, *result.token_ids[:k]], 200 - k)
+        assert result.token_ids[k:] == expected
     after = await asyncio.gather(*(pool.generate([8, i + 1], GREEDY, f"n{i}-0") for i in range(2)))
     assert {name for name, session, _ in log if session.startswith("n")} == {0, 1}
-    assert all(r.token_ids == greedy(new_model, [8, i + 1], 8) for i, r in enumerate(after))
+    assert all(r.token_ids == hf_greedy(new_model, [8, i + 1], 8) for i, r in enumerate(after))
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +252,7 @@ async def test_pool_over_an_in_process_and_a_ray_actor_replica(ray_started) -> N
             *(pool.generate(p, GREEDY, f"ray{i}:0-2", session_id=f"ray{i}:0")
               for i, p in enumerate(prompts))
         )
-        expected = [greedy(new_model, p, 8) for p in prompts]
+        expected = [hf_greedy(new_model, p, 8) for p in prompts]
         assert [r.token_ids for r in moved] == expected
         # The actor dies: its rollouts move to the in-process replica.
         ray_started.kill(remote._actor)

@@ -10,41 +10,26 @@ import time
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedModel
 
 import agentrl_sdk.engines as engines
 from agentrl_sdk.engines import Engine, TorchEngine
 from agentrl_sdk.engines._sampling import sample_next
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
+from tests.engines._tiny import ID_VOCAB, hf_greedy, id_model
 
-VOCAB = 512
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 LENGTHS = [1, 3, 5, 7, 9, 12, 17, 30]
 
 
-def _tiny_model(seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        dtype="float32",
-    )
-    return Qwen2ForCausalLM(config).eval()
+@pytest.fixture(scope="module")
+def model() -> PreTrainedModel:
+    return id_model(0)
 
 
 @pytest.fixture(scope="module")
-def model() -> Qwen2ForCausalLM:
-    return _tiny_model(0)
-
-
-@pytest.fixture(scope="module")
-def engine(model: Qwen2ForCausalLM):
+def engine(model: PreTrainedModel):
     served = TorchEngine(model)
     yield served
     served.close()
@@ -53,18 +38,11 @@ def engine(model: Qwen2ForCausalLM):
 @pytest.fixture(scope="module")
 def prompts() -> list[list[int]]:
     g = torch.Generator().manual_seed(1)
-    return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in LENGTHS * 3]
-
-
-def hf_greedy(model: Qwen2ForCausalLM, prompt: list[int], n: int) -> list[int]:
-    out = model.generate(
-        torch.tensor([prompt]), do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0
-    )
-    return out[0, len(prompt) :].tolist()
+    return [torch.randint(0, ID_VOCAB, (n,), generator=g).tolist() for n in LENGTHS * 3]
 
 
 def reference_logprobs(
-    model: Qwen2ForCausalLM, prompt: list[int], response: list[int], temperature: float
+    model: PreTrainedModel, prompt: list[int], response: list[int], temperature: float
 ) -> list[float]:
     """One forward over prompt + response; log_softmax(logits / T) of each response token."""
     ids = torch.tensor([prompt + response])
@@ -127,7 +105,7 @@ async def test_seeded_sampling_is_batch_invariant(engine, prompts) -> None:
     other_seed = await engine.generate(prompt, sampling.model_copy(update={"seed": 8}), "s8")
     assert other_seed.token_ids != alone.token_ids
     # top_k=40 and top_p=0.9 renormalise onto fewer tokens: every logprob beats uniform-over-V.
-    assert all(lp > -math.log(VOCAB) for lp in alone.logprobs)
+    assert all(lp > -math.log(ID_VOCAB) for lp in alone.logprobs)
 
 
 async def test_stop_token_ends_generation_and_is_included(engine, model, prompts) -> None:
@@ -205,7 +183,7 @@ async def test_cancelled_request_leaves_the_batch(model, prompts) -> None:
 
 async def test_update_weights_between_steps(model, prompts) -> None:
     served = TorchEngine(copy.deepcopy(model))
-    new_model = _tiny_model(seed=1)
+    new_model = id_model(seed=1)
     try:
         assert served.policy_version == 0
         before = await served.generate(prompts[4], GREEDY, "before")
@@ -225,7 +203,7 @@ async def test_in_flight_request_finishes_on_new_weights(model, prompts) -> None
     try:
         running = asyncio.ensure_future(served.generate(prompts[4], long, "long"))
         await asyncio.sleep(0.02)
-        version = await served.update_weights(_tiny_model(seed=1).state_dict())
+        version = await served.update_weights(id_model(seed=1).state_dict())
         result = await running
     finally:
         served.close()
@@ -236,7 +214,7 @@ async def test_in_flight_request_finishes_on_new_weights(model, prompts) -> None
 
 async def test_mismatched_weights_fail_and_keep_the_version(engine) -> None:
     with pytest.raises(EngineError, match="missing"):
-        await engine.update_weights({"lm_head.weight": torch.zeros(VOCAB, 64)})
+        await engine.update_weights({"lm_head.weight": torch.zeros(ID_VOCAB, 64)})
     assert engine.policy_version == 0
 
 
@@ -284,7 +262,7 @@ async def test_close_fails_pending_and_refuses_new_requests(model, prompts) -> N
 
 async def test_invalid_prompt_is_rejected(engine) -> None:
     with pytest.raises(ValueError, match="out of range"):
-        await engine.generate([1, VOCAB], GREEDY, "bad")
+        await engine.generate([1, ID_VOCAB], GREEDY, "bad")
     with pytest.raises(ValueError, match="non-empty"):
         await engine.generate([], GREEDY, "empty")
 

@@ -6,36 +6,18 @@ import asyncio
 import copy
 
 import pytest
-import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedModel
 
 from agentrl_sdk.engines import TorchEngine
 from agentrl_sdk.types import GenerateResult, SamplingParams
+from tests.engines._tiny import hf_greedy, id_model
 
-VOCAB = 512
 LONG = SamplingParams(temperature=0.0, max_tokens=120)
 
 
-def _tiny_model(seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        dtype="float32",
-    )  # fmt: skip
-    return Qwen2ForCausalLM(config).eval()
-
-
-def greedy(model: Qwen2ForCausalLM, prompt: list[int], n: int) -> list[int]:
-    out = model.generate(
-        torch.tensor([prompt]), do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0
-    )
-    return out[0, len(prompt) :].tolist()
-
-
 @pytest.fixture(scope="module")
-def model() -> Qwen2ForCausalLM:
-    return _tiny_model(0)
+def model() -> PreTrainedModel:
+    return id_model(0)
 
 
 PROMPT = [5, 17, 99, 3, 250, 7]
@@ -69,14 +51,14 @@ async def test_pause_resume_equals_an_uninterrupted_greedy_run(model) -> None:
         result, short = await asyncio.wait_for(asyncio.gather(running, waiting), 60)
     finally:
         engine.close()
-    assert result.token_ids == greedy(model, PROMPT, LONG.max_tokens)
+    assert result.token_ids == hf_greedy(model, PROMPT, LONG.max_tokens)
     assert result.token_versions is None and result.versions == [0] * LONG.max_tokens
-    assert short.token_ids == greedy(model, PROMPT[:3], 5)
+    assert short.token_ids == hf_greedy(model, PROMPT[:3], 5)
 
 
 async def test_weights_updated_while_paused_take_over_the_held_request(model) -> None:
     engine = TorchEngine(copy.deepcopy(model), eos_token_ids=())
-    new_model = _tiny_model(seed=1)
+    new_model = id_model(seed=1)
     try:
         running = await _paused_midway(engine, PROMPT)
         assert await engine.update_weights(new_model.state_dict()) == 1
@@ -90,5 +72,5 @@ async def test_weights_updated_while_paused_take_over_the_held_request(model) ->
     assert result.policy_version == 1
     head, tail = result.token_ids[:k], result.token_ids[k:]
     # Old weights wrote the head; the new weights continued from prompt + head.
-    assert head == greedy(model, PROMPT, k)
-    assert tail == greedy(new_model, PROMPT + head, LONG.max_tokens - k)
+    assert head == hf_greedy(model, PROMPT, k)
+    assert tail == hf_greedy(new_model, PROMPT + head, LONG.max_tokens - k)
