@@ -25,7 +25,7 @@ from langchain_core.utils.function_calling import convert_to_json_schema
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
-from agentrl_sdk.chat.messages import to_openai_tools
+from agentrl_sdk.chat.messages import to_openai_tools, to_template_message
 from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.turn import DEFAULT_MODEL_NAME, record_turn
@@ -33,6 +33,8 @@ from agentrl_sdk.config import ChatConfig
 from agentrl_sdk.errors import NoEngineError
 
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
+# What a call may carry besides ``stop``: bound by `bind`/`bind_tools` or passed to `invoke`.
+_CALL_ARGUMENTS = frozenset({"tools", "tool_choice", "response_format", *_SAMPLING_FIELDS})
 
 
 class TokenChatModel(BaseChatModel):
@@ -42,10 +44,13 @@ class TokenChatModel(BaseChatModel):
     from the rollout, and every call lands in its token ledger. Outside a rollout it needs
     its own ``engine`` and ``tokenizer`` and behaves like any chat model.
 
-    Sampling fields left as None use the rollout's sampling configuration.
+    Sampling fields left as None use the rollout's sampling configuration; the same names
+    passed to a call (``invoke(x, temperature=0)``, ``bind(max_tokens=3)``) override them for
+    that call. Unknown constructor fields and call arguments are refused, naming the field,
+    rather than silently ignored.
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     engine: Any = Field(None, description="Engine used outside rollouts (an `Engine`).")
     tokenizer: Any = Field(None, description="Tokenizer with a chat template, outside rollouts.")
@@ -55,6 +60,13 @@ class TokenChatModel(BaseChatModel):
     top_k: int | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    stop: list[str] | None = Field(
+        None, description="Stop strings of every call; a call's own ``stop`` replaces them."
+    )
+    timeout: float | None = Field(
+        None, gt=0, description="Seconds to wait for the engine per call; None keeps "
+        "the rollout's (or ``chat``'s) ``request_timeout_s``."
+    )
     model_name: str = DEFAULT_MODEL_NAME
     _template: ChatTemplate | None = PrivateAttr(None)
 
@@ -91,14 +103,17 @@ class TokenChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        sampling = self._call_sampling(kwargs)
         recorder = current_recorder.get() or self._standalone_recorder()
         node = current_node.get() or NodeTag(
             name=_graph_node(run_manager) or "llm", trained=recorder.default_trainable
         )
         message = await record_turn(
-            recorder, node, messages, tools=kwargs.get("tools"), stop=stop,
-            sampling=self._overrides(), response_format=kwargs.get("response_format"),
+            recorder, node, messages, tools=kwargs.get("tools"),
+            stop=self.stop if stop is None else stop, sampling=sampling,
+            response_format=kwargs.get("response_format"),
             run_id=run_manager.run_id if run_manager else None, model_name=self.model_name,
+            timeout_s=self.timeout,
         )  # fmt: skip
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -176,8 +191,73 @@ class TokenChatModel(BaseChatModel):
 
         return llm | RunnableLambda(parse)
 
+    def get_token_ids(self, text: str) -> list[int]:
+        """Ids of ``text`` under the model's own tokenizer (the rollout's, inside a rollout).
+
+        LangChain's default is GPT-2's tokenizer, which counts another model's tokens (and
+        nothing at all offline).
+        """
+        return self._chat_template().encode(text)
+
+    def get_num_tokens_from_messages(
+        self,
+        messages: list[BaseMessage],
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool] | None = None,
+    ) -> int:
+        """Tokens ``messages`` (and ``tools``) take once rendered by the model's chat template.
+
+        Counted as the engine would see them, without the generation prompt, so
+        ``trim_messages(..., token_counter=model)`` trims by the model's own context. Inside a
+        rollout the rollout's template is used and tool outputs are clipped as its calls clip
+        them. A template that adds a default system prompt to a conversation without one
+        (Qwen's) counts it too, so counts of parts can sum to more than the whole:
+        ``trim_messages`` then trims conservatively, never past the budget.
+        """
+        if not messages:
+            return 0
+        recorder = current_recorder.get()
+        template = self._chat_template()
+        clip = recorder.clip_observation if recorder is not None else None
+        dicts = [to_template_message(m, clip) for m in messages]
+        openai_tools = to_openai_tools(tools) if tools else None
+        return template.count(template.render(dicts, openai_tools, add_generation_prompt=False))
+
+    def _call_sampling(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call's sampling overrides: the instance's fields, then the call's arguments.
+
+        Raises:
+            TypeError: The call carries an argument this model does not know.
+        """
+        unknown = sorted(set(kwargs) - _CALL_ARGUMENTS)
+        if unknown:
+            raise TypeError(
+                f"TokenChatModel does not support the call argument(s) {unknown}; it takes "
+                f"stop and {sorted(_CALL_ARGUMENTS)}"
+            )
+        call = {k: kwargs[k] for k in _SAMPLING_FIELDS if kwargs.get(k) is not None}
+        return {**self._overrides(), **call}
+
     def _overrides(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _SAMPLING_FIELDS if getattr(self, k) is not None}
+
+    def _chat_template(self) -> ChatTemplate:
+        """The rollout's template inside a rollout, else one built from ``tokenizer``."""
+        recorder = current_recorder.get()
+        if recorder is not None:
+            return recorder.template
+        if self.tokenizer is None:
+            raise NoEngineError(
+                "TokenChatModel has no tokenizer outside a rollout: run it inside "
+                "sdk.rollout(...) or pass tokenizer="
+            )
+        # One template per model: it compiles the Jinja once and keeps the encode cache warm.
+        template = self._template
+        if (template is None or template.tokenizer is not self.tokenizer
+                or template.tool_prompt_setting != self.chat.tool_prompt):
+            self._template = template = ChatTemplate(
+                self.tokenizer, tool_prompt=self.chat.tool_prompt
+            )
+        return template
 
     def _standalone_recorder(self) -> RolloutRecorder:
         if self.engine is None or self.tokenizer is None:
@@ -185,13 +265,8 @@ class TokenChatModel(BaseChatModel):
                 "TokenChatModel was called outside a rollout without an engine and tokenizer: "
                 "run the graph with sdk.rollout(...) or pass engine= and tokenizer="
             )
-        # One template per model: it compiles the Jinja once and keeps the encode cache warm.
-        template = self._template
-        if (template is None or template.tokenizer is not self.tokenizer
-                or template.tool_prompt_setting != self.chat.tool_prompt):
-            self._template = ChatTemplate(self.tokenizer, tool_prompt=self.chat.tool_prompt)
         return RolloutRecorder(
-            self.engine, self._template, chat=self.chat,
+            self.engine, self._chat_template(), chat=self.chat,
             rollout_id=f"call-{uuid.uuid4().hex[:12]}",
         )
 

@@ -128,8 +128,12 @@ class RolloutRecorder:
         tools: list[dict[str, Any]] | None,
         node: NodeTag,
         overrides: Mapping[str, Any],
+        *,
+        timeout_s: float | None = None,
     ) -> PendingCall:
         """Plan the prompt with the ledger and ask the policy's engine for a response.
+
+        ``timeout_s`` replaces ``chat.request_timeout_s`` for this call.
 
         Raises:
             ContextBudgetExceeded: the prompt leaves no room for one generated token.
@@ -149,19 +153,20 @@ class RolloutRecorder:
             # One seed per request: samples of a row differ, yet a rerun repeats them exactly.
             update["seed"] = zlib.crc32(f"{sampling.seed}:{request_id}".encode())
         sampling = sampling.model_copy(update=update)
+        timeout = self.chat.request_timeout_s if timeout_s is None else timeout_s
         started_ns = time.time_ns()
         try:
             result = await asyncio.wait_for(
                 self.engine_for(node.policy).generate(
                     plan.prompt_ids, sampling, request_id, session_id=self.rollout_id
                 ),
-                timeout=self.chat.request_timeout_s,
+                timeout=timeout,
             )
         except TimeoutError as exc:
             self.ledger.release(plan)
             self.metrics["engine_timeouts"] += 1
             raise EngineError(
-                f"engine gave no answer to {request_id} within {self.chat.request_timeout_s}s"
+                f"engine gave no answer to {request_id} within {timeout}s"
             ) from exc
         except BaseException:
             self.ledger.release(plan)

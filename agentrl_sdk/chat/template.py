@@ -91,6 +91,10 @@ class ChatTemplate:
     def _encode_uncached(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def count(self, text: str) -> int:
+        """How many tokens ``text`` is, without caching it (whole prompts are counted once)."""
+        return len(self._encode_uncached(text))
+
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids``, special tokens included."""
         return self.tokenizer.decode(ids, skip_special_tokens=False)

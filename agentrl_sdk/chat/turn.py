@@ -40,6 +40,7 @@ async def record_turn(
     response_format: Mapping[str, Any] | None = None,
     run_id: Any = None,
     model_name: str = DEFAULT_MODEL_NAME,
+    timeout_s: float | None = None,
 ) -> AIMessage:
     """Generate one reply to ``messages`` for ``node`` and record it in ``recorder``'s ledger.
 
@@ -53,6 +54,8 @@ async def record_turn(
         response_format: An OpenAI ``response_format``; shown to the model as an instruction.
         run_id: The LangChain run of the call, kept on the ledger entry for its trace.
         model_name: Reported in the reply's ``response_metadata``.
+        timeout_s: Longest wait for the engine; None keeps the recorder's
+            ``chat.request_timeout_s``.
 
     Returns:
         The reply, parsed from the generated ids (content and tool calls).
@@ -68,7 +71,7 @@ async def record_turn(
     overrides = dict(sampling or {})
     if stop:
         overrides["stop_token_ids"] = stop_token_ids(recorder.template, stop)
-    pending = await recorder.generate(dicts, tools, node, overrides)
+    pending = await recorder.generate(dicts, tools, node, overrides, timeout_s=timeout_s)
     message = _reply(recorder, pending, model_name)
     recorder.commit(pending, to_template_message(message), run_id)
     return message
