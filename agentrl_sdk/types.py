@@ -48,6 +48,11 @@ class SamplingParams(BaseModel):
     stop_token_ids: tuple[int, ...] = Field(
         (), description="Token ids that end generation (the engine's EOS ids are added)."
     )
+    stop: tuple[str, ...] = Field(
+        (),
+        description="Strings that end generation once the decoded generated text contains one; "
+        "the token completing it is kept as sampled (finish reason 'stop').",
+    )
     seed: int | None = Field(None, description="Per-request seed for reproducible sampling.")
 
 

@@ -100,6 +100,14 @@ class ChatTemplate:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     @cached_property
+    def special_token_ids(self) -> dict[str, int]:
+        """The id of each special token's text (``<|im_end|>``), added tokens included."""
+        added = dict(self.tokenizer.get_added_vocab())
+        specials = self.tokenizer.all_special_tokens
+        ids = self.tokenizer.convert_tokens_to_ids(specials)
+        return {**added, **dict(zip(specials, ids, strict=True))}
+
+    @cached_property
     def assistant_suffix(self) -> str:
         """What the template writes after an assistant message's content (``<|im_end|>\\n``)."""
         text = self.render(

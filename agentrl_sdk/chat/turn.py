@@ -22,9 +22,9 @@ from agentrl_sdk.chat.recorder import PendingCall, RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.tool_parsers import TOOL_PARSERS, ParsedResponse
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
-from agentrl_sdk.types import TrajectoryStatus
+from agentrl_sdk.types import GenerateResult, TrajectoryStatus
 
-__all__ = ["DEFAULT_MODEL_NAME", "failure_status", "record_turn", "stop_token_ids"]
+__all__ = ["DEFAULT_MODEL_NAME", "failure_status", "record_turn", "split_stops"]
 
 DEFAULT_MODEL_NAME = "agentrl-token-model"
 
@@ -49,7 +49,8 @@ async def record_turn(
         node: Which node (and policy) the call belongs to, and whether it trains.
         messages: The conversation so far.
         tools: OpenAI tool schemas the template renders into the prompt.
-        stop: Stop strings; each must be one token of the template's tokenizer.
+        stop: Stop strings, any text: the engine stops once the generated text contains one,
+            and the reply's text is cut there (the ledger keeps every sampled id).
         sampling: Overrides of the rollout's sampling parameters (temperature, max_tokens...).
         response_format: An OpenAI ``response_format``; shown to the model as an instruction.
         run_id: The LangChain run of the call, kept on the ledger entry for its trace.
@@ -61,7 +62,7 @@ async def record_turn(
         The reply, parsed from the generated ids (content and tool calls).
 
     Raises:
-        ValueError: A stop string is not a single token.
+        ValueError: A stop string is empty, or the engine cannot read stop strings.
         ContextBudgetExceeded: The prompt leaves no room for one generated token.
         EngineError: The engine failed or did not answer in time.
     """
@@ -69,30 +70,33 @@ async def record_turn(
     if response_format:
         dicts = with_format_instruction(dicts, dict(response_format))
     overrides = dict(sampling or {})
+    texts: tuple[str, ...] = ()
     if stop:
-        overrides["stop_token_ids"] = stop_token_ids(recorder.template, stop)
+        ids, texts = split_stops(recorder.template, stop)
+        overrides["stop_token_ids"] = (*overrides.get("stop_token_ids", ()), *ids)
+        overrides["stop"] = texts
     pending = await recorder.generate(dicts, tools, node, overrides, timeout_s=timeout_s)
-    message = _reply(recorder, pending, model_name)
+    message = _reply(recorder, pending, model_name, texts)
     recorder.commit(pending, to_template_message(message), run_id)
     return message
 
 
-def stop_token_ids(template: ChatTemplate, stop: Sequence[str]) -> tuple[int, ...]:
-    """The token id of each stop string.
+def split_stops(
+    template: ChatTemplate, stop: Sequence[str]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """``stop`` as the token ids of the special tokens among it, and the other strings.
+
+    A special token (``<|im_end|>``) stops as its id, which every engine reads without a
+    tokenizer; any other text stops as a string, whatever tokens spell it.
 
     Raises:
-        ValueError: A stop string is not exactly one token.
+        ValueError: A stop string is empty.
     """
-    ids = []
-    for text in stop:
-        encoded = template.encode(text)
-        if len(encoded) != 1:
-            raise ValueError(
-                f"stop string {text!r} is {len(encoded)} tokens; the token engine stops on "
-                "single tokens only (pass a special token such as '<|im_end|>')"
-            )
-        ids.append(encoded[0])
-    return tuple(ids)
+    if any(not text for text in stop):
+        raise ValueError(f"stop strings must be non-empty, got {list(stop)!r}")
+    specials = template.special_token_ids
+    ids = tuple(specials[t] for t in stop if t in specials)
+    return ids, tuple(t for t in stop if t not in specials)
 
 
 def failure_status(exc: BaseException, timeout_s: float | None = None) -> tuple[TrajectoryStatus, str]:
@@ -111,14 +115,13 @@ def failure_status(exc: BaseException, timeout_s: float | None = None) -> tuple[
     return "graph_error", f"{type(exc).__name__}: {exc}"
 
 
-def _reply(recorder: RolloutRecorder, pending: PendingCall, model_name: str) -> AIMessage:
+def _reply(
+    recorder: RolloutRecorder, pending: PendingCall, model_name: str, stops: Sequence[str] = ()
+) -> AIMessage:
     """The AIMessage the caller sees: parsed from the generated ids, for control flow only."""
     result = pending.result
-    ids = result.token_ids
-    if result.finish_reason == "stop" and ids:
-        ids = ids[:-1]  # the end-of-turn token is not content
     parser = TOOL_PARSERS[recorder.chat.tool_parser]()
-    parsed: ParsedResponse = parser.parse(recorder.template.decode(ids))
+    parsed: ParsedResponse = parser.parse(_reply_text(recorder.template, result, stops))
     recorder.metrics["tool_calls"] += len(parsed.tool_calls)
     recorder.metrics["malformed_tool_calls"] += len(parsed.invalid_tool_calls)
     prompt_len = len(pending.plan.prompt_ids)
@@ -142,6 +145,18 @@ def _reply(recorder: RolloutRecorder, pending: PendingCall, model_name: str) -> 
             "total_tokens": prompt_len + len(result.token_ids),
         },
     )
+
+
+def _reply_text(template: ChatTemplate, result: GenerateResult, stops: Sequence[str]) -> str:
+    """The generated text up to its first stop string (as LangChain and OpenAI cut it), else
+    without the final stop/end-of-turn token of a stopped response."""
+    text = template.decode(result.token_ids)
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=None)
+    if cut is not None:
+        return text[:cut]
+    if result.finish_reason == "stop" and result.token_ids:
+        return template.decode(result.token_ids[:-1])  # the end-of-turn token is not content
+    return text
 
 
 def _call_id() -> str:

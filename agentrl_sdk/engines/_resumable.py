@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
 
 __all__ = ["PartialOutput", "ResumableRequests"]
@@ -35,6 +36,8 @@ class PartialOutput:
     versions: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     """Set once the backend reports the request finished, even if its stream has not ended."""
+    stop_strings: StopStrings | None = None
+    """The request's stop strings: `extend` ends the output at the token completing one."""
 
     @property
     def context(self) -> list[int]:
@@ -47,10 +50,21 @@ class PartialOutput:
         return self.sampling.max_tokens - len(self.token_ids)
 
     def extend(self, ids: list[int], logprobs: list[float], version: int) -> None:
-        """Append tokens sampled by policy ``version``."""
+        """Append tokens sampled by policy ``version``.
+
+        A token that completes a stop string is the last one kept: the rest of ``ids`` is
+        dropped and the request is finished with ``stop``, so the backend should end its stream.
+        """
+        checked = len(self.token_ids)
         self.token_ids.extend(ids)
         self.logprobs.extend(logprobs)
         self.versions.extend([version] * len(ids))
+        if self.stop_strings is None or self.finish_reason is not None:
+            return
+        keep = self.stop_strings.first_hit(self.token_ids, checked)
+        if keep is not None:
+            del self.token_ids[keep:], self.logprobs[keep:], self.versions[keep:]
+            self.finish("stop")
 
     def finish(self, reason: FinishReason) -> None:
         """Record that the backend finished the request: a pause no longer resubmits it."""

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.types import FinishReason, SamplingParams
 
 __all__ = ["RunningBatch", "SequenceState"]
@@ -22,6 +23,7 @@ class SequenceState:
     sampling: SamplingParams
     stop_ids: frozenset[int]
     generator: torch.Generator
+    stop_strings: StopStrings | None = None
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
@@ -56,6 +58,8 @@ class SequenceState:
         self.logprobs.append(logprob)
         self.versions.append(version)
         if token in self.stop_ids:
+            return "stop"
+        if self.stop_strings is not None and self.stop_strings.hit(self.token_ids):
             return "stop"
         if len(self.token_ids) >= self.sampling.max_tokens:
             return "length"

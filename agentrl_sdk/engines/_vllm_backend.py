@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
+from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.engines._vllm_weights import WeightFiles
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
@@ -29,7 +30,10 @@ __all__ = ["VLLMBackend", "checked_finish"]
 class VLLMBackend:
     """Generate, weight update, pause and resume over a subclass's vLLM connection.
 
-    Subclasses set ``_loop``, ``_requests``, ``_version``, ``_bucket_bytes`` and ``_closed``.
+    Subclasses set ``_loop``, ``_requests``, ``_version``, ``_bucket_bytes`` and ``_closed``,
+    and ``_tokenizer_path`` (the model folder) to serve stop strings. vLLM runs without a
+    tokenizer, so stop strings are matched here, on the streamed ids (`StopStrings`), with
+    the folder's tokenizer loaded on the first request that has some.
     """
 
     _loop: LoopThread
@@ -37,6 +41,8 @@ class VLLMBackend:
     _version: int
     _bucket_bytes: int
     _closed: bool
+    _tokenizer_path: str | None = None
+    _tokenizer: Any = None
 
     async def generate(
         self,
@@ -49,15 +55,30 @@ class VLLMBackend:
         """Sample one response to ``prompt_ids``; cancelling the caller aborts the request.
 
         Raises:
-            ValueError: The prompt is empty.
+            ValueError: The prompt is empty, or the request has stop strings and the engine
+                no model folder to read its tokenizer from.
             EngineError: vLLM failed the request or did not answer in time, or the engine
                 is closed.
         """
         if not prompt_ids:
             raise ValueError(f"request {request_id!r}: prompt must be non-empty")
         self._check_open()
-        partial = PartialOutput(list(prompt_ids), sampling)
+        stops = await self._stop_strings(sampling, request_id)
+        partial = PartialOutput(list(prompt_ids), sampling, stop_strings=stops)
         return await self._loop.call(self._run(partial, request_id))
+
+    async def _stop_strings(self, sampling: SamplingParams, request_id: str) -> StopStrings | None:
+        if not sampling.stop:
+            return None
+        if self._tokenizer is None:
+            if self._tokenizer_path is None:
+                raise ValueError(
+                    f"request {request_id!r} has stop strings {list(sampling.stop)!r} but the "
+                    f"{type(self).__name__} has no model folder to read a tokenizer from: give "
+                    "model_path, or stop on token ids (stop_token_ids)"
+                )
+            self._tokenizer = await run_blocking(_load_tokenizer, self._tokenizer_path)
+        return StopStrings(self._tokenizer, sampling.stop)
 
     async def _run(self, partial: PartialOutput, request_id: str) -> GenerateResult:
         async def attempt(partial: PartialOutput, number: int) -> FinishReason:
@@ -139,6 +160,12 @@ class VLLMBackend:
     def _request_error(self, request_id: str, exc: Exception) -> Exception | None:
         """The `EngineError` a failed request raises, or None to raise ``exc`` as it is."""
         raise NotImplementedError
+
+
+def _load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
 def checked_finish(reason: str, request_id: str) -> FinishReason:

@@ -6,12 +6,13 @@ import asyncio
 import os
 import threading
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import DynamicCache
 
 from agentrl_sdk.engines._scheduler import STOP, Control, Request, Scheduler, WeightUpdate
+from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
@@ -28,7 +29,8 @@ class TorchEngine:
     it applies pending weight updates, drops cancelled requests, prefills newly arrived
     prompts in one left-padded forward and merges them into the running batch; then all
     running requests decode one token together over a shared KV cache. A request leaves
-    the batch as soon as it samples a stop/EOS token (kept in its output) or reaches
+    the batch as soon as it samples a stop/EOS token (kept in its output), completes one of
+    its stop strings (`SamplingParams.stop`; the completing token is kept) or reaches
     ``max_tokens``.
 
     ``generate`` may be awaited from any event loop in any thread: the answer is delivered
@@ -45,6 +47,8 @@ class TorchEngine:
         eos_token_ids: Ids that end every request. ``None`` reads
             ``model.generation_config.eos_token_id``; ``()`` means no EOS at all.
         max_batch_size: Most requests decoded at once; later ones wait their turn.
+        tokenizer: The model's tokenizer, needed only to stop on strings (requests with
+            ``sampling.stop`` are refused without one).
     """
 
     def __init__(
@@ -53,6 +57,7 @@ class TorchEngine:
         *,
         eos_token_ids: Iterable[int] | None = None,
         max_batch_size: int = 64,
+        tokenizer: Any | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -63,6 +68,7 @@ class TorchEngine:
             )
         self._vocab_size = model.get_input_embeddings().num_embeddings
         self._eos = frozenset(_default_eos(model) if eos_token_ids is None else eos_token_ids)
+        self._tokenizer = tokenizer
         self._scheduler = Scheduler(model.eval(), max_batch_size)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -77,7 +83,8 @@ class TorchEngine:
         eos_token_ids: Iterable[int] | None = None,
         max_batch_size: int = 64,
     ) -> TorchEngine:
-        """Load a model from a local directory (never from the network) and serve it.
+        """Load a model (and its tokenizer, if saved beside it) from a local directory, never
+        from the network, and serve it.
 
         Args:
             path: Directory holding ``config.json`` and the weights.
@@ -96,7 +103,8 @@ class TorchEngine:
                 "downloads, so save the model with save_pretrained() and pass that directory"
             )
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
-        return cls(model, eos_token_ids=eos_token_ids, max_batch_size=max_batch_size)
+        return cls(model, eos_token_ids=eos_token_ids, max_batch_size=max_batch_size,
+                   tokenizer=_saved_tokenizer(path))
 
     @property
     def model(self) -> PreTrainedModel:
@@ -128,7 +136,8 @@ class TorchEngine:
         """Sample one response to ``prompt_ids``; cancelling the caller drops the request.
 
         Raises:
-            ValueError: The prompt is empty or holds ids outside the vocabulary.
+            ValueError: The prompt is empty or holds ids outside the vocabulary, or the request
+                has stop strings and the engine no tokenizer.
             EngineError: The forward failed while the request was in flight, or the engine closed.
         """
         bad = [t for t in prompt_ids if not 0 <= t < self._vocab_size]
@@ -137,6 +146,15 @@ class TorchEngine:
                 f"request {request_id!r}: prompt must be non-empty ids in [0, {self._vocab_size}); "
                 f"got {len(prompt_ids)} ids, out of range: {bad[:5]}"
             )
+        stop_strings = None
+        if sampling.stop:
+            if self._tokenizer is None:
+                raise ValueError(
+                    f"request {request_id!r} has stop strings {list(sampling.stop)!r} but the "
+                    "TorchEngine has no tokenizer to read them: pass tokenizer= (from_pretrained "
+                    "loads one saved beside the model) or stop on token ids (stop_token_ids)"
+                )
+            stop_strings = StopStrings(self._tokenizer, sampling.stop)
         loop = asyncio.get_running_loop()
         generator = torch.Generator()
         if sampling.seed is None:
@@ -148,6 +166,7 @@ class TorchEngine:
             sampling=sampling,
             stop_ids=self._eos | frozenset(sampling.stop_token_ids),
             generator=generator,
+            stop_strings=stop_strings,
             request_id=request_id,
             loop=loop,
             future=loop.create_future(),
@@ -234,6 +253,16 @@ class TorchEngine:
             with self._lock:
                 self._closed = True
             self._scheduler.abort_all()
+
+
+def _saved_tokenizer(path: str | os.PathLike[str]) -> Any | None:
+    """The tokenizer saved in the model directory ``path``, or None when there is none."""
+    names = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+    if not any(os.path.exists(os.path.join(path, name)) for name in names):
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
 def _default_eos(model: PreTrainedModel) -> list[int]:

@@ -33,7 +33,8 @@ class VLLMEngine(VLLMBackend):
     The engine runs on a private event loop thread (`AsyncLLM` belongs to the loop that made
     it), so `generate` may be awaited from any loop. vLLM runs without a tokenizer: the EOS
     ids come from the model folder's ``generation_config.json`` / ``config.json`` and are sent
-    with every request as stop ids. Logprobs are vLLM's ``processed_logprobs``: those of the
+    with every request as stop ids; stop strings are matched on the streamed ids with the
+    folder's tokenizer (`VLLMBackend`). Logprobs are vLLM's ``processed_logprobs``: those of the
     distribution the token was sampled from, as the `SamplingParams` contract says.
 
     Pause/resume aborts the vLLM requests in flight and keeps their streamed partial output;
@@ -78,6 +79,7 @@ class VLLMEngine(VLLMBackend):
         self._eos = tuple(default_eos(path) if eos_token_ids is None else eos_token_ids)
         self._bucket_bytes = bucket_bytes
         self._timeout = request_timeout_s
+        self._tokenizer_path = path
         self._version = 0
         self._closed = False
         args = {
@@ -145,6 +147,8 @@ class VLLMEngine(VLLMBackend):
             completion = out.outputs[0]
             ids = list(completion.token_ids)
             partial.extend(ids, _sampled_logprobs(ids, completion.logprobs), version)
+            if partial.finish_reason is not None:  # a stop string: vLLM aborts the rest on exit
+                return partial.finish_reason
             finish = completion.finish_reason
             if finish is not None:  # a pause from here on completes the request, not resends it
                 partial.finish(checked_finish(finish, request_id))

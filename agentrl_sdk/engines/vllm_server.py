@@ -88,6 +88,7 @@ class VLLMServerEngine(VLLMBackend):
         if path is not None and not os.path.isdir(path):
             raise FileNotFoundError(f"{path!r} is not a local model directory")
         self._eos = tuple(default_eos(path) if eos_token_ids is None else eos_token_ids)
+        self._tokenizer_path = path
         self._model_name = model_name
         self._cpu_threads = cpu_threads
         self._bucket_bytes = bucket_bytes
@@ -216,6 +217,8 @@ class VLLMServerEngine(VLLMBackend):
                 for choice in json.loads(line[6:]).get("choices", []):
                     ids, logprobs = _delta(choice)
                     partial.extend(ids, logprobs, version)
+                    if partial.finish_reason is not None:  # a stop string: closing aborts it
+                        return partial.finish_reason
                     if choice.get("finish_reason") is not None:
                         # Known before [DONE]: a pause from here on must not resend the request.
                         partial.finish(checked_finish(choice["finish_reason"], request_id))

@@ -18,7 +18,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 
 from agentrl_sdk.chat.context import NodeTag
-from agentrl_sdk.chat.turn import failure_status, record_turn, stop_token_ids
+from agentrl_sdk.chat.turn import failure_status, record_turn, split_stops
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
 from agentrl_sdk.gateway.errors import GatewayError
 from agentrl_sdk.gateway.protocol import (
@@ -39,13 +39,14 @@ async def complete(
     """Answer ``request`` for the rollout ``session`` with ``request.n`` recorded calls.
 
     Raises:
-        GatewayError: 400 for messages that cannot be read, a multi-token ``stop`` or a
-            prompt past the context budget; 503 when the engine fails or times out.
+        GatewayError: 400 for messages that cannot be read, an empty ``stop`` string or a
+            prompt past the context budget; 503 when the engine fails or times out. Stop
+            strings of any length pass through to the engine.
     """
     messages = _messages(request)
     stop = request.stop_list()
     try:
-        stop_token_ids(session.recorder.template, stop or [])
+        split_stops(session.recorder.template, stop or [])
     except ValueError as exc:
         raise GatewayError(400, str(exc), param="stop") from exc
     sampling = {
@@ -65,6 +66,8 @@ async def complete(
             _generate(session, node_tag, messages, stop, tools, sampling, request.model)
             for _ in range(request.n)
         ))
+    except ValueError as exc:  # a request the engine refuses (stop strings it cannot read)
+        raise GatewayError(400, str(exc)) from exc
     except (ContextBudgetExceeded, EngineError) as exc:
         session.fail(*failure_status(exc))
         if isinstance(exc, ContextBudgetExceeded):

@@ -115,12 +115,11 @@ async def test_observations_are_truncated_by_tokens(qwen_tokenizer, scripted):
     assert "zeta" not in prompt
 
 
-async def test_single_token_stop_strings_map_to_ids(qwen_tokenizer, scripted):
+async def test_special_token_stops_map_to_ids_and_other_stops_stay_text(qwen_tokenizer, scripted):
     engine = scripted(qwen_tokenizer, ["x"])
-    await _model(qwen_tokenizer, engine).ainvoke("hi", stop=["<|endoftext|>"])
+    await _model(qwen_tokenizer, engine).ainvoke("hi", stop=["<|endoftext|>", "the end"])
     assert engine.requests[0][1].stop_token_ids == (151643,)
-    with pytest.raises(ValueError, match="single tokens"):
-        await _model(qwen_tokenizer, engine).ainvoke("hi", stop=["the end"])
+    assert engine.requests[0][1].stop == ("the end",)
 
 
 async def test_without_engine_outside_rollout_says_what_to_do():

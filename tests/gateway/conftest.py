@@ -74,6 +74,7 @@ class RecordingEngine:
 @pytest.fixture(scope="session")
 def random_engine(qwen_tokenizer):
     """An untrained tiny policy: cheap, answers with random text."""
-    engine = TorchEngine(build_tiny_model(qwen_tokenizer, hidden_size=32, num_layers=1))
+    engine = TorchEngine(build_tiny_model(qwen_tokenizer, hidden_size=32, num_layers=1),
+                         tokenizer=qwen_tokenizer)
     yield engine
     engine.close()

@@ -95,11 +95,14 @@ async def test_too_long_context_is_a_400_and_marks_the_rollout(gateway):
     assert traj.status == "context_exceeded" and "64 tokens" in traj.error
 
 
-async def test_stop_must_be_single_tokens(gateway):
-    body = {"model": "agentrl", "messages": HELLO}
-    assert _error(await _post(gateway, {**body, "stop": "two words"}), 400)["param"] == "stop"
-    ok = await _post(gateway, {**body, "stop": ["<|im_end|>"]})
-    assert ok.status_code == 200, ok.text
+async def test_stop_strings_of_any_length_pass_through(gateway):
+    body = {"model": "agentrl", "messages": HELLO, "max_tokens": 24}
+    for stop, cut in (("two words", "two words"), (["<|im_end|>", "e"], "e")):
+        ok = await _post(gateway, {**body, "stop": stop})
+        assert ok.status_code == 200, ok.text
+        (choice,) = ok.json()["choices"]
+        assert cut not in (choice["message"]["content"] or "")
+    assert _error(await _post(gateway, {**body, "stop": [""]}), 400)["param"] == "stop"
 
 
 async def test_unknown_or_closed_rollout_and_missing_header(gateway):
