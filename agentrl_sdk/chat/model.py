@@ -17,11 +17,16 @@ from langchain_core.callbacks import (
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.tool import tool_call_chunk
-from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
+from langchain_core.output_parsers import (
+    BaseOutputParser,
+    JsonOutputParser,
+    PydanticOutputParser,
+)
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema
+from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
@@ -165,7 +170,7 @@ class TokenChatModel(BaseChatModel):
         """Structured output through a tool call (default) or as JSON in the reply's text.
 
         ``json_mode`` / ``json_schema`` parse the reply's text as JSON (into ``schema`` when it
-        is a pydantic class); the schema is shown to the model as a system instruction when
+        is a pydantic class; a dict for a TypedDict or a JSON schema); the schema is shown to the model as a system instruction when
         given. Nothing constrains decoding: a reply that is not valid JSON raises (or, with
         ``include_raw``, comes back as ``parsing_error`` beside the raw message). Either way the
         call is recorded token by token like any other.
@@ -176,10 +181,17 @@ class TokenChatModel(BaseChatModel):
             raise ValueError(f"unknown structured output method {method!r}")
         if method == "json_schema" and schema is None:
             raise ValueError("method='json_schema' needs a schema")
-        is_model = isinstance(schema, type)
-        parser = PydanticOutputParser(pydantic_object=schema) if is_model else JsonOutputParser()
-        llm = self.bind(response_format={"type": "json_object"} if schema is None else {
-            "type": "json_schema", "schema": convert_to_json_schema(schema)})
+        parser: BaseOutputParser[Any] = (
+            PydanticOutputParser(pydantic_object=schema)
+            if isinstance(schema, type) and is_basemodel_subclass(schema)
+            else JsonOutputParser()
+        )
+        llm = self.bind(
+            response_format={"type": "json_object"} if schema is None else {
+                "type": "json_schema", "schema": convert_to_json_schema(schema)},
+            # What LangChain's own paths give callbacks (LangSmith shows the schema).
+            ls_structured_output_format={"kwargs": {"method": method}, "schema": schema},
+        )  # fmt: skip
         if not include_raw:
             return llm | parser
 
