@@ -91,6 +91,33 @@ def to_openai_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
     return [convert_to_openai_tool(t) for t in tools]
 
 
+def checked_tool_choice(
+    tool_choice: Any, tools: Sequence[dict[str, Any]] | None
+) -> str | None:
+    """``tool_choice`` in one form: None, ``auto``, ``none``, ``required`` or a bound tool's name.
+
+    Accepts what LangChain's ``bind_tools`` and OpenAI's API accept: ``any`` and ``True`` mean
+    ``required``; a name or ``{"type": "function", "function": {"name": ...}}`` names a tool.
+
+    Raises:
+        ValueError: ``tool_choice`` is none of these, or names a tool not in ``tools``.
+    """
+    if tool_choice is None or tool_choice in ("auto", "none", "required"):
+        return tool_choice
+    if tool_choice == "any" or tool_choice is True:
+        return "required"
+    name = tool_choice
+    if isinstance(tool_choice, dict):
+        name = (tool_choice.get("function") or {}).get("name")
+    known = [t["function"]["name"] for t in tools or []]
+    if not isinstance(name, str) or name not in known:
+        raise ValueError(
+            f"tool_choice {tool_choice!r} is not 'auto', 'none', 'required'/'any' or the name "
+            f"of a bound tool; bound tools: {known}"
+        )
+    return name
+
+
 _TOOLS_KEYS: dict[int, tuple[list[dict[str, Any]], str]] = {}
 
 

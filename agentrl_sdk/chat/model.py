@@ -30,7 +30,11 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
-from agentrl_sdk.chat.messages import to_openai_tools, to_template_message
+from agentrl_sdk.chat.messages import (
+    checked_tool_choice,
+    to_openai_tools,
+    to_template_message,
+)
 from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.turn import DEFAULT_MODEL_NAME, record_turn
@@ -92,14 +96,23 @@ class TokenChatModel(BaseChatModel):
         self,
         tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
         *,
-        tool_choice: str | None = None,
+        tool_choice: str | dict[str, Any] | bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """Bind tools; they are rendered by the chat template into every prompt.
 
-        ``tool_choice`` is recorded but not enforced: the engine does not constrain decoding.
+        ``tool_choice`` is checked (``auto``, ``none``, ``required``/``any``/``True`` or a
+        bound tool's name, as a string or OpenAI's dict) and recorded in each reply's
+        ``response_metadata``. ``none`` leaves the tools out of the prompt. ``required`` and a
+        named tool are not enforced: the engine does not constrain decoding, so the model may
+        still answer without a call.
+
+        Raises:
+            ValueError: ``tool_choice`` is not one of these, or names a tool not bound.
         """
-        return super().bind(tools=to_openai_tools(tools), tool_choice=tool_choice, **kwargs)
+        schemas = to_openai_tools(tools)
+        choice = checked_tool_choice(tool_choice, schemas)
+        return super().bind(tools=schemas, tool_choice=choice, **kwargs)
 
     async def _agenerate(
         self,
@@ -119,6 +132,7 @@ class TokenChatModel(BaseChatModel):
             response_format=kwargs.get("response_format"),
             run_id=run_manager.run_id if run_manager else None, model_name=self.model_name,
             timeout_s=self.timeout,
+            tool_choice=checked_tool_choice(kwargs.get("tool_choice"), kwargs.get("tools")),
         )  # fmt: skip
         return ChatResult(generations=[ChatGeneration(message=message)])
 

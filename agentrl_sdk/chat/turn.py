@@ -41,6 +41,7 @@ async def record_turn(
     run_id: Any = None,
     model_name: str = DEFAULT_MODEL_NAME,
     timeout_s: float | None = None,
+    tool_choice: str | None = None,
 ) -> AIMessage:
     """Generate one reply to ``messages`` for ``node`` and record it in ``recorder``'s ledger.
 
@@ -57,6 +58,9 @@ async def record_turn(
         model_name: Reported in the reply's ``response_metadata``.
         timeout_s: Longest wait for the engine; None keeps the recorder's
             ``chat.request_timeout_s``.
+        tool_choice: As `checked_tool_choice` returns it; recorded in the reply's
+            ``response_metadata``. ``none`` leaves the tools out of the prompt; ``required``
+            and a tool's name are not enforced (decoding is not constrained).
 
     Returns:
         The reply, parsed from the generated ids (content and tool calls).
@@ -75,8 +79,12 @@ async def record_turn(
         ids, texts = split_stops(recorder.template, stop)
         overrides["stop_token_ids"] = (*overrides.get("stop_token_ids", ()), *ids)
         overrides["stop"] = texts
+    if tool_choice == "none":
+        tools = None
     pending = await recorder.generate(dicts, tools, node, overrides, timeout_s=timeout_s)
     message = _reply(recorder, pending, model_name, texts)
+    if tool_choice is not None:
+        message.response_metadata["tool_choice"] = tool_choice
     recorder.commit(pending, to_template_message(message), run_id)
     return message
 

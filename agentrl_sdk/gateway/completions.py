@@ -26,6 +26,7 @@ from agentrl_sdk.gateway.protocol import (
     ChatCompletionRequest,
     Choice,
     FunctionCall,
+    NamedToolChoice,
     ResponseMessage,
     ToolCall,
     Usage,
@@ -56,14 +57,17 @@ async def complete(
         "seed": request.seed,
     }
     sampling = {k: v for k, v in sampling.items() if v is not None}
-    # ``tool_choice`` is validated but, as in TokenChatModel, not enforced: the engine does not
-    # constrain decoding.
+    # ``tool_choice`` is checked by the protocol; as in TokenChatModel, ``none`` leaves the tools
+    # out of the prompt and a required or named choice is not enforced (decoding is free).
     tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
+    choice = request.tool_choice
+    tool_choice = choice.function.get("name") if isinstance(choice, NamedToolChoice) else choice
     node_tag = NodeTag(name=node, policy=policy, trained=True)
     session.requests += 1
     try:
         replies = await asyncio.gather(*(
-            _generate(session, node_tag, messages, stop, tools, sampling, request.model)
+            _generate(session, node_tag, messages, stop, tools, sampling, request.model,
+                      tool_choice)
             for _ in range(request.n)
         ))
     except ValueError as exc:  # a request the engine refuses (stop strings it cannot read)
@@ -86,10 +90,11 @@ async def _generate(
     tools: list[dict[str, Any]] | None,
     sampling: Mapping[str, Any],
     model_name: str,
+    tool_choice: str | None,
 ) -> AIMessage:
     start_ns = time.time_ns()
     reply = await record_turn(session.recorder, node, messages, tools=tools, stop=stop,
-                              sampling=sampling, model_name=model_name)
+                              sampling=sampling, model_name=model_name, tool_choice=tool_choice)
     session.record_llm_event(reply.response_metadata["request_id"], start_ns)
     return reply
 

@@ -105,6 +105,22 @@ async def test_stop_strings_of_any_length_pass_through(gateway):
     assert _error(await _post(gateway, {**body, "stop": [""]}), 400)["param"] == "stop"
 
 
+async def test_tool_choice_none_leaves_the_tools_out_of_the_prompt(gateway, qwen_tokenizer):
+    tool = {"type": "function", "function": {"name": "add", "description": "Add.",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    body = {"model": "agentrl", "messages": HELLO, "max_tokens": 2, "tools": [tool]}
+    ok = await _post(gateway, {**body, "tool_choice": "none"})
+    assert ok.status_code == 200, ok.text
+    (call,) = gateway.close("r").calls
+    assert "<tools>" not in qwen_tokenizer.decode(call.prompt_ids)
+    # With the tools rendered the prompt no longer fits the 64-token budget.
+    named = {"type": "function", "function": {"name": "add"}}
+    gateway.open("r2")
+    too_long = await _post(gateway, {**body, "tool_choice": named},
+                           "/rollouts/r2/v1/chat/completions")
+    assert _error(too_long, 400)["code"] == "context_length_exceeded"
+
+
 async def test_unknown_or_closed_rollout_and_missing_header(gateway):
     body = {"model": "agentrl", "messages": HELLO}
     assert _error(await _post(gateway, body, "/rollouts/nope/v1/chat/completions"),
