@@ -62,10 +62,14 @@ def make_rows(
 ) -> list[dict[str, Any]]:
     """``count`` word problems; the seed decides them (training and held-out seeds differ).
 
-    Stories are drawn uniformly, or each in proportion to its operation's ``op_weights``.
+    Stories are drawn uniformly, or so that each operation comes up in proportion to its
+    ``op_weights`` (its stories share its weight).
     """
     rng = random.Random(seed)
-    weights = None if op_weights is None else [op_weights[op] for op, _ in _STORIES]
+    weights = None
+    if op_weights is not None:
+        stories_of = {op: sum(o == op for o, _ in _STORIES) for op, _ in _STORIES}
+        weights = [op_weights[op] / stories_of[op] for op, _ in _STORIES]
     rows = []
     for i in range(count):
         op, story = rng.choice(_STORIES) if weights is None else rng.choices(_STORIES, weights)[0]
