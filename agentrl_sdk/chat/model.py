@@ -15,6 +15,7 @@ from langchain_core.callbacks import (
     CallbackManagerForLLMRun,
 )
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models.base import LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.output_parsers import (
@@ -39,7 +40,7 @@ from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.turn import DEFAULT_MODEL_NAME, record_turn
 from agentrl_sdk.config import ChatConfig
-from agentrl_sdk.errors import NoEngineError
+from agentrl_sdk.errors import EngineError, NoEngineError
 
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
 # What a call may carry besides ``stop``: bound by `bind`/`bind_tools` or passed to `invoke`.
@@ -76,6 +77,14 @@ class TokenChatModel(BaseChatModel):
         None, gt=0, description="Seconds to wait for the engine per call; None keeps "
         "the rollout's (or ``chat``'s) ``request_timeout_s``."
     )
+    max_retries: int = Field(
+        0, ge=0, description="Times a call is sent again after an `EngineError` (a failed or "
+        "timed-out engine call; nothing of it reached the ledger) before the error is raised."
+    )
+    streaming: bool = Field(
+        False, description="LangChain's switch to route `invoke` through `stream`; the reply "
+        "is one chunk and is recorded the same either way."
+    )
     model_name: str = DEFAULT_MODEL_NAME
     _template: ChatTemplate | None = PrivateAttr(None)
 
@@ -91,6 +100,12 @@ class TokenChatModel(BaseChatModel):
     @property
     def _identifying_params(self) -> dict[str, Any]:
         return {"model_name": self.model_name, **self._overrides()}
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """Tracing parameters: provider ``agentrl``, and the constructor's stop strings."""
+        params = super()._get_ls_params(stop=stop if stop is not None else self.stop, **kwargs)
+        params["ls_provider"] = "agentrl"
+        return params
 
     def bind_tools(
         self,
@@ -126,14 +141,22 @@ class TokenChatModel(BaseChatModel):
         node = current_node.get() or NodeTag(
             name=_graph_node(run_manager) or "llm", trained=recorder.default_trainable
         )
-        message = await record_turn(
-            recorder, node, messages, tools=kwargs.get("tools"),
-            stop=self.stop if stop is None else stop, sampling=sampling,
-            response_format=kwargs.get("response_format"),
-            run_id=run_manager.run_id if run_manager else None, model_name=self.model_name,
-            timeout_s=self.timeout,
-            tool_choice=checked_tool_choice(kwargs.get("tool_choice"), kwargs.get("tools")),
-        )  # fmt: skip
+        choice = checked_tool_choice(kwargs.get("tool_choice"), kwargs.get("tools"))
+        for attempt in range(self.max_retries + 1):
+            try:
+                message = await record_turn(
+                    recorder, node, messages, tools=kwargs.get("tools"),
+                    stop=self.stop if stop is None else stop, sampling=sampling,
+                    response_format=kwargs.get("response_format"),
+                    run_id=run_manager.run_id if run_manager else None,
+                    model_name=self.model_name, timeout_s=self.timeout, tool_choice=choice,
+                )  # fmt: skip
+            except EngineError:
+                if attempt == self.max_retries:
+                    raise
+                recorder.metrics["engine_retries"] += 1
+            else:
+                break
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _generate(

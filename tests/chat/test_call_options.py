@@ -29,8 +29,33 @@ def test_unknown_call_arguments_are_refused_by_name(qwen_tokenizer, scripted):
 
 
 def test_unknown_constructor_fields_are_refused_by_name():
-    with pytest.raises(pydantic.ValidationError, match="max_retries"):
-        TokenChatModel(max_retries=3)
+    with pytest.raises(pydantic.ValidationError, match="api_key"):
+        TokenChatModel(api_key="sk-none")
+
+
+def test_max_retries_sends_a_failed_call_again(qwen_tokenizer, scripted):
+    engine = scripted(qwen_tokenizer, ["ok"])
+    answer = engine.generate
+    failures = []
+
+    async def flaky(*args, **kwargs):
+        if len(failures) < 2:
+            failures.append(1)
+            raise EngineError("replica lost")
+        return await answer(*args, **kwargs)
+
+    engine.generate = flaky
+    model = TokenChatModel(engine=engine, tokenizer=qwen_tokenizer, max_retries=1)
+    with pytest.raises(EngineError, match="replica lost"):
+        model.invoke("hi")
+    failures.clear()
+    assert model.model_copy(update={"max_retries": 2}).invoke("hi").content == "ok"
+
+
+def test_streaming_flag_gives_the_same_reply(qwen_tokenizer, scripted):
+    engine = scripted(qwen_tokenizer, ["one"])
+    model = TokenChatModel(engine=engine, tokenizer=qwen_tokenizer, streaming=True)
+    assert model.invoke("hi").content == "one"
 
 
 def test_constructor_stop_is_the_default_stop(qwen_tokenizer, scripted):

@@ -1,0 +1,61 @@
+"""LangChain's standard unit tests for chat models, run on TokenChatModel.
+
+Capabilities are declared as they are, not as the suite would like: tools and structured
+output work (tool calls parsed from the generated text); ``tool_choice`` is checked and
+recorded but a required or named choice is not enforced, so ``has_tool_choice`` is False;
+the model reads text only (no image, audio, video or PDF blocks).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from langchain_tests.unit_tests import ChatModelUnitTests
+
+from agentrl_sdk import TokenChatModel
+from agentrl_sdk.models.tokenizers import build_qwen_tokenizer
+
+
+@cache
+def _tokenizer() -> Any:
+    return build_qwen_tokenizer("hermes")
+
+
+class TestTokenChatModelStandard(ChatModelUnitTests):
+    """The suite's checks of construction, tracing parameters, tool binding and schemas."""
+
+    @property
+    def chat_model_class(self) -> type[TokenChatModel]:
+        return TokenChatModel
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return {"tokenizer": _tokenizer()}
+
+    @property
+    def standard_chat_model_params(self) -> dict[str, Any]:
+        # The engine is local: there is no API key, and TokenChatModel refuses unknown fields.
+        params = dict(super().standard_chat_model_params)
+        params.pop("api_key", None)
+        return params
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return False  # checked and recorded, not enforced: decoding is not constrained
+
+    @property
+    def has_structured_output(self) -> bool:
+        return True
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True
+
+    @property
+    def returns_usage_metadata(self) -> bool:
+        return True
