@@ -11,10 +11,12 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from langchain_tests.integration_tests import ChatModelIntegrationTests
 from langchain_tests.unit_tests import ChatModelUnitTests
 
 from agentrl_sdk import TokenChatModel
 from agentrl_sdk.models.tokenizers import build_qwen_tokenizer
+from tests.chat._rule_engine import RuleEngine
 
 
 @cache
@@ -39,6 +41,39 @@ class TestTokenChatModelStandard(ChatModelUnitTests):
         params = dict(super().standard_chat_model_params)
         params.pop("api_key", None)
         return params
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return False  # checked and recorded, not enforced: decoding is not constrained
+
+    @property
+    def has_structured_output(self) -> bool:
+        return True
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True
+
+    @property
+    def returns_usage_metadata(self) -> bool:
+        return True
+
+
+class TestTokenChatModelIntegration(ChatModelIntegrationTests):
+    """The suite's end-to-end checks, answered by a rule-following engine (`RuleEngine`):
+    everything between the prompt ids and the parsed reply is the real chat layer."""
+
+    @property
+    def chat_model_class(self) -> type[TokenChatModel]:
+        return TokenChatModel
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return {"tokenizer": _tokenizer(), "engine": RuleEngine(_tokenizer())}
 
     @property
     def has_tool_calling(self) -> bool:
