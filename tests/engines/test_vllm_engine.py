@@ -160,7 +160,8 @@ async def test_pool_of_a_vllm_and_a_torch_replica(vllm_engine, models, prompts) 
         pool = EnginePool([vllm_engine, torch_replica])
         for turn in range(2):
             results = await asyncio.gather(
-                *(pool.generate(p, GREEDY, f"row{i}:0-{turn}") for i, p in enumerate(prompts[:4]))
+                *(pool.generate(p, GREEDY, f"row{i}:0-{turn}", session_id=f"row{i}:0")
+                  for i, p in enumerate(prompts[:4]))
             )
             expected = [greedy(models[0], p, 48) for p in prompts[:4]]
             assert [r.token_ids for r in results] == expected
