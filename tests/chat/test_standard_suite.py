@@ -24,12 +24,36 @@ def _tokenizer() -> Any:
     return build_qwen_tokenizer("hermes")
 
 
-class TestTokenChatModelStandard(ChatModelUnitTests):
-    """The suite's checks of construction, tracing parameters, tool binding and schemas."""
+class _Capabilities:
+    """What TokenChatModel can do, declared once for both suites."""
 
     @property
     def chat_model_class(self) -> type[TokenChatModel]:
         return TokenChatModel
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return False  # checked and recorded, not enforced: decoding is not constrained
+
+    @property
+    def has_structured_output(self) -> bool:
+        return True
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True
+
+    @property
+    def returns_usage_metadata(self) -> bool:
+        return True
+
+
+class TestTokenChatModelStandard(_Capabilities, ChatModelUnitTests):
+    """The suite's checks of construction, tracing parameters, tool binding and schemas."""
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
@@ -42,55 +66,11 @@ class TestTokenChatModelStandard(ChatModelUnitTests):
         params.pop("api_key", None)
         return params
 
-    @property
-    def has_tool_calling(self) -> bool:
-        return True
 
-    @property
-    def has_tool_choice(self) -> bool:
-        return False  # checked and recorded, not enforced: decoding is not constrained
-
-    @property
-    def has_structured_output(self) -> bool:
-        return True
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-    @property
-    def returns_usage_metadata(self) -> bool:
-        return True
-
-
-class TestTokenChatModelIntegration(ChatModelIntegrationTests):
+class TestTokenChatModelIntegration(_Capabilities, ChatModelIntegrationTests):
     """The suite's end-to-end checks, answered by a rule-following engine (`RuleEngine`):
     everything between the prompt ids and the parsed reply is the real chat layer."""
 
     @property
-    def chat_model_class(self) -> type[TokenChatModel]:
-        return TokenChatModel
-
-    @property
     def chat_model_params(self) -> dict[str, Any]:
         return {"tokenizer": _tokenizer(), "engine": RuleEngine(_tokenizer())}
-
-    @property
-    def has_tool_calling(self) -> bool:
-        return True
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return False  # checked and recorded, not enforced: decoding is not constrained
-
-    @property
-    def has_structured_output(self) -> bool:
-        return True
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-    @property
-    def returns_usage_metadata(self) -> bool:
-        return True
