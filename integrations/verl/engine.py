@@ -37,9 +37,24 @@ class VerlServerEngine:
         return self._version
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        *,
+        session_id: str | None = None,  # verl routes by this engine's own rollout session
     ) -> GenerateResult:
-        """One response from verl's servers; ``request_id`` is kept only in error messages."""
+        """One response from verl's servers; ``request_id`` is kept only in error messages.
+
+        Raises:
+            ValueError: ``sampling.stop`` holds stop strings: verl's server manager is given
+                token ids only here, so stops must be ``stop_token_ids``.
+        """
+        if sampling.stop:
+            raise ValueError(
+                f"stop strings {list(sampling.stop)!r} are not supported through verl's server "
+                "manager; use stop_token_ids"
+            )
         params: dict[str, Any] = {
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
