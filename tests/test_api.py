@@ -13,9 +13,10 @@ def captured(monkeypatch):
     """Replaces the sync pipeline with one that records what it was given."""
     seen: dict = {}
 
-    async def pipeline(graph, rows, reward, config, **kwargs):
-        seen.update(rows=rows, config=config, **kwargs)
-        return sdk.TrainResult(steps=config.max_steps)
+    async def pipeline(spec, **kwargs):
+        seen.update(rows=spec.rows, config=spec.config, eval_rows=spec.eval_rows,
+                    skipped_rows=spec.skipped_rows)
+        return sdk.TrainResult(steps=spec.config.max_steps)
 
     monkeypatch.setattr(api, "run_sync", pipeline)
     return seen
