@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -54,6 +54,11 @@ class RolloutConfig(BaseModel):
         True, description="Whether LLM calls in undecorated nodes are trained."
     )
     recursion_limit: int = Field(50, ge=1, description="LangGraph's step limit per rollout.")
+    configurable: dict[str, Any] = Field(
+        default_factory=dict, description="Extra `configurable` keys of every graph run (read "
+        "by your nodes). `thread_id` is set by the SDK: a fresh one per rollout, so a graph "
+        "compiled with a checkpointer never carries state from one rollout into another."
+    )
     timeout_s: float | None = Field(
         1800.0, gt=0, description="Wall-clock limit of one rollout; past it status is timeout "
         "(a hung tool or agent cannot hold its rollout forever). None: no limit."

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -186,7 +187,12 @@ async def _run_one(
     token = current_recorder.set(recorder)
     tools_token = current_tool_session.set(tools)
     try:
-        run_config: dict[str, Any] = {"recursion_limit": config.recursion_limit}
+        run_config: dict[str, Any] = {
+            "recursion_limit": config.recursion_limit,
+            # A checkpointer keys state by thread: one fresh thread per rollout.
+            "configurable": {**config.configurable, "thread_id": f"{recorder.rollout_id}:"
+                             f"{uuid.uuid4().hex[:12]}"},
+        }
         if events is not None:
             run_config["callbacks"] = [events]
         run = select_graph(graph, row).ainvoke(input_fn(row), config=run_config)

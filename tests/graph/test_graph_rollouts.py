@@ -281,3 +281,30 @@ async def test_nodes_emit_named_rewards(qwen_tokenizer, scripted):
     (traj,) = await sdk.arollout(g.compile(), ROW, engine, tokenizer=qwen_tokenizer)
     assert traj.rewards == {"solver": 0.5, "format": 0.5}
     sdk.emit_reward(1.0)  # outside a rollout: a no-op, graphs run unchanged in production
+
+
+async def test_a_checkpointer_graph_gets_a_fresh_thread_per_rollout(qwen_tokenizer, scripted):
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    seen_tenants = []
+
+    @sdk.trainable("solver")
+    async def solver(state, config):
+        seen_tenants.append(config["configurable"]["tenant"])
+        return {"messages": [await sdk.chat_model(config).ainvoke(state["messages"])]}
+
+    g = StateGraph(State)
+    g.add_node("solver", solver)
+    g.add_edge(START, "solver")
+    g.add_edge("solver", END)
+    graph = g.compile(checkpointer=InMemorySaver())  # needs a thread_id on every run
+    engine = scripted(qwen_tokenizer, ["a", "b", "c", "d"])
+    config = RolloutConfig(configurable={"tenant": "acme"})
+    for _ in range(2):  # the same row again: the saver must not hand back the last state
+        trajs = await sdk.arollout(graph, ROW, engine, tokenizer=qwen_tokenizer, n=2,
+                                   config=config)
+        for traj in trajs:
+            assert traj.status == "ok", traj.error
+            assert len(traj.final_state["messages"]) == 2  # the question and one reply
+            assert len(traj.calls) == 1 and traj.calls[0].prompt_ids == trajs[0].calls[0].prompt_ids
+    assert seen_tenants == ["acme"] * 4
