@@ -6,16 +6,22 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from agentrl_sdk.config_errors import describe_validation_error
 from agentrl_sdk.types import Trajectory
+
+if TYPE_CHECKING:
+    from agentrl_sdk.pipeline import TrainConfig
 
 app = typer.Typer(help="agentrl: train LangGraph agents with RL, token-exact.", no_args_is_help=True)
 console = Console()
+errors = Console(stderr=True, highlight=False)
 
 
 @app.command()
@@ -48,9 +54,8 @@ def train(
     """Train the graph, dataset and reward named in the config's entrypoint section."""
     from agentrl_sdk.api import train as run_training
     from agentrl_sdk.entrypoints import resolve_entrypoints
-    from agentrl_sdk.pipeline import TrainConfig
 
-    cfg = TrainConfig.from_yaml(config)
+    cfg = _load_config(config)
     if steps:
         cfg.max_steps = steps
     job = resolve_entrypoints(cfg)
@@ -71,9 +76,8 @@ def evaluate(
     """Evaluate the config's graph and reward on held-out rows: reward, pass@k, statuses."""
     from agentrl_sdk.api import evaluate as run_eval
     from agentrl_sdk.entrypoints import load_dataset_reference, resolve_entrypoints
-    from agentrl_sdk.pipeline import TrainConfig
 
-    cfg = TrainConfig.from_yaml(config)
+    cfg = _load_config(config)
     job = resolve_entrypoints(cfg)
     rows = load_dataset_reference(dataset) if dataset else (job.eval_dataset or job.dataset)
     result = run_eval(job.graph, rows, job.reward, cfg, input_fn=job.input_fn, model=model)
@@ -216,9 +220,31 @@ def ui(
 def _tracking_uri(uri: str, config: Path | None) -> str:
     if config is None:
         return uri
+    return _load_config(config).tracking.uri
+
+
+def _load_config(path: Path) -> TrainConfig:
+    """The training config at ``path``; a bad one ends the command with exit code 2 and one
+    line per problem (field path, message, value given), never a traceback."""
+    import yaml
+
     from agentrl_sdk.pipeline import TrainConfig
 
-    return TrainConfig.from_yaml(config).tracking.uri
+    try:
+        return TrainConfig.from_yaml(path)
+    except ValueError as exc:
+        cause = exc.__cause__
+        if not isinstance(cause, ValidationError):
+            _usage_error(str(exc))
+        _usage_error(describe_validation_error(cause, TrainConfig, source=str(path)))
+    except (OSError, yaml.YAMLError) as exc:
+        _usage_error(f"{path}: cannot read the config: {exc}")
+
+
+def _usage_error(message: str) -> NoReturn:
+    """Print ``message`` to stderr and exit with code 2 (the user's input is at fault)."""
+    errors.print(f"error: {message}", markup=False, soft_wrap=True)
+    raise typer.Exit(2)
 
 
 @app.command("build-model")
