@@ -166,6 +166,7 @@ def inspect(
         search_rollout_traces,
         trace_html,
     )
+    from agentrl_sdk.tracing.terminal import plain
 
     uri = _tracking_uri(uri, config)
     if trace_id is None:
@@ -173,17 +174,17 @@ def inspect(
             raise typer.BadParameter("--html needs a TRACE_ID (list traces first)")
         infos = search_rollout_traces(uri, experiment=experiment, run_id=run, step=step,
                                       status=status, row_id=row, phase=phase, limit=limit)
-        table = Table(title=f"{len(infos)} rollout traces in {uri}")
+        table = Table(title=plain(f"{len(infos)} rollout traces in {uri}"))
         table.add_column("trace", no_wrap=True, min_width=35)
         for name in ("step", "phase", "row", "sample", "status", "reward", "advantage",
                      "versions", "ms"):
             table.add_column(name)
         for info in infos:
             t = info.tags
-            table.add_row(info.trace_id, t.get("step"), t.get("phase", "train"), t.get("row_id"),
-                          t.get("sample_index"), t.get("status"), t.get("reward"),
-                          t.get("advantage"), t.get("policy_versions"),
-                          str(info.execution_duration))
+            cells = (info.trace_id, t.get("step"), t.get("phase", "train"), t.get("row_id"),
+                     t.get("sample_index"), t.get("status"), t.get("reward"), t.get("advantage"),
+                     t.get("policy_versions"), info.execution_duration)
+            table.add_row(*map(plain, cells))  # tags carry dataset text: shown, never obeyed
         console.print(table)
         return
     view = load_trace_view(uri, trace_id)

@@ -11,6 +11,7 @@ from rich.panel import Panel
 from rich.text import Text
 from rich.tree import Tree
 
+from agentrl_sdk.tracing.terminal import escape_controls, plain
 from agentrl_sdk.tracing.view import SpanLine, TraceView
 from agentrl_sdk.types import Segment, Trajectory
 
@@ -28,15 +29,16 @@ def legend() -> Text:
 
 
 def render_segment(segment: Segment, tokenizer: Any, *, show_prompt: bool = True) -> Text:
-    """A segment's text, coloured by mask; runs of equal mask are decoded together."""
+    """A segment's text, coloured by mask; runs of equal mask are decoded together (control
+    characters in it are shown escaped, see `escape_controls`)."""
     text = Text()
     if show_prompt:
-        text.append(tokenizer.decode(segment.prompt_ids), style=STYLES["prompt"])
+        text.append(escape_controls(tokenizer.decode(segment.prompt_ids)), style=STYLES["prompt"])
     pairs = zip(segment.response_ids, segment.response_mask, strict=True)
     for mask, run in groupby(pairs, key=lambda p: p[1]):
         ids = [t for t, _ in run]
         style = STYLES["generated"] if mask else STYLES["observation"]
-        text.append(tokenizer.decode(ids), style=style)
+        text.append(escape_controls(tokenizer.decode(ids)), style=style)
     return text
 
 
@@ -54,10 +56,10 @@ def render_trajectory(traj: Trajectory, tokenizer: Any, *, show_prompt: bool = T
             f"observation {len(seg.response_ids) - generated} tokens · {seg.num_calls} calls"
         )
         panels.append(
-            Panel(render_segment(seg, tokenizer, show_prompt=show_prompt), title=title,
-                  subtitle=subtitle, title_align="left", subtitle_align="left")
+            Panel(render_segment(seg, tokenizer, show_prompt=show_prompt), title=plain(title),
+                  subtitle=plain(subtitle), title_align="left", subtitle_align="left")
         )
-    head = Text(
+    head = plain(
         f"row {traj.row_id} · sample {traj.sample_index} · status {traj.status}"
         + (f" · reward {traj.reward:g}" if traj.reward is not None else "")
         + (f" · error: {traj.error}" if traj.error else ""),
@@ -92,11 +94,11 @@ def render_trace(view: TraceView, *, show_prompt: bool = True) -> Group:
     segment's tokens coloured by mask and advantage."""
     summary = view.summary()
     ok = summary["status"] == "ok"
-    head = Text(f"trace {view.trace_id} · {view.title}", style="bold" if ok else "bold red")
+    head = plain(f"trace {view.trace_id} · {view.title}", style="bold" if ok else "bold red")
     facts = Text()
     for key, value in summary.items():
         if value not in (None, {}, []):
-            facts.append(f"{key}: ", style="bold")
+            facts.append(f"{escape_controls(key)}: ", style="bold")
             facts.append(f"{_short(value)}   ", style="red" if key == "error" else "")
     tree = Tree(Text("spans", style="bold"))
     stack = [tree]
@@ -110,7 +112,7 @@ def render_trace(view: TraceView, *, show_prompt: bool = True) -> Group:
 
 
 def _span_text(line: SpanLine) -> Text:
-    text = Text(f"{line.name} ", style="red" if line.error else "")
+    text = plain(f"{line.name} ", style="red" if line.error else "")
     text.append(f"{line.duration_ms:.1f} ms", style="grey50")
     if line.kind == "TOOL" and line.inputs is not None:
         text.append(f"  in: {_short(line.inputs)}", style="cyan")
@@ -121,7 +123,8 @@ def _span_text(line: SpanLine) -> Text:
         a = line.attributes
         text.append(f"  {len(a.get('prompt_ids', []))} prompt + "
                     f"{len(a.get('response_ids', []))} generated tokens · "
-                    f"v{a.get('policy_version')} · {a.get('finish_reason')}", style="grey50")
+                    f"v{a.get('policy_version')} · {escape_controls(str(a.get('finish_reason')))}",
+                    style="grey50")
     if line.error:
         text.append(f"  error: {_short(line.error)}", style="bold red")
     return text
@@ -130,18 +133,20 @@ def _span_text(line: SpanLine) -> Text:
 def _segment_panel(index: int, seg: dict[str, Any], sign: str, show_prompt: bool) -> Panel:
     text = Text()
     if show_prompt:
-        text.append(seg.get("prompt_text") or _ids(seg["prompt_ids"]), style=STYLES["prompt"])
+        prompt = seg.get("prompt_text") or _ids(seg["prompt_ids"])
+        text.append(escape_controls(prompt), style=STYLES["prompt"])
     for run in seg.get("runs", []):
         chunk = run["text"] if run["text"] is not None else _ids(
             seg["response_ids"][run["start"]:run["end"]])
         style = ADVANTAGE_STYLES[sign] if run["mask"] else STYLES["observation"]
-        text.append(chunk, style=style)
+        text.append(escape_controls(chunk), style=style)
     generated = sum(seg["response_mask"])
     title = (f"segment {index} · node {seg['node']} · policy {seg['policy']} · "
              f"{'trained' if seg['trained'] else 'frozen'} · started: {seg['started_because']}")
     subtitle = (f"prompt {len(seg['prompt_ids'])} · generated {generated} · observation "
                 f"{len(seg['response_ids']) - generated} tokens · {seg['num_calls']} calls")
-    return Panel(text, title=title, subtitle=subtitle, title_align="left", subtitle_align="left")
+    return Panel(text, title=plain(title), subtitle=plain(subtitle), title_align="left",
+                 subtitle_align="left")
 
 
 def _ids(ids: list[int]) -> str:
@@ -149,5 +154,5 @@ def _ids(ids: list[int]) -> str:
 
 
 def _short(value: Any, limit: int = 160) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = escape_controls(value if isinstance(value, str) else json.dumps(value, default=str))
     return text if len(text) <= limit else text[: limit - 1] + "…"
