@@ -5,9 +5,10 @@ This module is a leaf: it imports only the standard library and pydantic.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 FinishReason = Literal["stop", "length", "abort"]
 """Why generation ended: a stop/EOS token, the token budget, or an abort (pause, shutdown)."""
@@ -100,6 +101,10 @@ class LLMCall(BaseModel):
     turn: int = Field(description="How many calls this node made before this one in the rollout.")
     trained: bool = Field(description="False for calls made in @frozen nodes.")
     prompt_ids: list[int] = Field(description="The full prompt sent to the engine.")
+    forced_ids: list[int] = Field(
+        default_factory=list, description="The end of ``prompt_ids`` the SDK wrote as the "
+        "reply's opening to force a tool call (``tool_choice``); mask 0 in the segment."
+    )
     response_ids: list[int]
     response_logprobs: list[float]
     finish_reason: FinishReason
@@ -159,6 +164,69 @@ class RolloutEvent(BaseModel):
     call_index: int | None = Field(None, description="Index in `Trajectory.calls` (llm/engine).")
 
 
+class RewardComponent(BaseModel):
+    """One named reward and what it credits: a node (and one of its LLM calls), or everyone.
+
+    A component crediting no node is part of the shared outcome every policy of the rollout
+    earns; one crediting a node goes to that node's policy only (a node given as a graph path
+    prefix credits the calls made under it). ``Trajectory.rewards`` keeps components by `key`
+    (``name``, ``name@node`` or ``name@node#step``) so they survive every path a trajectory
+    travels (the rollout runner, the gateway's JSON, traces).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="What the reward is for (metrics are per name).")
+    value: float = Field(description="Any finite real number: int, float, bool, numpy scalar.")
+    node: str | None = Field(None, description="The node credited; None: the shared outcome.")
+    step: int | None = Field(
+        None, ge=0, description="The node's LLM call credited (its `LLMCall.turn`); None: all."
+    )
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _finite_number(cls, value: Any) -> float:
+        # Strings have no __float__, so "1" is refused while numpy/torch scalars pass.
+        try:
+            number = float(value) if hasattr(type(value), "__float__") else math.nan
+        except (TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number):
+            raise ValueError(f"reward {value!r} is not a finite number")
+        return number
+
+    @model_validator(mode="after")
+    def _key_parses_back(self) -> RewardComponent:
+        if "@" in self.name or (self.node is not None and "#" in self.node):
+            raise ValueError(f"reward name {self.name!r} must not hold '@', node "
+                             f"{self.node!r} not '#': they separate the parts of its key")
+        if self.step is not None and self.node is None:
+            raise ValueError(f"reward {self.name!r} credits step {self.step} but no node")
+        return self
+
+    @property
+    def key(self) -> str:
+        """``name``, ``name@node`` or ``name@node#step``: its key in ``Trajectory.rewards``."""
+        if self.node is None:
+            return self.name
+        return f"{self.name}@{self.node}" + ("" if self.step is None else f"#{self.step}")
+
+    @classmethod
+    def from_key(cls, key: str, value: float) -> RewardComponent:
+        """The component stored under ``key`` (the inverse of `key`)."""
+        name, at, credit = key.partition("@")
+        if not at:
+            return cls(name=key, value=value)
+        node, hash_, step = credit.partition("#")
+        return cls(name=name, value=value, node=node, step=int(step) if hash_ else None)
+
+    def credits(self, node: str, turn: int | None = None) -> bool:
+        """Whether this component credits calls of ``node`` (its ``turn``-th, when given)."""
+        if self.node is None or not (node == self.node or node.startswith(self.node + "/")):
+            return False
+        return self.step is None or turn is None or self.step == turn
+
+
 class Trajectory(BaseModel):
     """Everything one rollout of a graph on one dataset row produced."""
 
@@ -170,7 +238,8 @@ class Trajectory(BaseModel):
     calls: list[LLMCall] = Field(default_factory=list)
     reward: float | None = None
     rewards: dict[str, float] = Field(
-        default_factory=dict, description="Named reward components (per node or step too)."
+        default_factory=dict, description="Reward components by `RewardComponent.key`: the "
+        "shared outcome by name, credited ones as name@node or name@node#step."
     )
     status: TrajectoryStatus = "ok"
     error: str | None = None
@@ -184,6 +253,11 @@ class Trajectory(BaseModel):
     def trained_segments(self) -> list[Segment]:
         """Segments whose generated tokens should receive gradient."""
         return [s for s in self.segments if s.trained]
+
+    @property
+    def components(self) -> list[RewardComponent]:
+        """``rewards`` as typed components (what each credits)."""
+        return [RewardComponent.from_key(k, v) for k, v in self.rewards.items()]
 
 
 class Sample(BaseModel):

@@ -1,25 +1,72 @@
-"""`emit_reward`: a node grants a named reward to the rollout it runs in (per node or step)."""
+"""`emit_reward`: a node grants a named reward that credits a node (by default its own), one of
+the node's LLM calls, or the whole rollout."""
 
 from __future__ import annotations
 
-import math
+from enum import Enum
+from typing import Any
 
 from agentrl_sdk.chat.context import current_node, current_recorder
+from agentrl_sdk.types import RewardComponent
 
 
-def emit_reward(value: float, name: str | None = None) -> None:
-    """Add ``value`` to the rollout's reward component ``name`` (default: the node's name).
+class _Emitting(Enum):
+    NODE = "the emitting node"
 
-    Components add up with the reward function's result into the trajectory's reward.
-    Outside a rollout this does nothing, so graphs still run unchanged in production.
+
+EMITTING_NODE = _Emitting.NODE
+"""``emit_reward``'s default ``node``: the node the call is made from."""
+
+
+def emit_reward(
+    value: Any,
+    name: str | None = None,
+    *,
+    node: str | None | _Emitting = EMITTING_NODE,
+    step: int | None = None,
+) -> None:
+    """Add ``value`` to the rollout's reward component ``name``, crediting ``node``.
+
+    Components crediting a node go to that node's policy only (with the shared outcome);
+    ``node=None`` makes the reward part of the shared outcome every policy of the rollout
+    earns. ``step`` credits one LLM call of the node: its ``step``-th (``LLMCall.turn``), or
+    counted from its latest when negative (``-1``: the call it just made). All components add
+    up into ``Trajectory.reward``, the total that is logged. Outside a rollout this does
+    nothing, so graphs still run unchanged in production.
+
+    Args:
+        value: Any finite real number (int, float, bool, numpy or torch scalar).
+        name: The component's name; default: the credited node's name (``graph`` if none).
+        node: The node credited; default the emitting node; None shares the reward.
+        step: The node's LLM call credited; None credits all its calls.
 
     Raises:
-        ValueError: ``value`` is not a finite number.
+        ValueError: ``value`` is not a finite number, or ``step`` names a call not made.
     """
-    if not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"emit_reward needs a finite number, got {value!r}")
+    credited = _emitting_node() if node is EMITTING_NODE else node
+    component = RewardComponent(name=name or credited or "graph", value=value, node=credited)
     recorder = current_recorder.get()
     if recorder is None:
         return
-    node = current_node.get()
-    recorder.rewards[name or (node.name if node else "graph")] += float(value)
+    if step is not None:
+        made = sum(call.node == credited for call in recorder.ledger.calls)
+        turn = step + made if step < 0 else step
+        if credited is None or not 0 <= turn < made:
+            raise ValueError(f"emit_reward(step={step}) credits no LLM call: node {credited!r} "
+                             f"has made {made} so far")
+        component = component.model_copy(update={"step": turn})
+    recorder.rewards[component.key] += component.value
+
+
+def _emitting_node() -> str | None:
+    """The decorated node running now, else the LangGraph node (None outside any node)."""
+    tag = current_node.get()
+    if tag is not None:
+        return tag.name
+    from langgraph.config import get_config
+
+    try:
+        metadata = get_config().get("metadata") or {}
+    except RuntimeError:  # not inside a runnable
+        return None
+    return metadata.get("langgraph_node")

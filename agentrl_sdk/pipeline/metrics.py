@@ -11,7 +11,7 @@ from agentrl_sdk.types import Trajectory
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float) -> dict[str, float]:
-    """Reward mean/std (and per component), status counts, token counts and throughput."""
+    """Reward mean/std (and per component name), status counts, token counts and throughput."""
     scored = [t.reward for t in trajectories if t.reward is not None]
     generated = sum(sum(s.response_mask) for t in trajectories for s in t.segments)
     out: dict[str, float] = {
@@ -29,7 +29,10 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float) -> dict[
         out["policy_version/sampled_max"] = float(max(versions))
     components: dict[str, list[float]] = {}
     for t in trajectories:
-        for name, value in t.rewards.items():
+        by_name: dict[str, float] = {}  # a name's credited parts (nodes, steps) summed
+        for c in t.components:
+            by_name[c.name] = by_name.get(c.name, 0.0) + c.value
+        for name, value in by_name.items():
             components.setdefault(name, []).append(value)
     out.update({f"reward/{k}": statistics.fmean(v) for k, v in components.items()})
     for status, count in Counter(t.status for t in trajectories).items():

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import inspect
-import math
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from agentrl_sdk.types import Trajectory
+from agentrl_sdk.types import RewardComponent, Trajectory
 
-RewardFn = Callable[[Any, Mapping[str, Any], Trajectory], float | Mapping[str, float] | None
-                    | Awaitable[float | Mapping[str, float] | None]]
-"""``reward(final_state, row, trajectory)`` -> a number or named components (sync or async)."""
+RewardValue = float | Mapping[str, float] | RewardComponent | Iterable[RewardComponent] | None
+"""A number, named components, or components that credit nodes (`RewardComponent`)."""
+
+RewardFn = Callable[[Any, Mapping[str, Any], Trajectory], RewardValue | Awaitable[RewardValue]]
+"""``reward(final_state, row, trajectory)`` -> a `RewardValue` (sync or async)."""
 
 OnRewardError = Literal["zero", "drop"]
 
@@ -28,7 +29,8 @@ async def score(
     """Set ``reward`` (and ``rewards`` components) on every trajectory, in place.
 
     The total is the reward function's value (or the sum of its components) plus every
-    component a node emitted with ``emit_reward``. A rollout that did not finish (status
+    component a node emitted with ``emit_reward``. Named components without a node are the
+    shared outcome; a `RewardComponent` naming a node credits that node's policy only. A rollout that did not finish (status
     other than ``ok``) gets ``failed_rollout_reward``. A reward function that raises or
     returns None/NaN is counted and treated per ``on_error``: ``zero`` scores 0, ``drop``
     leaves ``reward`` None so the trajectory is not trained on.
@@ -52,8 +54,9 @@ async def score(
             traj.error = f"reward function failed: {type(exc).__name__}: {exc}"
             traj.reward = None if on_error == "drop" else emitted
             continue
-        traj.rewards.update(components)
-        traj.reward = sum(components.values()) + emitted
+        for component in components:
+            traj.rewards[component.key] = traj.rewards.get(component.key, 0.0) + component.value
+        traj.reward = sum(c.value for c in components) + emitted
     return counts
 
 
@@ -64,18 +67,18 @@ async def _call(reward_fn: RewardFn | None, state: Any, row: Mapping[str, Any], 
     return await value if inspect.isawaitable(value) else value
 
 
-def _components(value: Any) -> dict[str, float]:
-    """A reward value as finite named components; raises on None, NaN or a non-number."""
-    if isinstance(value, Mapping):
-        items = {str(k): v for k, v in value.items()}
-    elif value is None:
+def _components(value: Any) -> list[RewardComponent]:
+    """A reward value as finite components; raises on None, NaN or a non-number.
+
+    bool is an int: ``return answer == target`` scores 1.0 / 0.0, as users expect; numpy and
+    torch scalars are numbers too; strings are not.
+    """
+    if value is None:
         raise ValueError("reward function returned None")
-    else:
-        items = {"reward": value}
-    out = {}
-    for name, v in items.items():
-        # bool is an int: `return answer == target` scores 1.0 / 0.0, as users expect.
-        if not isinstance(v, int | float) or not math.isfinite(v):
-            raise ValueError(f"reward component {name!r} is {v!r}, not a finite number")
-        out[name] = float(v)
-    return out
+    if isinstance(value, RewardComponent):
+        return [value]
+    if isinstance(value, Mapping):
+        return [RewardComponent.from_key(str(k), v) for k, v in value.items()]
+    if isinstance(value, list | tuple) and all(isinstance(v, RewardComponent) for v in value):
+        return list(value)
+    return [RewardComponent(name="reward", value=value)]

@@ -1,4 +1,5 @@
-"""Trajectories -> training samples: group advantages per (row, policy), per-rollout weights."""
+"""Trajectories -> training samples: group advantages per (row, policy) over each policy's
+credited reward, per-rollout weights."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from agentrl_sdk.algorithms import compute_advantages
+from agentrl_sdk.rollout.credit import credit_policies, flat_groups
 from agentrl_sdk.types import Sample, Trajectory
 
 
@@ -15,43 +17,43 @@ def build_samples(
     *,
     estimator: str = "grpo",
     policies: Sequence[str] | None = None,
+    outcome_weight: float = 1.0,
+    drop_flat_groups: bool = False,
 ) -> tuple[list[Sample], dict[str, float]]:
     """One sample per trained segment of every scored trajectory.
 
-    Advantages are computed over the rollouts of the same dataset row and policy; every
-    segment of a rollout gets that rollout's advantage and a ``weight`` of
-    ``1 / (its trained segments for that policy)``, so each rollout counts once.
+    Each policy's reward for a rollout is what `policy_reward` credits it: the components
+    crediting its nodes plus ``outcome_weight`` times the shared outcome. Advantages are
+    computed over the rollouts of the same dataset row and policy; every segment of a rollout
+    gets that rollout's advantage and a ``weight`` of ``1 / (its trained segments for that
+    policy)``, so each rollout counts once.
 
     Args:
         trajectories: Rollouts with ``reward`` set; those with ``reward`` None are skipped.
         estimator: Advantage estimator name (``grpo``, ``drgrpo``, ``rloo``).
         policies: Policies to build samples for; all when None.
+        outcome_weight: Weight of the shared outcome in every policy's reward.
+        drop_flat_groups: Leave out groups whose rewards all agree (dynamic sampling).
 
     Returns:
-        The samples and metrics (``samples``, ``rollouts_skipped``, advantage statistics).
+        The samples and metrics (``samples``, ``rollouts_skipped``,
+        ``groups_dropped_no_signal``, advantage statistics).
     """
-    entries = []  # (trajectory, policy, its trained segments)
-    skipped = 0
-    for traj in trajectories:
-        if traj.reward is None:
-            skipped += 1
-            continue
-        by_policy: dict[str, list] = {}
-        for seg in traj.trained_segments:
-            if policies is None or seg.policy in policies:
-                by_policy.setdefault(seg.policy, []).append(seg)
-        entries += [(traj, policy, segs) for policy, segs in by_policy.items()]
-    if not entries:
-        return [], {"samples": 0.0, "rollouts_skipped": float(skipped)}
+    skipped = sum(t.reward is None for t in trajectories)
+    credits = credit_policies(trajectories, policies=policies, outcome_weight=outcome_weight)
+    dropped = flat_groups(credits) if drop_flat_groups else set()
+    credits = [c for c in credits if c.group not in dropped]
+    counts = {"rollouts_skipped": float(skipped), "groups_dropped_no_signal": float(len(dropped))}
+    if not credits:
+        return [], {"samples": 0.0, **counts}
 
-    rewards = torch.tensor([t.reward for t, _, _ in entries], dtype=torch.float64)
-    groups = [(t.row_id, p) for t, p, _ in entries]
-    adv, metrics = compute_advantages(estimator, rewards, groups)
+    rewards = torch.tensor([c.reward for c in credits], dtype=torch.float64)
+    adv, metrics = compute_advantages(estimator, rewards, [c.group for c in credits])
     samples = [
         Sample(
-            row_id=traj.row_id,
-            sample_index=traj.sample_index,
-            policy=policy,
+            row_id=c.traj.row_id,
+            sample_index=c.traj.sample_index,
+            policy=c.policy,
             node=seg.node,
             prompt_ids=seg.prompt_ids,
             response_ids=seg.response_ids,
@@ -59,14 +61,10 @@ def build_samples(
             old_logprobs=seg.response_logprobs,
             response_versions=seg.response_versions,
             advantage=float(a),
-            reward=float(traj.reward),
-            weight=1.0 / len(segs),
+            reward=c.reward,
+            weight=1.0 / len(c.segments),
         )
-        for (traj, policy, segs), a in zip(entries, adv.tolist(), strict=True)
-        for seg in segs
+        for c, a in zip(credits, adv.tolist(), strict=True)
+        for seg in c.segments
     ]
-    return samples, {
-        **metrics,
-        "samples": float(len(samples)),
-        "rollouts_skipped": float(skipped),
-    }
+    return samples, {**metrics, "samples": float(len(samples)), **counts}

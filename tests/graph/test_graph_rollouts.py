@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, TypedDict
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import StructuredTool, tool
 from langgraph.graph import END, START, StateGraph
@@ -265,22 +266,55 @@ async def test_prebuilt_tool_node_and_condition_work(qwen_tokenizer, scripted):
     assert len(traj.calls) == 2 and len(traj.segments) == 1
 
 
-async def test_nodes_emit_named_rewards(qwen_tokenizer, scripted):
+async def test_nodes_emit_named_rewards_crediting_nodes_and_calls(qwen_tokenizer, scripted):
+    import numpy as np
+
     @sdk.trainable("solver")
     async def solver(state, config):
         msg = await sdk.chat_model(config).ainvoke(state["messages"])
+        sdk.emit_reward(0.25)  # credits the emitting node
+        sdk.emit_reward(np.float32(0.5), name="format", step=-1)  # its call just made
         sdk.emit_reward(0.25)
-        sdk.emit_reward(0.5, name="format")
-        sdk.emit_reward(0.25)
+        sdk.emit_reward(1, name="team", node=None)  # the shared outcome
         return {"messages": [msg]}
+
+    async def judge(state, config):  # an undecorated node names the one it credits
+        sdk.emit_reward(True, name="judged", node="solver")
+        sdk.emit_reward(0.125, name="plain")  # credits the LangGraph node it runs in
+        return {}
+
+    g = StateGraph(State)
+    g.add_node("solver", solver)
+    g.add_node("judge", judge)
+    g.add_edge(START, "solver")
+    g.add_edge("solver", "judge")
+    engine = scripted(qwen_tokenizer, ["ok"])
+    (traj,) = await sdk.arollout(g.compile(), ROW, engine, tokenizer=qwen_tokenizer)
+    assert traj.status == "ok", traj.error
+    assert traj.rewards == {"solver@solver": 0.5, "format@solver#0": 0.5, "team": 1.0,
+                            "judged@solver": 1.0, "plain@judge": 0.125}
+    assert {(c.name, c.node, c.step) for c in traj.components} == {
+        ("solver", "solver", None), ("format", "solver", 0), ("team", None, None),
+        ("judged", "solver", None), ("plain", "judge", None)}
+    sdk.emit_reward(1.0)  # outside a rollout: a no-op, graphs run unchanged in production
+
+
+async def test_emit_reward_refuses_non_numbers_and_calls_not_made(qwen_tokenizer, scripted):
+    @sdk.trainable("solver")
+    async def solver(state, config):
+        with pytest.raises(ValueError, match="not a finite number"):
+            sdk.emit_reward("1")
+        with pytest.raises(ValueError, match="credits no LLM call"):
+            sdk.emit_reward(1.0, step=0)  # no call made yet
+        return {"messages": [await sdk.chat_model(config).ainvoke(state["messages"])]}
 
     g = StateGraph(State)
     g.add_node("solver", solver)
     g.add_edge(START, "solver")
-    engine = scripted(qwen_tokenizer, ["ok"])
-    (traj,) = await sdk.arollout(g.compile(), ROW, engine, tokenizer=qwen_tokenizer)
-    assert traj.rewards == {"solver": 0.5, "format": 0.5}
-    sdk.emit_reward(1.0)  # outside a rollout: a no-op, graphs run unchanged in production
+    (traj,) = await sdk.arollout(g.compile(), ROW, scripted(qwen_tokenizer, ["ok"]),
+                                 tokenizer=qwen_tokenizer)
+    assert traj.status == "ok", traj.error
+    assert traj.rewards == {}
 
 
 async def test_a_checkpointer_graph_gets_a_fresh_thread_per_rollout(qwen_tokenizer, scripted):
