@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentrl_sdk.data import DatasetLike, load_rows
+from agentrl_sdk.data import DatasetLike, GraphInputCheck, load_rows
 from agentrl_sdk.pipeline import (
     EvalResult,
     JobSpec,
@@ -50,13 +50,13 @@ async def atrain(
 ) -> TrainResult:
     """Async `train`, for callers that already run an event loop."""
     resolved = resolve_config(config)
-    rows, skipped = _rows(graph, dataset, resolved)
+    rows, skipped = _rows(graph, dataset, resolved, input_fn)
     if resolved.epochs is not None:
         steps = resolved.epochs * (len(rows) // resolved.data.batch_size)
         resolved = resolved.model_copy(update={"max_steps": max(1, steps)})
     eval_rows: list[dict[str, Any]] = []
     if eval_dataset is not None:
-        eval_rows, skipped_eval = _rows(graph, eval_dataset, resolved)
+        eval_rows, skipped_eval = _rows(graph, eval_dataset, resolved, input_fn)
         skipped += skipped_eval
     elif resolved.evaluation.every:
         raise ValueError(
@@ -68,10 +68,14 @@ async def atrain(
                                   skipped_rows=skipped, eval_rows=eval_rows))
 
 
-def _rows(graph: Any, dataset: DatasetLike, config: TrainConfig) -> tuple[list[dict], int]:
-    """A dataset's valid rows and how many failed validation (``data.on_bad_row``)."""
+def _rows(
+    graph: Any, dataset: DatasetLike, config: TrainConfig, input_fn: Callable[[dict], Any]
+) -> tuple[list[dict], int]:
+    """A dataset's valid rows and how many failed validation (``data.on_bad_row``): the row
+    schema, the agent a row names, and whether ``input_fn`` makes an input its graph reads."""
     agents = set(graph) if isinstance(graph, Mapping) else None
-    rows, problems = load_rows(dataset, on_bad_row=config.data.on_bad_row, agent_names=agents)
+    rows, problems = load_rows(dataset, on_bad_row=config.data.on_bad_row, agent_names=agents,
+                               input_check=GraphInputCheck(graph, input_fn))
     return rows, len(problems)
 
 
@@ -97,13 +101,16 @@ def train(
             gateway (see `AgentEndpoint`); or ``{agent_name: graph_or_agent}``: each row then
             runs the one its ``agent_name`` names (``"default"`` when it has none).
         dataset: Dict rows, a JSONL/parquet path, or a HF ``Dataset``; verl-format rows
-            (``prompt``, ``reward_model``, ``extra_info.tools_kwargs``...) are validated and a
-            bad one is reported by index and field, then skipped (``data.on_bad_row``).
+            (``prompt``, ``reward_model``, ``extra_info.tools_kwargs``...) are validated, each
+            row's graph input is checked (``input_fn`` must build it, and it must hold a key
+            the graph's input schema has), and a bad row is reported by index, id and field,
+            then skipped and counted or refused (``data.on_bad_row``), before any step.
         reward: ``reward(final_state, row, trajectory)`` -> float or named components (an
             agent function's return value is its ``final_state``; rewards it posts to the
             gateway's ``/rollouts/<id>/reward`` add up with it).
         config: A `TrainConfig`, a dict, or a YAML path.
-        input_fn: Row -> graph input (default: the row's ``messages``/``prompt``).
+        input_fn: Row -> graph input (default: the row's ``messages``/``prompt``, else the
+            row itself); also called once per row at load, to check it.
         eval_dataset: Held-out rows (same forms as ``dataset``) that ``evaluation.every``
             evaluates the policy on during training; results in ``TrainResult.evaluations``
             and as ``eval/...`` MLflow metrics.
@@ -126,7 +133,7 @@ async def aevaluate(
     if model is not None:
         resolved = resolved.model_copy(deep=True)
         resolved.model.path = str(model)
-    rows, skipped = _rows(graph, dataset, resolved)
+    rows, skipped = _rows(graph, dataset, resolved, input_fn)
     return await run_evaluation(
         JobSpec(graph, rows, reward, resolved, input_fn=input_fn, skipped_rows=skipped)
     )

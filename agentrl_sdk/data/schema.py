@@ -7,12 +7,12 @@ with its index and the offending field.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["RowProblem", "RowSchema", "check_row"]
+__all__ = ["RowCheck", "RowProblem", "RowSchema", "check_row"]
 
 
 class _Open(BaseModel):
@@ -67,14 +67,20 @@ class RowSchema(_Open):
 
 
 class RowProblem(BaseModel):
-    """Why a row was rejected: its position in the dataset, the field, and what was wrong."""
+    """Why a row was rejected: its position in the dataset (and id), the field, what was wrong."""
 
     index: int
     field: str
     message: str
+    row_id: str | None = None
 
     def __str__(self) -> str:
-        return f"row {self.index}, field {self.field!r}: {self.message}"
+        named = f" (id {self.row_id!r})" if self.row_id is not None else ""
+        return f"row {self.index}, field {self.field!r}: {self.message}{named}"
+
+
+RowCheck = Callable[[Mapping[str, Any], int], RowProblem | None]
+"""A further check of a schema-valid row and its index (e.g. `GraphInputCheck`)."""
 
 
 def check_row(

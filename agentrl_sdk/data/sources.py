@@ -8,7 +8,7 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from agentrl_sdk.data.schema import RowProblem, check_row
+from agentrl_sdk.data.schema import RowCheck, RowProblem, check_row
 
 logger = logging.getLogger(__name__)
 
@@ -25,16 +25,19 @@ def load_rows(
     *,
     on_bad_row: Literal["skip", "raise"] = "skip",
     agent_names: Collection[str] | None = None,
+    input_check: RowCheck | None = None,
 ) -> tuple[list[dict[str, Any]], list[RowProblem]]:
     """Materialise ``dataset`` as a list of validated dict rows.
 
     Each row is checked against `RowSchema` (verl's fields, when present, must have their
-    shape; other keys pass through) and, with ``agent_names``, its ``agent_name``.
+    shape; other keys pass through), with ``agent_names`` its ``agent_name``, and with
+    ``input_check`` whether it gives the graph an input it can run on.
 
     Args:
         dataset: Rows, a file path, or a HF dataset.
         on_bad_row: ``skip`` logs and leaves out a bad row; ``raise`` fails on the first one.
         agent_names: The agents the job can run (None: any).
+        input_check: Run on each schema-valid row (see `GraphInputCheck`).
 
     Returns:
         The good rows, and one `RowProblem` (index, field, message) per row left out.
@@ -56,9 +59,12 @@ def load_rows(
             problem = RowProblem(index=index, field="(row)", message=str(row))
         else:
             problem = check_row(row, index, agent_names)
+            if problem is None and input_check is not None:
+                problem = input_check(row, index)
         if problem is None:
             rows.append(dict(row))
             continue
+        problem = problem.model_copy(update={"row_id": _row_id(row)})
         if on_bad_row == "raise":
             raise DatasetError(f"bad dataset row: {problem}")
         problems.append(problem)
@@ -67,6 +73,15 @@ def load_rows(
         first = f"; first: {problems[0]}" if problems else ""
         raise DatasetError(f"the dataset has no usable rows ({len(problems)} skipped{first})")
     return rows, problems
+
+
+def _row_id(row: Any) -> str | None:
+    """The row's own id, for reports (the rollout's ``row_id_of`` reads the same keys)."""
+    if isinstance(row, Mapping):
+        for key in ("id", "row_id", "uid"):
+            if key in row:
+                return str(row[key])
+    return None
 
 
 class _NotJSON(str):
