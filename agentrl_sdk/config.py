@@ -41,6 +41,19 @@ class ChatConfig(BaseModel):
     )
 
 
+class NodeRule(BaseModel):
+    """How the LLM calls of the graph nodes a path pattern matches are attributed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trained: bool = Field(True, description="Train on these calls; False runs them frozen.")
+    policy: str = Field("default", description="The policy that serves (and learns from) them.")
+    name: str | None = Field(
+        None, description="Node name recorded on their calls and segments; None keeps the "
+        "node's path (e.g. researcher/agent)."
+    )
+
+
 class RolloutConfig(BaseModel):
     """How rollouts of a graph are collected."""
 
@@ -52,6 +65,14 @@ class RolloutConfig(BaseModel):
     chat: ChatConfig = Field(default_factory=ChatConfig)
     default_trainable: bool = Field(
         True, description="Whether LLM calls in undecorated nodes are trained."
+    )
+    nodes: dict[str, NodeRule] = Field(
+        default_factory=dict, description="Attribution of undecorated nodes by path pattern "
+        "(fnmatch: 'researcher/*', 'supervisor'). A node's path is its place in the graph, "
+        "enclosing subgraph nodes first: the agent node of a prebuilt agent added as "
+        "'researcher' is 'researcher/agent'. The first pattern that matches wins; calls no "
+        "pattern matches are named by their path and trained per default_trainable; nodes "
+        "decorated with @trainable/@frozen keep their decorator."
     )
     recursion_limit: int = Field(50, ge=1, description="LangGraph's step limit per rollout.")
     configurable: dict[str, Any] = Field(

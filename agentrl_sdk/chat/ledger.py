@@ -39,6 +39,12 @@ class PromptPlan:
     segment_index: int | None = None
     observation_ids: list[int] = field(default_factory=list)
     start_reason: SegmentStart | None = None
+    forced_ids: list[int] = field(default_factory=list)
+
+    @property
+    def engine_prompt(self) -> list[int]:
+        """What the engine continues: the prompt, then the reply's forced opening (if any)."""
+        return self.prompt_ids + self.forced_ids if self.forced_ids else self.prompt_ids
 
 
 class TokenLedger:
@@ -108,7 +114,9 @@ class TokenLedger:
         else:
             index = plan.segment_index
             segment = self.segments[index]
-            _append(segment, plan.observation_ids, mask=0, logprobs=None, version=-1)
+        # Observations and a forced reply opening were not sampled: mask 0.
+        _append(segment, plan.observation_ids + plan.forced_ids, mask=0, logprobs=None,
+                version=-1)
         _append(segment, result.token_ids, mask=1, logprobs=result.logprobs,
                 version=result.versions)
         segment.num_calls += 1
@@ -121,7 +129,8 @@ class TokenLedger:
             policy=plan.node.policy,
             turn=sum(c.node == plan.node.name for c in self.calls),
             trained=plan.node.trained,
-            prompt_ids=list(plan.prompt_ids),
+            prompt_ids=list(plan.engine_prompt),
+            forced_ids=list(plan.forced_ids),
             response_ids=list(result.token_ids),
             response_logprobs=list(result.logprobs),
             finish_reason=result.finish_reason,
@@ -145,14 +154,16 @@ class TokenLedger:
         for index in reversed(range(len(self._conversations))):
             conv = self._conversations[index]
             seen = conv.messages
-            if conv.busy or len(messages) <= len(seen):
+            if conv.busy:
                 continue
-            if messages[: len(seen)] == seen:
+            if len(messages) > len(seen) and messages[: len(seen)] == seen:
                 if conv.node != node:
                     return None, "node_changed"
                 return index, "first_call"
-            # The earlier prompt is still there but the reply after it is not ours.
-            if conv.node == node and messages[: len(seen) - 1] == seen[:-1]:
+            # The earlier prompt is still there but the reply after it is not ours (edited,
+            # or dropped and something else in its place): whatever comes after it.
+            if (conv.node == node and len(messages) >= len(seen)
+                    and messages[: len(seen) - 1] == seen[:-1]):
                 edited = True
         if edited:
             return None, "history_edited"

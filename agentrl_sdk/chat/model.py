@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import inspect
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
@@ -24,13 +25,15 @@ from langchain_core.output_parsers import (
     PydanticOutputParser,
 )
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema
 from langchain_core.utils.pydantic import is_basemodel_subclass
+from langchain_core.utils.utils import LC_ID_PREFIX
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
+from agentrl_sdk.chat.attribution import graph_path
+from agentrl_sdk.chat.context import current_node, current_recorder
 from agentrl_sdk.chat.messages import (
     checked_tool_choice,
     to_openai_tools,
@@ -82,8 +85,8 @@ class TokenChatModel(BaseChatModel):
         "timed-out engine call; nothing of it reached the ledger) before the error is raised."
     )
     streaming: bool = Field(
-        False, description="LangChain's switch to route `invoke` through `stream`; the reply "
-        "is one chunk and is recorded the same either way."
+        False, description="LangChain's streaming switch: streaming callbacks see each reply "
+        "as one new token (engines return whole replies); recorded the same either way."
     )
     model_name: str = DEFAULT_MODEL_NAME
     _template: ChatTemplate | None = PrivateAttr(None)
@@ -119,8 +122,10 @@ class TokenChatModel(BaseChatModel):
         ``tool_choice`` is checked (``auto``, ``none``, ``required``/``any``/``True`` or a
         bound tool's name, as a string or OpenAI's dict) and recorded in each reply's
         ``response_metadata``. ``none`` leaves the tools out of the prompt. ``required`` and a
-        named tool are not enforced: the engine does not constrain decoding, so the model may
-        still answer without a call.
+        named tool force a call: each reply opens with the tool-call format's opening (and
+        the tool's name), which the SDK writes and the model continues. Those tokens were not
+        sampled, so they are trained at mask 0 (`LLMCall.forced_ids`,
+        ``response_metadata["forced_opening"]``).
 
         Raises:
             ValueError: ``tool_choice`` is not one of these, or names a tool not bound.
@@ -133,14 +138,14 @@ class TokenChatModel(BaseChatModel):
         self,
         messages: list[BaseMessage],
         stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        streamed = bool(kwargs.pop("stream", False)) or self.streaming
         sampling = self._call_sampling(kwargs)
         recorder = current_recorder.get() or self._standalone_recorder()
-        node = current_node.get() or NodeTag(
-            name=_graph_node(run_manager) or "llm", trained=recorder.default_trainable
-        )
+        metadata = getattr(run_manager, "metadata", None)
+        node = current_node.get() or recorder.node_at(graph_path(metadata))
         choice = checked_tool_choice(kwargs.get("tool_choice"), kwargs.get("tools"))
         for attempt in range(self.max_retries + 1):
             try:
@@ -157,6 +162,13 @@ class TokenChatModel(BaseChatModel):
                 recorder.metrics["engine_retries"] += 1
             else:
                 break
+        if run_manager:
+            message.id = f"{LC_ID_PREFIX}-{run_manager.run_id}-0"  # the id LangChain gives it
+            if streamed:  # the whole reply is the one token a streaming callback sees
+                chunk = ChatGenerationChunk(message=_as_chunk(message))
+                sent = run_manager.on_llm_new_token(str(message.content), chunk=chunk)
+                if inspect.isawaitable(sent):
+                    await sent
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _generate(
@@ -168,6 +180,11 @@ class TokenChatModel(BaseChatModel):
     ) -> ChatResult:
         return _run_sync(self._agenerate(messages, stop, run_manager, **kwargs))
 
+    def _should_stream(self, *, async_api: bool, **kwargs: Any) -> bool:
+        # LangChain's invoke-through-stream path calls `_astream` without the run, and the run
+        # carries the graph node the call belongs to: invoke always generates whole replies.
+        return False
+
     async def _astream(
         self,
         messages: list[BaseMessage],
@@ -175,13 +192,9 @@ class TokenChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        """The reply as one chunk once the engine has answered: the engine returns whole
-        responses, and the call is recorded in the ledger exactly as `ainvoke` records it."""
+        """The reply as one chunk (LangChain's event streaming, ``stream_events(version="v3")``)."""
         result = await self._agenerate(messages, stop, run_manager, **kwargs)
-        chunk = _as_chunk(result.generations[0].message)
-        if run_manager:
-            await run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
-        yield chunk
+        yield ChatGenerationChunk(message=_as_chunk(result.generations[0].message))
 
     def _stream(
         self,
@@ -191,10 +204,34 @@ class TokenChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         result = self._generate(messages, stop, run_manager, **kwargs)
-        chunk = _as_chunk(result.generations[0].message)
-        if run_manager:
-            run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
-        yield chunk
+        yield ChatGenerationChunk(message=_as_chunk(result.generations[0].message))
+
+    async def astream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        """The reply as one chunk, once the engine has answered (engines return whole replies).
+
+        The call runs as `ainvoke` runs it, so it is attributed to its graph node and linked
+        in the trace (LangChain's own streaming path gives the model no run to read the node
+        from); streaming callbacks see the reply as one new token.
+        """
+        yield _as_chunk(await self.ainvoke(input, config, stop=stop, stream=True, **kwargs))
+
+    def stream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[AIMessageChunk]:
+        """Synchronous `astream`."""
+        yield _as_chunk(self.invoke(input, config, stop=stop, stream=True, **kwargs))
 
     def with_structured_output(
         self,
@@ -320,23 +357,18 @@ class TokenChatModel(BaseChatModel):
         )
 
 
-def _as_chunk(message: AIMessage) -> ChatGenerationChunk:
-    """A whole reply as a streaming chunk (tool calls as complete tool-call chunks)."""
+def _as_chunk(message: AIMessage) -> AIMessageChunk:
+    """A whole reply as the last streaming chunk (tool calls as complete tool-call chunks)."""
     chunks = [
         tool_call_chunk(name=c["name"], args=json.dumps(c["args"]), id=c["id"], index=i)
         for i, c in enumerate(message.tool_calls)
     ]
-    return ChatGenerationChunk(message=AIMessageChunk(
+    return AIMessageChunk(
         content=message.content, tool_call_chunks=chunks,
         invalid_tool_calls=message.invalid_tool_calls, id=message.id,
         response_metadata=message.response_metadata, usage_metadata=message.usage_metadata,
         chunk_position="last",
-    ))
-
-
-def _graph_node(run_manager: Any) -> str | None:
-    metadata = getattr(run_manager, "metadata", None) or {}
-    return metadata.get("langgraph_node")
+    )
 
 
 def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 import zlib
@@ -11,11 +12,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentrl_sdk.chat.attribution import attribute
 from agentrl_sdk.chat.context import NodeTag
 from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.ledger import PromptPlan, TokenLedger
 from agentrl_sdk.chat.template import ChatTemplate
-from agentrl_sdk.config import ChatConfig
+from agentrl_sdk.config import ChatConfig, NodeRule
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
 from agentrl_sdk.types import GenerateResult, LLMCall, SamplingParams
 
@@ -68,7 +70,8 @@ class RolloutRecorder:
         chat: Context budget, observation truncation and timeouts.
         sampling: Default sampling of every call.
         rollout_id: Prefix of engine request ids, unique per rollout.
-        default_trainable: Whether calls from undecorated nodes are trained.
+        default_trainable: Whether calls from undecorated nodes no rule matches are trained.
+        node_rules: Attribution of undecorated nodes by path pattern (see `attribute`).
         events: Where timed events go when the rollout is traced; None records nothing.
     """
 
@@ -81,6 +84,7 @@ class RolloutRecorder:
         sampling: SamplingParams | None = None,
         rollout_id: str = "rollout",
         default_trainable: bool = True,
+        node_rules: Mapping[str, NodeRule] | None = None,
         events: EventLog | None = None,
     ) -> None:
         self.engines = engines_by_policy(engines)
@@ -89,6 +93,7 @@ class RolloutRecorder:
         self.sampling = sampling or SamplingParams()
         self.rollout_id = rollout_id
         self.default_trainable = default_trainable
+        self.node_rules = dict(node_rules or {})
         self.events = events
         self.ledger = TokenLedger(template)
         self.metrics: Counter[str] = Counter()
@@ -104,6 +109,10 @@ class RolloutRecorder:
             raise KeyError(
                 f"no engine serves policy {policy!r}; known policies: {sorted(self.engines)}"
             ) from None
+
+    def node_at(self, path: str | None) -> NodeTag:
+        """The attribution of a call from the undecorated node at graph ``path``."""
+        return attribute(path, self.node_rules, default_trainable=self.default_trainable)
 
     def clip_observation(self, text: str) -> str:
         """Cut a tool output to ``chat.max_observation_tokens`` tokens (counted once per text)."""
@@ -130,22 +139,26 @@ class RolloutRecorder:
         overrides: Mapping[str, Any],
         *,
         timeout_s: float | None = None,
+        forced_ids: list[int] | None = None,
     ) -> PendingCall:
         """Plan the prompt with the ledger and ask the policy's engine for a response.
 
-        ``timeout_s`` replaces ``chat.request_timeout_s`` for this call.
+        ``timeout_s`` replaces ``chat.request_timeout_s`` for this call. ``forced_ids`` open
+        the reply: the engine continues after them, and the ledger keeps them at mask 0.
 
         Raises:
             ContextBudgetExceeded: the prompt leaves no room for one generated token.
             EngineError: the engine failed or did not answer within the timeout.
         """
         plan = self.ledger.plan(messages, tools, node)
+        if forced_ids:
+            plan = dataclasses.replace(plan, forced_ids=list(forced_ids))
         budget = self.chat.max_context_tokens
-        room = budget - len(plan.prompt_ids)
+        room = budget - len(plan.engine_prompt)
         if room < 1:
             self.ledger.release(plan)
             self.metrics["context_exceeded"] += 1
-            raise ContextBudgetExceeded(len(plan.prompt_ids), budget, node.name)
+            raise ContextBudgetExceeded(len(plan.engine_prompt), budget, node.name)
         sampling = self.sampling.model_copy(update=dict(overrides))
         request_id = f"{self.rollout_id}-{next(self._request_numbers)}"
         update: dict[str, Any] = {"max_tokens": min(sampling.max_tokens, room)}
@@ -158,7 +171,7 @@ class RolloutRecorder:
         try:
             result = await asyncio.wait_for(
                 self.engine_for(node.policy).generate(
-                    plan.prompt_ids, sampling, request_id, session_id=self.rollout_id
+                    plan.engine_prompt, sampling, request_id, session_id=self.rollout_id
                 ),
                 timeout=timeout,
             )

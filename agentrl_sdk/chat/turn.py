@@ -20,7 +20,7 @@ from agentrl_sdk.chat.context import NodeTag
 from agentrl_sdk.chat.messages import to_template_message, with_format_instruction
 from agentrl_sdk.chat.recorder import PendingCall, RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
-from agentrl_sdk.chat.tool_parsers import TOOL_PARSERS, ParsedResponse
+from agentrl_sdk.chat.tool_parsers import TOOL_PARSERS, ParsedResponse, ToolParser
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
 from agentrl_sdk.types import GenerateResult, TrajectoryStatus
 
@@ -60,7 +60,9 @@ async def record_turn(
             ``chat.request_timeout_s``.
         tool_choice: As `checked_tool_choice` returns it; recorded in the reply's
             ``response_metadata``. ``none`` leaves the tools out of the prompt; ``required``
-            and a tool's name are not enforced (decoding is not constrained).
+            or a tool's name forces a call: the reply opens with the tool-call format's
+            opening (and the tool's name), written by the SDK, not sampled, so the ledger
+            keeps those tokens at mask 0 (`LLMCall.forced_ids`).
 
     Returns:
         The reply, parsed from the generated ids (content and tool calls).
@@ -81,8 +83,13 @@ async def record_turn(
         overrides["stop"] = texts
     if tool_choice == "none":
         tools = None
-    pending = await recorder.generate(dicts, tools, node, overrides, timeout_s=timeout_s)
-    message = _reply(recorder, pending, model_name, texts)
+    parser = TOOL_PARSERS[recorder.chat.tool_parser]()
+    opening = _forced_opening(parser, tools, tool_choice)
+    pending = await recorder.generate(
+        dicts, tools, node, overrides, timeout_s=timeout_s,
+        forced_ids=recorder.template.encode(opening) if opening else None,
+    )
+    message = _reply(recorder, parser, pending, model_name, texts)
     if tool_choice is not None:
         message.response_metadata["tool_choice"] = tool_choice
     recorder.commit(pending, to_template_message(message), run_id)
@@ -123,16 +130,30 @@ def failure_status(exc: BaseException, timeout_s: float | None = None) -> tuple[
     return "graph_error", f"{type(exc).__name__}: {exc}"
 
 
+def _forced_opening(
+    parser: ToolParser, tools: list[dict[str, Any]] | None, tool_choice: str | None
+) -> str:
+    """The reply opening that forces the call ``tool_choice`` asks for ("" when it asks none)."""
+    if not tools or tool_choice in (None, "auto", "none"):
+        return ""
+    if tool_choice == "required":  # a call is required: to the only tool, if there is one
+        only = tools[0]["function"]["name"] if len(tools) == 1 else None
+        return parser.call_prefix(only)
+    return parser.call_prefix(tool_choice)
+
+
 def _reply(
-    recorder: RolloutRecorder, pending: PendingCall, model_name: str, stops: Sequence[str] = ()
+    recorder: RolloutRecorder, parser: ToolParser, pending: PendingCall, model_name: str,
+    stops: Sequence[str] = (),
 ) -> AIMessage:
-    """The AIMessage the caller sees: parsed from the generated ids, for control flow only."""
-    result = pending.result
-    parser = TOOL_PARSERS[recorder.chat.tool_parser]()
-    parsed: ParsedResponse = parser.parse(_reply_text(recorder.template, result, stops))
+    """The AIMessage the caller sees: parsed from the reply's ids, for control flow only."""
+    result, forced = pending.result, pending.plan.forced_ids
+    parsed: ParsedResponse = parser.parse(_reply_text(recorder.template, forced, result, stops))
     recorder.metrics["tool_calls"] += len(parsed.tool_calls)
     recorder.metrics["malformed_tool_calls"] += len(parsed.invalid_tool_calls)
-    prompt_len = len(pending.plan.prompt_ids)
+    if forced:
+        recorder.metrics["forced_tool_calls"] += 1
+    prompt_len = len(pending.plan.engine_prompt)
     return AIMessage(
         content=parsed.content,
         tool_calls=[tool_call(name=c.name, args=c.args, id=_call_id()) for c in parsed.tool_calls],
@@ -146,6 +167,7 @@ def _reply(
             "policy_version": result.policy_version,
             "request_id": pending.request_id,
             "segment_started": pending.plan.start_reason,
+            **({"forced_opening": recorder.template.decode(forced)} if forced else {}),
         },
         usage_metadata={
             "input_tokens": prompt_len,
@@ -155,15 +177,20 @@ def _reply(
     )
 
 
-def _reply_text(template: ChatTemplate, result: GenerateResult, stops: Sequence[str]) -> str:
-    """The generated text up to its first stop string (as LangChain and OpenAI cut it), else
-    without the final stop/end-of-turn token of a stopped response."""
-    text = template.decode(result.token_ids)
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=None)
+def _reply_text(
+    template: ChatTemplate, forced: list[int], result: GenerateResult, stops: Sequence[str]
+) -> str:
+    """The reply's text (a forced opening, then the generated text) up to the first stop
+    string in the generated part (as LangChain and OpenAI cut it), else without the final
+    stop/end-of-turn token of a stopped response."""
+    text = template.decode([*forced, *result.token_ids])
+    generated_from = len(template.decode(forced)) if forced else 0
+    cut = min((i for i in (text.find(s, generated_from) for s in stops) if i >= 0), default=None)
     if cut is not None:
         return text[:cut]
     if result.finish_reason == "stop" and result.token_ids:
-        return template.decode(result.token_ids[:-1])  # the end-of-turn token is not content
+        # The end-of-turn token is not content.
+        return template.decode([*forced, *result.token_ids[:-1]])
     return text
 
 

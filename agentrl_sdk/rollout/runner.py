@@ -178,6 +178,7 @@ async def _run_one(
         sampling=config.sampling,
         rollout_id=f"{row_id}:{sample_index}",
         default_trainable=config.default_trainable,
+        node_rules=config.nodes,
         events=events,
     )
     status: TrajectoryStatus = "ok"

@@ -33,7 +33,12 @@ class RuleEngine:
     ) -> GenerateResult:
         prompt = self.tokenizer.decode(prompt_ids)
         self.prompts.append(prompt)
-        ids = [*self.tokenizer.encode(answer(prompt), add_special_tokens=False), self.im_end]
+        opening = _reply_opening(prompt)
+        reply = answer(prompt)
+        if opening:  # continue a reply the caller opened (a forced tool call)
+            assert reply.startswith(opening), (opening, reply)
+            reply = reply[len(opening):]
+        ids = [*self.tokenizer.encode(reply, add_special_tokens=False), self.im_end]
         finish = "stop"
         for n in range(1, len(ids) + 1):
             text = self.tokenizer.decode(ids[:n])
@@ -64,8 +69,11 @@ def answer(prompt: str) -> str:
     if "Answer with a single JSON object" in system:
         return json.dumps({"setup": "Why?", "punchline": "Because."})
     tools = [json.loads(line) for line in _tools_lines(system)]
-    if tools and "<tool_response>" not in last:
-        tool = next((t for t in tools if t["function"]["name"] in last), tools[0])["function"]
+    opening = _reply_opening(prompt)
+    forced = re.search(r'"name": "([^"]+)"', opening)
+    if tools and ("<tool_response>" not in last or opening):
+        named = [t for t in tools if t["function"]["name"] in (forced.group(1) if forced else last)]
+        tool = (named or tools)[0]["function"]
         args = _fill(tool.get("parameters") or {}, last)
         call = json.dumps({"name": tool["name"], "arguments": args}, ensure_ascii=False)
         return f"<tool_call>\n{call}\n</tool_call>"
@@ -73,6 +81,15 @@ def answer(prompt: str) -> str:
         result = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", last, re.S)
         return f"The tool answered: {result[-1] if result else ''}."
     return "Hello! How can I help you today?"
+
+
+def _reply_opening(prompt: str) -> str:
+    """What the reply already holds: the text after the prompt's last assistant header,
+    when that turn is still open."""
+    head = "<|im_start|>assistant\n"
+    start = prompt.rfind(head)
+    tail = prompt[start + len(head):] if start >= 0 else "<|im_end|>"
+    return "" if "<|im_end|>" in tail else tail
 
 
 def _tools_lines(system: str) -> list[str]:

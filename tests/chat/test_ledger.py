@@ -170,3 +170,20 @@ def test_a_response_resumed_on_new_weights_keeps_each_tokens_version(qwen_tokeni
     (segment,) = ledger.segments
     assert segment.response_versions == [3, 3, 3] + [4] * (n - 3)
     assert call.policy_version == 4
+
+
+def test_a_dropped_reply_is_history_edited_whatever_follows(qwen_tokenizer):
+    """The node's earlier prompt with its reply left out reads as edited history, whether one
+    message or several take the reply's place (it used to depend on the count)."""
+    template = ChatTemplate(qwen_tokenizer)
+    nxt = {"role": "user", "content": "And 4+4?"}
+    more = {"role": "user", "content": "Quickly."}
+    for follow_up in ([SYSTEM, USER, nxt], [SYSTEM, USER, nxt, more]):
+        ledger = TokenLedger(template)
+        _first_turn(ledger, template)
+        plan = ledger.plan(follow_up, TOOLS, NODE)
+        assert (plan.segment_index, plan.start_reason) == (None, "history_edited")
+    # The same prompt asked again (a second sample of one question) is not an edit.
+    ledger = TokenLedger(template)
+    _first_turn(ledger, template)
+    assert ledger.plan([SYSTEM, USER], TOOLS, NODE).start_reason == "new_conversation"

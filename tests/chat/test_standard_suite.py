@@ -1,9 +1,8 @@
 """LangChain's standard unit tests for chat models, run on TokenChatModel.
 
 Capabilities are declared as they are, not as the suite would like: tools and structured
-output work (tool calls parsed from the generated text); ``tool_choice`` is checked and
-recorded but a required or named choice is not enforced, so ``has_tool_choice`` is False;
-the model reads text only (no image, audio, video or PDF blocks).
+output work (tool calls parsed from the generated text); a required or named ``tool_choice``
+is enforced by forcing the call's opening tokens (mask 0); the model reads text only (no image, audio, video or PDF blocks).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ class _Capabilities:
 
     @property
     def has_tool_choice(self) -> bool:
-        return False  # checked and recorded, not enforced: decoding is not constrained
+        return True  # required / a named tool: the reply opens with the call, forced
 
     @property
     def has_structured_output(self) -> bool:

@@ -47,8 +47,7 @@ def test_typed_dict_and_json_schema_parse_to_dicts(qwen_tokenizer, scripted):
 
 def test_callbacks_see_the_structured_output_format(qwen_tokenizer, scripted):
     replies = ['{"city":"Oslo","celsius":-3}',
-               '<tool_call>\n{"name":"WeatherModel","arguments":{"city":"Oslo","celsius":-3}}'
-               "\n</tool_call>"]
+               '{"city":"Oslo","celsius":-3}}\n</tool_call>']  # after the forced opening
     model = TokenChatModel(engine=scripted(qwen_tokenizer, replies), tokenizer=qwen_tokenizer)
     starts = _Starts()
     for method in ("json_schema", "function_calling"):

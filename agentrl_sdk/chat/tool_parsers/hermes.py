@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 
 from agentrl_sdk.chat.tool_parsers._json_call import invalid, read_call, response
-from agentrl_sdk.chat.tool_parsers.base import InvalidToolCall, ParsedResponse, ParsedToolCall
+from agentrl_sdk.chat.tool_parsers.base import (
+    InvalidToolCall,
+    ParsedResponse,
+    ParsedToolCall,
+    json_call_prefix,
+)
 
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 
@@ -15,6 +20,10 @@ class HermesToolParser:
 
     An unterminated ``<tool_call>`` (generation cut by the token budget) is an invalid call too.
     """
+
+    def call_prefix(self, name: str | None) -> str:
+        """See `ToolParser.call_prefix`."""
+        return "<tool_call>\n" + json_call_prefix(name, "arguments")
 
     def parse(self, text: str) -> ParsedResponse:
         """Split ``text`` into content (the text outside call blocks) and calls."""

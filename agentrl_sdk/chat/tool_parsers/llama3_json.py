@@ -8,7 +8,12 @@ import re
 from collections.abc import Iterator
 
 from agentrl_sdk.chat.tool_parsers._json_call import call_from_object, invalid, response
-from agentrl_sdk.chat.tool_parsers.base import InvalidToolCall, ParsedResponse, ParsedToolCall
+from agentrl_sdk.chat.tool_parsers.base import (
+    InvalidToolCall,
+    ParsedResponse,
+    ParsedToolCall,
+    json_call_prefix,
+)
 
 _PYTHON_TAG = "<|python_tag|>"
 _CALL_START = re.compile(r'\{\s*"name"\s*:')
@@ -27,6 +32,10 @@ class Llama3JsonToolParser:
     valid JSON or not of that shape, text other than ``;`` between calls, or nothing after
     ``<|python_tag|>`` becomes an invalid call.
     """
+
+    def call_prefix(self, name: str | None) -> str:
+        """See `ToolParser.call_prefix`."""
+        return json_call_prefix(name, "parameters")
 
     def parse(self, text: str) -> ParsedResponse:
         """Split ``text`` into content and calls."""

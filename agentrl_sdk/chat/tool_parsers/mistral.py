@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 
 from agentrl_sdk.chat.tool_parsers._json_call import call_from_object, invalid, response
-from agentrl_sdk.chat.tool_parsers.base import InvalidToolCall, ParsedResponse, ParsedToolCall
+from agentrl_sdk.chat.tool_parsers.base import (
+    InvalidToolCall,
+    ParsedResponse,
+    ParsedToolCall,
+    json_call_prefix,
+)
 
 _TOOL_CALLS = "[TOOL_CALLS]"
 _DECODER = json.JSONDecoder()
@@ -18,6 +23,10 @@ class MistralToolParser:
     A block that is not valid JSON, an empty list, or an element that is not an object with a
     string ``"name"`` and an object ``"arguments"`` becomes an invalid call.
     """
+
+    def call_prefix(self, name: str | None) -> str:
+        """See `ToolParser.call_prefix`."""
+        return _TOOL_CALLS + "[" + json_call_prefix(name, "arguments")
 
     def parse(self, text: str) -> ParsedResponse:
         """Split ``text`` into content and calls."""
