@@ -148,6 +148,54 @@ class RewardConfig(_Section):
     )
 
 
+class DynamicSamplingConfig(_Section):
+    """DAPO's dynamic sampling: train only on groups whose rewards differ."""
+
+    enabled: bool = Field(
+        False, description="Drop (row, policy) groups whose rewards all agree (their advantages "
+        "are all zero), counted as groups_dropped_no_signal, and sample more rows until "
+        "data.batch_size rows with signal are in the batch."
+    )
+    max_extra_rounds: int = Field(
+        4, ge=0, description="sync: extra batches of rows rolled out per step at most; then "
+        "the step trains on what it has. fully_async: the trainer drops at most this many "
+        "batches of groups per step, then trains on the groups with signal it has."
+    )
+
+
+class OverlongConfig(_Section):
+    """DAPO's over-long handling of responses that reach their token budget."""
+
+    drop_truncated: bool = Field(
+        False, description="Leave out of training rollouts whose last LLM call ended with "
+        "finish_reason length (counted as rollouts_dropped_truncated)."
+    )
+    buffer: int = Field(
+        0, ge=0, description="Soft penalty: a response within the last `buffer` tokens before "
+        "rollout.sampling.max_tokens loses up to `penalty` linearly (reward component "
+        "'overlong', crediting the call's node and step); 0 is off."
+    )
+    penalty: float = Field(1.0, ge=0.0, description="The soft penalty at max_tokens.")
+
+
+class AlgorithmConfig(PolicyLossConfig):
+    """The policy loss (`PolicyLossConfig`) and how rewards become its batch: the weight of
+    the shared outcome, dynamic sampling and over-long handling."""
+
+    outcome_reward_weight: float = Field(
+        1.0, description="Weight of the shared outcome (the reward function's value and rewards "
+        "crediting no node) in each policy's reward; components crediting a policy's nodes "
+        "count in full. 0: each policy learns from its own credit only."
+    )
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+
+    @property
+    def loss(self) -> PolicyLossConfig:
+        """The loss options alone: what the trainer workers get (they import no pipeline)."""
+        return PolicyLossConfig(**self.model_dump(include=set(PolicyLossConfig.model_fields)))
+
+
 class CheckpointConfig(_Section):
     """Where and how often to checkpoint."""
 
@@ -264,7 +312,7 @@ class TrainConfig(_Section):
     )
     engine: EngineConfig = Field(default_factory=EngineConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    algorithm: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
@@ -292,6 +340,12 @@ class TrainConfig(_Section):
     def _consistent(self) -> TrainConfig:
         if "default" in self.policies:
             raise ValueError("policies must not redefine 'default': that policy is `model`")
+        for pattern, rule in self.rollout.nodes.items():
+            if rule.policy != "default" and rule.policy not in self.policies:
+                raise ValueError(
+                    f"rollout.nodes[{pattern!r}] names policy {rule.policy!r}, which is not "
+                    f"'default' nor one of policies: {sorted(self.policies)}"
+                )
         staleness = self.fully_async
         if self.pipeline == "fully_async" and staleness.max_staleness < staleness.weight_lag:
             raise ValueError(
@@ -299,6 +353,13 @@ class TrainConfig(_Section):
                 f"fully_async.sync_every - 1 ({staleness.weight_lag}): between pushes the "
                 "engines sample with weights that many updates old"
             )
+        if self.algorithm.dynamic_sampling.enabled and self.rollout.n < 2:
+            raise ValueError(f"algorithm.dynamic_sampling needs rollout.n >= 2 (got "
+                             f"{self.rollout.n}): a group of one rollout never has signal")
+        max_tokens = self.rollout.sampling.max_tokens
+        if self.algorithm.overlong.buffer >= max_tokens:
+            raise ValueError(f"algorithm.overlong.buffer ({self.algorithm.overlong.buffer}) must "
+                             f"be below rollout.sampling.max_tokens ({max_tokens})")
         if self.checkpoint.resume and not self.checkpoint.dir:
             raise ValueError("checkpoint.resume needs checkpoint.dir")
         sampled = self.rollout.sampling.temperature

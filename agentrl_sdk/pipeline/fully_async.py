@@ -32,7 +32,9 @@ from agentrl_sdk.pipeline.job import (
     open_job,
     push_weights,
     rollout_config,
+    rows_with_signal,
     score_rollouts,
+    shape_rewards,
     trace_step,
     update_policies,
 )
@@ -86,6 +88,7 @@ class Rollouter:
         self.next_index = state.next_index
         self.dropped_stale = state.dropped_stale
         self.retried_stale = state.retried_stale
+        self.dropped_no_signal = 0
         self.live = trained_groups + len(state.queued)  # started, not dropped
         self._rows: deque[PendingRow] = deque(sorted(state.pending, key=lambda p: p.index))
         self._in_flight: dict[int, tuple[PendingRow, asyncio.Task[None]]] = {}
@@ -108,11 +111,14 @@ class Rollouter:
             self.served_step = step
             self._changed.notify_all()
 
-    async def discard(self, group: FinishedGroup, retry: bool) -> None:
-        """A group the trainer will not train (stale): free its slot, maybe roll it out again."""
+    async def discard(self, group: FinishedGroup, retry: bool, *, stale: bool = True) -> None:
+        """A group the trainer will not train (stale, or with no signal when not ``stale``):
+        free its slot, maybe roll it out again."""
         async with self._changed:
             self.live -= 1
-            if retry:
+            if not stale:
+                self.dropped_no_signal += 1
+            elif retry:
                 self.retried_stale += 1
                 self._rows.appendleft(PendingRow(index=group.index, row=group.row))
             else:
@@ -161,6 +167,7 @@ class Rollouter:
                 record_events=job.traced,
             )  # fmt: skip
             counts = await score_rollouts(job, trajectories, [pending.row])
+            counts |= shape_rewards(job, trajectories)
             trained = [p.name for p in job.trained]
             steps = sampled_steps(trajectories, self.versions, trained)
             mixed = sum(len(sampled_steps([t], self.versions, trained)) > 1 for t in trajectories)
@@ -269,14 +276,15 @@ class _Trainer:
         """One update on the next ``batch_size`` fresh groups; weights pushed when due."""
         config = self.job.config
         waited = time.perf_counter()
-        groups = await self._take_batch(step)
+        groups, flat = await self._take_batch(step)
         now = time.perf_counter()
         wait_s, period_s, self.last_batch_at = now - waited, now - self.last_batch_at, now
-        groups.sort(key=lambda g: g.index)
-        trajectories = [t for g in groups for t in g.trajectories]
+        # Groups without signal are logged and counted; build_samples drops them.
+        taken = sorted(groups + flat, key=lambda g: g.index)
+        trajectories = [t for g in taken for t in g.trajectories]
         samples, metrics = batch_samples(self.job, trajectories, period_s)
         metrics |= trace_step(self.job, step, trajectories, samples)
-        for group in groups:
+        for group in taken:
             for key, value in group.counts.items():
                 metrics[key] = metrics.get(key, 0.0) + value
         metrics |= staleness_metrics([g.staleness(step) for g in groups])
@@ -286,6 +294,7 @@ class _Trainer:
             "async/in_flight_groups": float(self.rollouter.in_flight),
             "async/dropped_stale": float(self.rollouter.dropped_stale),
             "async/retried_stale": float(self.rollouter.retried_stale),
+            "async/dropped_no_signal": float(self.rollouter.dropped_no_signal),
             "async/partial_rollouts": float(sum(g.mixed_versions for g in groups)),
         }
         metrics |= await update_policies(self.job, step, samples)
@@ -295,18 +304,30 @@ class _Trainer:
             metrics["time/weight_sync_s"] = 0.0
         return metrics
 
-    async def _take_batch(self, step: int) -> list[FinishedGroup]:
+    async def _take_batch(self, step: int) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
         """``batch_size`` groups at most ``max_staleness`` old at ``step``; older ones are
-        dropped or rolled out again, as configured."""
-        settings = self.job.config.fully_async
+        dropped or rolled out again, as configured. With dynamic sampling, groups without
+        signal are taken out too (returned second), up to ``max_extra_rounds`` batches of them."""
+        settings, config = self.job.config.fully_async, self.job.config
+        sampling = config.algorithm.dynamic_sampling
+        may_drop = sampling.max_extra_rounds * config.data.batch_size if sampling.enabled else 0
         groups: list[FinishedGroup] = []
-        while len(groups) < self.job.config.data.batch_size:
+        flat: list[FinishedGroup] = []
+        while len(groups) < config.data.batch_size:
             group = await self._next_group()
             if group.staleness(step) > settings.max_staleness:
                 await self.rollouter.discard(group, retry=settings.on_stale == "retry")
                 continue
+            if may_drop and not rows_with_signal(self.job, group.trajectories):
+                # Dynamic sampling: it does not count toward the batch; the slot it frees
+                # lets the rollouter admit another row.
+                await self.rollouter.discard(group, retry=False, stale=False)
+                flat.append(group)
+                if len(flat) == may_drop:
+                    break  # the bound: train on the groups with signal there are
+                continue
             groups.append(group)
-        return groups
+        return groups, flat
 
     async def _next_group(self) -> FinishedGroup:
         """The queue's next group; raises the rollouter's failure instead of waiting forever."""

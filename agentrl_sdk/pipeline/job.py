@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,8 @@ from agentrl_sdk.pipeline.policies import (
 )
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.rollout import default_input, row_id_of
+from agentrl_sdk.rollout.credit import credit_policies, flat_groups
+from agentrl_sdk.rollout.overlong import add_overlong_penalties, truncated
 from agentrl_sdk.rollout.rewards import RewardFn, score
 from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.threads import run_blocking
@@ -139,14 +141,57 @@ async def score_rollouts(
     return {f"count/{k}": float(v) for k, v in counts.items()}
 
 
-def batch_samples(
-    job: Job, trajectories: list[Trajectory], rollout_s: float
-) -> tuple[list[Sample], dict[str, float]]:
-    """The step's training samples (group advantages) and its rollout metrics."""
-    samples, sample_metrics = build_samples(
-        trajectories, estimator=job.config.algorithm.advantage_estimator,
-        policies=[p.name for p in job.trained],
+def shape_rewards(job: Job, trajectories: list[Trajectory]) -> dict[str, float]:
+    """Training's reward shaping, in place: the over-long penalty when configured (evaluations
+    score without it). Returns the ``count/...`` metrics."""
+    overlong = job.config.algorithm.overlong
+    if not overlong.buffer:
+        return {}
+    penalised = add_overlong_penalties(
+        trajectories, max_length=job.config.rollout.sampling.max_tokens,
+        buffer=overlong.buffer, penalty=overlong.penalty,
     )  # fmt: skip
+    return {"count/overlong_penalised_calls": float(penalised)}
+
+
+def trainable(job: Job, trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The rollouts training may use: truncated ones left out when configured."""
+    if not job.config.algorithm.overlong.drop_truncated:
+        return trajectories
+    return [t for t in trajectories if not truncated(t)]
+
+
+def rows_with_signal(job: Job, trajectories: list[Trajectory]) -> list[str]:
+    """The rows (first-seen order) with at least one ``(row, policy)`` group whose rewards
+    differ: what dynamic sampling counts toward a batch."""
+    credits = credit_policies(
+        trainable(job, trajectories), policies=[p.name for p in job.trained],
+        outcome_weight=job.config.algorithm.outcome_reward_weight,
+    )  # fmt: skip
+    flat = flat_groups(credits)
+    return list(dict.fromkeys(c.traj.row_id for c in credits if c.group not in flat))
+
+
+def batch_samples(
+    job: Job,
+    trajectories: list[Trajectory],
+    rollout_s: float,
+    surplus: Collection[str] = (),
+) -> tuple[list[Sample], dict[str, float]]:
+    """The step's training samples (group advantages) and its rollout metrics.
+
+    Rollouts of the ``surplus`` rows (past a full batch) are logged, not trained on.
+    """
+    algorithm = job.config.algorithm
+    kept = trainable(job, trajectories)
+    dropped = len(trajectories) - len(kept)
+    samples, sample_metrics = build_samples(
+        [t for t in kept if t.row_id not in surplus],
+        estimator=algorithm.advantage_estimator, policies=[p.name for p in job.trained],
+        outcome_weight=algorithm.outcome_reward_weight,
+        drop_flat_groups=algorithm.dynamic_sampling.enabled,
+    )  # fmt: skip
+    sample_metrics["rollouts_dropped_truncated"] = float(dropped)
     return samples, {**rollout_metrics(trajectories, rollout_s), **sample_metrics}
 
 

@@ -73,7 +73,7 @@ async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[
             if trained and trainers:
                 policy = policies[name]
                 policy.group = await run_blocking(
-                    TrainerGroup, policy.path, config.trainer, config.algorithm
+                    TrainerGroup, policy.path, config.trainer, config.algorithm.loss
                 )
     except BaseException:
         await stop_policies(policies)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,13 +20,15 @@ from agentrl_sdk.pipeline.job import (
     open_job,
     push_weights,
     rollout_config,
+    rows_with_signal,
     score_rollouts,
+    shape_rewards,
     trace_step,
     update_policies,
 )
 from agentrl_sdk.pipeline.progress import step_log
 from agentrl_sdk.pipeline.results import TrainResult
-from agentrl_sdk.rollout import arollout_batch
+from agentrl_sdk.rollout import arollout_batch, row_id_of
 from agentrl_sdk.types import Trajectory
 
 
@@ -94,8 +97,15 @@ async def _step(
     # Sampling time only: a prefetched step's rollouts wait at the gate until it opens.
     opened = max(p.gate.opened_at for p in job.policies.values())
     rollout_s = time.perf_counter() - max(current.started, opened)
-    counts = await score_rollouts(job, trajectories, current.rows)
-    samples, metrics = batch_samples(job, trajectories, rollout_s)
+    counts = Counter(await score_rollouts(job, trajectories, current.rows))
+    counts.update(shape_rewards(job, trajectories))
+    surplus: list[str] = []
+    if job.config.algorithm.dynamic_sampling.enabled:
+        started = time.perf_counter()
+        trajectories, surplus, filled = await _fill_batch(job, current, trajectories)
+        rollout_s += time.perf_counter() - started
+        counts.update(filled)
+    samples, metrics = batch_samples(job, trajectories, rollout_s, surplus)
     metrics.update(trace_step(job, current.step, trajectories, samples))
     metrics.update(counts)
     upcoming = None
@@ -114,3 +124,37 @@ async def _step(
         for policy in job.policies.values():
             policy.gate.release()
     return metrics, upcoming
+
+
+async def _fill_batch(
+    job: Job, current: _Rollouts, trajectories: list[Trajectory]
+) -> tuple[list[Trajectory], list[str], dict[str, float]]:
+    """Dynamic sampling: roll out more batches of rows until ``data.batch_size`` rows have
+    signal, at most ``max_extra_rounds`` of them.
+
+    Returns every rollout (all are logged), the surplus rows with signal past the first
+    ``batch_size`` (not trained on) and the step's counts and ``dynamic_sampling/...`` metrics.
+    """
+    config = job.config
+    batch_size, rounds = config.data.batch_size, 0
+    counts: Counter[str] = Counter({"count/rows_sampled": float(len(current.rows))})
+    signal = rows_with_signal(job, trajectories)
+    while len(signal) < batch_size and rounds < config.algorithm.dynamic_sampling.max_extra_rounds:
+        rounds += 1
+        seen = {t.row_id for t in trajectories}
+        # A small dataset can wrap within a step: a row is rolled out once per step.
+        rows = [r for r in job.loader.next_batch() if row_id_of(r) not in seen]
+        more = await arollout_batch(
+            job.graph, rows, job.engines, tokenizer=job.tokenizer,
+            config=rollout_config(config, current.step), input_fn=job.input_fn,
+            record_events=job.traced,
+        )  # fmt: skip
+        counts.update(await score_rollouts(job, more, rows))
+        counts.update(shape_rewards(job, more))
+        counts["count/rows_sampled"] += len(rows)
+        trajectories = trajectories + more
+        signal = rows_with_signal(job, trajectories)
+    return trajectories, signal[batch_size:], {
+        **counts, "dynamic_sampling/extra_rounds": float(rounds),
+        "dynamic_sampling/rows_with_signal": float(len(signal)),
+    }

@@ -1,0 +1,70 @@
+"""Dynamic sampling on the demo agent: no group without signal is trained, and each batch is
+filled with rows that have signal, in both pipelines."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+import agentrl_sdk as sdk
+import agentrl_sdk.pipeline.job as job_module
+from agentrl_sdk.entrypoints import resolve_entrypoints
+from agentrl_sdk.pipeline import TrainConfig
+from examples.tool_selection.train import HERE
+
+pytestmark = pytest.mark.slow
+
+BATCH = 3
+
+
+def _half_the_rows_agree(state, row, traj) -> float:
+    """Rows with an even index: every rollout scores 0.5 (no signal); odd ones: 0 or 1."""
+    if int(row["id"].rsplit("-", 1)[1]) % 2 == 0:
+        return 0.5
+    return float(traj.sample_index % 2)
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    """Every batch the trainer updates on, by step (the real update runs)."""
+    batches: dict[int, list] = defaultdict(list)
+    update = job_module.update_policy
+
+    async def spy(policy, step, samples):
+        batches[step].extend(samples)
+        return await update(policy, step, samples)
+
+    monkeypatch.setattr(job_module, "update_policy", spy)
+    return batches
+
+
+@pytest.mark.parametrize("pipeline", ["sync", "fully_async"])
+def test_dynamic_sampling_fills_the_batch_with_groups_that_have_signal(trained, pipeline):
+    config = TrainConfig.from_yaml(HERE / "config.yaml")
+    config.max_steps = 2
+    config.pipeline = pipeline
+    config.evaluation.every = 0
+    config.data.batch_size = BATCH
+    config.rollout.n = 4
+    config.checkpoint.dir = None
+    config.tracking.enabled = False
+    config.algorithm.dynamic_sampling.enabled = True
+    job = resolve_entrypoints(config)
+
+    result = sdk.train(job.graph, job.dataset, reward=_half_the_rows_agree, config=config,
+                       input_fn=job.input_fn)
+
+    assert result.steps == 2 and set(trained) == {0, 1}
+    for samples in trained.values():
+        rewards: dict[str, set[float]] = defaultdict(set)
+        for s in samples:
+            rewards[s.row_id].add(s.reward)
+        assert len(rewards) == BATCH  # the batch was filled ...
+        assert all(values == {0.0, 1.0} for values in rewards.values())  # ... with signal only
+    dropped = sum(m["groups_dropped_no_signal"] for m in result.history)
+    assert dropped > 0  # some rows agreed and were left out
+    if pipeline == "sync":
+        assert sum(m["dynamic_sampling/extra_rounds"] for m in result.history) > 0
+    else:
+        assert result.history[-1]["async/dropped_no_signal"] == dropped
