@@ -2,7 +2,7 @@
 
 from agentrl_sdk.api import aevaluate, atrain, evaluate, train
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel
-from agentrl_sdk.config import ChatConfig, RolloutConfig
+from agentrl_sdk.config import ChatConfig, NodeRule, RolloutConfig
 from agentrl_sdk.errors import AgentRLError, ContextBudgetExceeded, EngineError, NoEngineError
 from agentrl_sdk.graph import (
     ToolNode,
@@ -18,6 +18,7 @@ from agentrl_sdk.tools import RLTool
 from agentrl_sdk.types import (
     GenerateResult,
     LLMCall,
+    RewardComponent,
     SamplingParams,
     Segment,
     Trajectory,
@@ -37,7 +38,9 @@ __all__ = [
     "GenerateResult",
     "LLMCall",
     "NoEngineError",
+    "NodeRule",
     "RLTool",
+    "RewardComponent",
     "RolloutConfig",
     "SamplingParams",
     "Segment",

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrl_sdk.config import NodeRule
 from agentrl_sdk.data import DatasetLike, GraphInputCheck, load_rows
 from agentrl_sdk.pipeline import (
     EvalResult,
@@ -22,6 +23,9 @@ from agentrl_sdk.rollout import default_input
 from agentrl_sdk.rollout.rewards import RewardFn
 
 ConfigLike = TrainConfig | Mapping[str, Any] | str | Path | None
+NodeRules = Mapping[str, NodeRule | Mapping[str, Any]]
+"""Path pattern -> attribution (``sdk.trainable(policy=...)``, ``sdk.frozen()``, a `NodeRule`
+or its fields as a dict); see ``RolloutConfig.nodes``."""
 
 
 def resolve_config(config: ConfigLike, **overrides: Any) -> TrainConfig:
@@ -39,6 +43,18 @@ def resolve_config(config: ConfigLike, **overrides: Any) -> TrainConfig:
     return resolved
 
 
+def with_node_rules(config: TrainConfig, nodes: NodeRules | None) -> TrainConfig:
+    """``config`` with ``nodes`` ahead of its own ``rollout.nodes`` (the first match wins)."""
+    if not nodes:
+        return config
+    data = config.model_dump()
+    given = {pattern: NodeRule.model_validate(
+        rule.model_dump() if isinstance(rule, NodeRule) else rule) for pattern, rule in nodes.items()}
+    kept = {k: v for k, v in data["rollout"]["nodes"].items() if k not in given}
+    data["rollout"]["nodes"] = {**{k: r.model_dump() for k, r in given.items()}, **kept}
+    return TrainConfig.model_validate(data)
+
+
 async def atrain(
     graph: Any,
     dataset: DatasetLike,
@@ -47,9 +63,10 @@ async def atrain(
     *,
     input_fn: Callable[[dict[str, Any]], Any] = default_input,
     eval_dataset: DatasetLike | None = None,
+    nodes: NodeRules | None = None,
 ) -> TrainResult:
     """Async `train`, for callers that already run an event loop."""
-    resolved = resolve_config(config)
+    resolved = with_node_rules(resolve_config(config), nodes)
     rows, skipped = _rows(graph, dataset, resolved, input_fn)
     if resolved.epochs is not None:
         steps = resolved.epochs * (len(rows) // resolved.data.batch_size)
@@ -87,6 +104,7 @@ def train(
     *,
     input_fn: Callable[[dict[str, Any]], Any] = default_input,
     eval_dataset: DatasetLike | None = None,
+    nodes: NodeRules | None = None,
 ) -> TrainResult:
     """Train the trainable nodes of ``graph`` with RL on ``dataset``.
 
@@ -114,9 +132,14 @@ def train(
         eval_dataset: Held-out rows (same forms as ``dataset``) that ``evaluation.every``
             evaluates the policy on during training; results in ``TrainResult.evaluations``
             and as ``eval/...`` MLflow metrics.
+        nodes: Attribution of nodes you do not decorate (a prebuilt agent's), by path
+            pattern: ``{"researcher/*": sdk.trainable(policy="researcher"), "coder/*":
+            sdk.frozen()}``. A node's path names the graph nodes it runs in, outermost first
+            (``researcher/agent``); the first matching pattern wins; these come before the
+            config's ``rollout.nodes``.
     """
     return asyncio.run(atrain(graph, dataset, reward, config, input_fn=input_fn,
-                              eval_dataset=eval_dataset))
+                              eval_dataset=eval_dataset, nodes=nodes))
 
 
 async def aevaluate(
@@ -127,9 +150,10 @@ async def aevaluate(
     *,
     input_fn: Callable[[dict[str, Any]], Any] = default_input,
     model: str | Path | None = None,
+    nodes: NodeRules | None = None,
 ) -> EvalResult:
     """Async `evaluate`, for callers that already run an event loop."""
-    resolved = resolve_config(config)
+    resolved = with_node_rules(resolve_config(config), nodes)
     if model is not None:
         resolved = resolved.model_copy(deep=True)
         resolved.model.path = str(model)
@@ -147,6 +171,7 @@ def evaluate(
     *,
     input_fn: Callable[[dict[str, Any]], Any] = default_input,
     model: str | Path | None = None,
+    nodes: NodeRules | None = None,
 ) -> EvalResult:
     """Evaluate a policy on ``dataset``: rollouts, rewards and pass@k, no training.
 
@@ -164,8 +189,10 @@ def evaluate(
         input_fn: As in `train`.
         model: Evaluate this local model folder instead of ``config.model.path`` (e.g. a
             `TrainResult.final_model`).
+        nodes: As in `train`.
 
     Returns:
         The metrics (``reward/mean``, ``pass_at_1``..., status counts) and the scored rollouts.
     """
-    return asyncio.run(aevaluate(graph, dataset, reward, config, input_fn=input_fn, model=model))
+    return asyncio.run(aevaluate(graph, dataset, reward, config, input_fn=input_fn, model=model,
+                                 nodes=nodes))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from agentrl_sdk.chat.context import NodeTag, current_node
+from agentrl_sdk.config import NodeRule
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,15 +44,25 @@ def _mark(func: F, tag: NodeTag) -> F:
     return wrapper
 
 
+class NodeMark(NodeRule):
+    """``trainable(...)`` / ``frozen(...)`` with arguments: decorates a node, and is the rule
+    for the nodes a path pattern matches in ``sdk.train(..., nodes={pattern: mark})``."""
+
+    def __call__(self, func: F) -> F:
+        return _mark(func, NodeTag(self.name or func.__name__, self.policy, self.trained))
+
+
 @overload
 def trainable(name: F) -> F: ...
 @overload
-def trainable(name: str | None = None, *, policy: str = "default") -> Callable[[F], F]: ...
+def trainable(name: str | None = None, *, policy: str = "default") -> NodeMark: ...
 def trainable(name: Any = None, *, policy: str = "default") -> Any:
     """Mark a node whose LLM calls are trained.
 
     Usable bare (``@trainable``) or with a name and policy (``@trainable("solver",
-    policy="solver")``). The name defaults to the function's name.
+    policy="solver")``); the name defaults to the function's name. With arguments it is also
+    a rule for nodes you do not decorate: ``sdk.train(..., nodes={"researcher/*":
+    sdk.trainable(policy="researcher")})``.
 
     Args:
         name: Name recorded on the node's segments.
@@ -63,7 +74,7 @@ def trainable(name: Any = None, *, policy: str = "default") -> Any:
 @overload
 def frozen(name: F) -> F: ...
 @overload
-def frozen(name: str | None = None, *, policy: str = "default") -> Callable[[F], F]: ...
+def frozen(name: str | None = None, *, policy: str = "default") -> NodeMark: ...
 def frozen(name: Any = None, *, policy: str = "default") -> Any:
     """Mark a node whose LLM calls run and are recorded, but are never trained."""
     return _decorator(name, policy, trained=False)
@@ -72,8 +83,4 @@ def frozen(name: Any = None, *, policy: str = "default") -> Any:
 def _decorator(name: Any, policy: str, *, trained: bool) -> Any:
     if callable(name):
         return _mark(name, NodeTag(name.__name__, policy, trained))
-
-    def decorate(func: F) -> F:
-        return _mark(func, NodeTag(name or func.__name__, policy, trained))
-
-    return decorate
+    return NodeMark(name=name, policy=policy, trained=trained)

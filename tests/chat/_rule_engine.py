@@ -25,6 +25,8 @@ class RuleEngine:
         self.tokenizer = tokenizer
         self.policy_version = 0
         self.prompts: list[str] = []
+        self.answered: dict[str, tuple[list[int], GenerateResult]] = {}
+        """Each request's prompt ids and result, by request id."""
         self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     async def generate(
@@ -47,8 +49,10 @@ class RuleEngine:
                 break
         if len(ids) > sampling.max_tokens:
             ids, finish = ids[: sampling.max_tokens], "length"
-        return GenerateResult(token_ids=ids, logprobs=[-0.1] * len(ids), finish_reason=finish,
-                              policy_version=self.policy_version)
+        result = GenerateResult(token_ids=ids, logprobs=[-0.1] * len(ids), finish_reason=finish,
+                                policy_version=self.policy_version)
+        self.answered[request_id] = (list(prompt_ids), result)
+        return result
 
     async def health(self) -> bool:
         return True
