@@ -104,12 +104,17 @@ def gateway(
     max_tokens: Annotated[int, typer.Option(help="Default most tokens per answer.")] = 256,
     temperature: Annotated[float, typer.Option(help="Default sampling temperature.")] = 1.0,
     max_context_tokens: Annotated[int, typer.Option(help="Prompt plus answer budget per call.")] = 4096,
+    max_client_rollouts: Annotated[int | None, typer.Option(help="Most rollouts open at once; more answer 429 (default 256).")] = None,
+    client_rollout_ttl: Annotated[float | None, typer.Option(help="Seconds without a request after which a rollout is dropped (default 600).")] = None,
+    max_request_bytes: Annotated[int | None, typer.Option(help="Largest request body; larger ones answer 413 unparsed (default 2 MiB).")] = None,
+    i_know_its_open: Annotated[bool, typer.Option("--i-know-its-open", help="Allow --no-auth on a non-loopback --host (anyone who reaches the port can use it).")] = False,
 ) -> None:
     """Serve MODEL_DIR as an OpenAI-compatible API that records every call token by token.
 
     Each rollout has its own base URL, ``/rollouts/<id>/v1`` (any new id opens a rollout), or
     sends ``X-Rollout-Id`` to ``/v1``; ``POST /rollouts/<id>/reward`` adds a reward and
     ``DELETE /rollouts/<id>`` closes it and returns its trajectory (ids, masks, logprobs).
+    Idle rollouts are dropped after ``--client-rollout-ttl`` seconds; ``/health`` counts them.
     """
     import asyncio
 
@@ -118,8 +123,17 @@ def gateway(
     from agentrl_sdk.gateway.standalone import serve_model
     from agentrl_sdk.types import SamplingParams
 
-    config = GatewayConfig(host=host, port=port, auth=auth, api_key=api_key if auth else None,
-                           models={model_name: "default"}, open_on_first_call=True)
+    limits = {"max_client_rollouts": max_client_rollouts, "max_request_bytes": max_request_bytes,
+              "client_rollout_ttl_s": client_rollout_ttl}
+    try:
+        config = GatewayConfig(
+            host=host, port=port, auth=auth, api_key=api_key if auth else None,
+            models={model_name: "default"}, open_on_first_call=True,
+            allow_unauthenticated_remote=i_know_its_open,
+            **{name: value for name, value in limits.items() if value is not None},
+        )
+    except ValidationError as exc:
+        _usage_error(describe_validation_error(exc, GatewayConfig, source="agentrl gateway"))
     rollout = RolloutConfig(
         sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature),
         chat=ChatConfig(max_context_tokens=max_context_tokens),
@@ -128,6 +142,9 @@ def gateway(
     def ready(gw) -> None:
         console.print(f"recording gateway on [bold]{gw.url}[/] · model {model_name!r} · "
                       f"base URL {gw.rollout_url('<rollout-id>')} · Ctrl-C stops")
+        if config.open_to_anyone:
+            errors.print(f"[bold red]WARNING: no auth on {host}: anyone who can reach port "
+                         f"{gw.port} can use this model and read its rollouts.[/]")
         if gw.api_key and api_key is None:
             console.print(f"API key: {gw.api_key}")
 

@@ -9,13 +9,23 @@ FastAPI and uvicorn are imported only when a gateway starts (the ``gateway`` ext
 from agentrl_sdk.gateway.config import GatewayConfig
 from agentrl_sdk.gateway.errors import GatewayError
 from agentrl_sdk.gateway.server import Gateway
-from agentrl_sdk.gateway.sessions import RolloutSession, SessionRegistry, UnknownRolloutError
+from agentrl_sdk.gateway.sessions import (
+    ExpiredRolloutError,
+    RolloutSession,
+    SessionRegistry,
+    TooManyRolloutsError,
+    UnknownRolloutError,
+)
+from agentrl_sdk.gateway.stats import GatewayStats
 
 __all__ = [
+    "ExpiredRolloutError",
     "Gateway",
     "GatewayConfig",
     "GatewayError",
+    "GatewayStats",
     "RolloutSession",
     "SessionRegistry",
+    "TooManyRolloutsError",
     "UnknownRolloutError",
 ]

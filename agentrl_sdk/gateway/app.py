@@ -13,8 +13,14 @@ from starlette.exceptions import HTTPException
 from agentrl_sdk.gateway.completions import complete, stream_chunks
 from agentrl_sdk.gateway.config import GatewayConfig
 from agentrl_sdk.gateway.errors import GatewayError
+from agentrl_sdk.gateway.limits import BodySizeLimit
 from agentrl_sdk.gateway.protocol import ChatCompletionRequest, ModelCard, RewardRequest
-from agentrl_sdk.gateway.sessions import SessionRegistry, UnknownRolloutError
+from agentrl_sdk.gateway.sessions import (
+    ExpiredRolloutError,
+    SessionRegistry,
+    TooManyRolloutsError,
+    UnknownRolloutError,
+)
 
 ROLLOUT_HEADER = "X-Rollout-Id"
 """Header naming the rollout on the shared ``/v1`` routes (the path form needs none)."""
@@ -23,18 +29,24 @@ ROLLOUT_HEADER = "X-Rollout-Id"
 def create_app(registry: SessionRegistry, config: GatewayConfig, api_key: str | None) -> FastAPI:
     """The gateway's routes over ``registry``.
 
+    Only a chat completion may open a rollout (under ``open_on_first_call``); reading the
+    trajectory of, or rewarding, an unknown id is a 404.
+
     Args:
         registry: The open rollouts; each call is recorded into its rollout's ledger.
-        config: Served model names, node name, auth.
+        config: Served model names, node name, auth, request-size limit.
         api_key: The bearer token every route but ``/health`` requires; None disables auth.
     """
     app = FastAPI(title="agentrl recording gateway", docs_url=None, redoc_url=None)
+    app.add_middleware(BodySizeLimit, max_bytes=config.max_request_bytes, stats=registry.stats)
     _install_error_handlers(app)
     authorized = [Depends(_bearer(api_key))] if api_key else []
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "rollouts": len(registry)}
+        registry.expire()
+        return {"status": "ok", "rollouts": len(registry),
+                "client_rollouts": registry.client_rollouts, **registry.stats.as_dict()}
 
     @app.get("/v1/models", dependencies=authorized)
     @app.get("/rollouts/{rollout_id}/v1/models", dependencies=authorized)
@@ -49,7 +61,7 @@ def create_app(registry: SessionRegistry, config: GatewayConfig, api_key: str | 
                 404, f"the model {body.model!r} does not exist; this gateway serves "
                 f"{sorted(config.models)}", code="model_not_found", param="model",
             )
-        session = registry.get(rollout_id)
+        session = registry.get_or_open(rollout_id)
         completion = await complete(session, body, policy=policy, node=config.node)
         if body.stream:
             include = bool(body.stream_options and body.stream_options.include_usage)
@@ -76,7 +88,7 @@ def create_app(registry: SessionRegistry, config: GatewayConfig, api_key: str | 
     @app.post("/rollouts", dependencies=authorized)
     async def open_rollout(request: Request) -> dict[str, str]:
         try:
-            session = registry.open()
+            session = registry.open(by_client=True)
         except ValueError as exc:
             raise GatewayError(400, str(exc)) from exc
         base = str(request.base_url).rstrip("/")
@@ -125,9 +137,19 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(UnknownRolloutError)
     async def unknown_rollout(_: Request, exc: UnknownRolloutError) -> JSONResponse:
-        error = GatewayError(404, f"no open rollout {exc.args[0]!r} (never opened or already "
-                             "closed)", code="rollout_not_found")
+        if isinstance(exc, ExpiredRolloutError):
+            error = GatewayError(404, f"rollout {exc.args[0]!r} was dropped after going idle "
+                                 "longer than client_rollout_ttl_s; open a new one",
+                                 code="rollout_expired")
+        else:
+            error = GatewayError(404, f"no open rollout {exc.args[0]!r} (never opened or "
+                                 "already closed)", code="rollout_not_found")
         return await gateway_error(_, error)
+
+    @app.exception_handler(TooManyRolloutsError)
+    async def too_many(_: Request, exc: TooManyRolloutsError) -> JSONResponse:
+        return await gateway_error(_, GatewayError(429, str(exc), type="rate_limit_error",
+                                                   code="too_many_rollouts"))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -26,6 +28,23 @@ class GatewayConfig(BaseModel):
         "(for agents started outside agentrl; training opens every rollout itself).",
     )
     start_timeout_s: float = Field(30.0, gt=0, description="Longest wait for the server to listen.")
+    max_client_rollouts: int = Field(
+        256, ge=1, description="Most rollouts clients may hold open at once (opened by POST "
+        "/rollouts or by a first call under open_on_first_call); past it, opening one answers "
+        "429 `too_many_rollouts`. Rollouts the pipeline opens in-process are not counted.",
+    )
+    client_rollout_ttl_s: float = Field(
+        600.0, gt=0, description="A client rollout that gets no request for this long is "
+        "dropped (counted in /health); its id then answers 404 `rollout_expired`.",
+    )
+    max_request_bytes: int = Field(
+        2 * 1024 * 1024, ge=1024, description="Largest request body; a larger one answers 413 "
+        "before it is parsed or tokenized (by Content-Length, or while a chunked body is read).",
+    )
+    allow_unauthenticated_remote: bool = Field(
+        False, description="Serve a non-loopback host with auth off (anyone who reaches the "
+        "port can generate and read rollouts); refused unless set, and warned about when set.",
+    )
 
     @model_validator(mode="after")
     def _served(self) -> GatewayConfig:
@@ -33,4 +52,26 @@ class GatewayConfig(BaseModel):
             raise ValueError("models must name at least one model the gateway serves")
         if self.auth is False and self.api_key:
             raise ValueError("api_key is set but auth is False: drop api_key or enable auth")
+        if not self.auth and not is_loopback(self.host) and not self.allow_unauthenticated_remote:
+            raise ValueError(
+                f"host {self.host!r} is not a loopback address and auth is False: anyone who "
+                "can reach the port could use the engine and read rollouts. Keep auth on, bind "
+                "127.0.0.1, or set allow_unauthenticated_remote (agentrl gateway "
+                "--i-know-its-open)"
+            )
         return self
+
+    @property
+    def open_to_anyone(self) -> bool:
+        """Served beyond this machine without auth (allowed only by allow_unauthenticated_remote)."""
+        return not self.auth and not is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only listens on this machine (``localhost``, ``127.x``, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import uuid
 from collections.abc import Mapping
@@ -15,10 +16,13 @@ from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.errors import AgentRLError
 from agentrl_sdk.gateway.config import GatewayConfig
 from agentrl_sdk.gateway.sessions import RolloutSession, SessionRegistry
+from agentrl_sdk.gateway.stats import GatewayStats
 from agentrl_sdk.types import Trajectory
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines.base import Engine
+
+logger = logging.getLogger(__name__)
 
 
 class Gateway:
@@ -49,8 +53,11 @@ class Gateway:
             tokenizer, tool_prompt=self.rollout.chat.tool_prompt
         )
         self.api_key = (self.config.api_key or secrets.token_urlsafe(24)) if self.config.auth else None
+        self.stats = GatewayStats()
         self.registry = SessionRegistry(
-            self._recorder, open_on_first_call=self.config.open_on_first_call
+            self._recorder, open_on_first_call=self.config.open_on_first_call,
+            max_client=self.config.max_client_rollouts,
+            client_ttl_s=self.config.client_rollout_ttl_s, stats=self.stats,
         )
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -121,6 +128,13 @@ class Gateway:
                 )
             await asyncio.sleep(0.005)
         self.port = server.servers[0].sockets[0].getsockname()[1]
+        if self.config.open_to_anyone:
+            logger.warning(
+                "\n%s\nTHE RECORDING GATEWAY ON %s:%d HAS NO AUTH: anyone who can reach this "
+                "port can generate with the model and read, reward and close rollouts "
+                "(allow_unauthenticated_remote is set). Turn auth on unless this network is "
+                "yours alone.\n%s", "!" * 72, self.config.host, self.port, "!" * 72,
+            )
         return self
 
     async def stop(self, timeout_s: float = 10.0) -> None:
