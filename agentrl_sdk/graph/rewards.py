@@ -4,10 +4,14 @@ the node's LLM calls, or the whole rollout."""
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from agentrl_sdk.chat.attribution import graph_path
 from agentrl_sdk.chat.context import current_node, current_recorder
 from agentrl_sdk.types import RewardComponent
+
+if TYPE_CHECKING:
+    from agentrl_sdk.chat.recorder import RolloutRecorder
 
 
 class _Emitting(Enum):
@@ -43,11 +47,12 @@ def emit_reward(
     Raises:
         ValueError: ``value`` is not a finite number, or ``step`` names a call not made.
     """
-    credited = _emitting_node() if node is EMITTING_NODE else node
-    component = RewardComponent(name=name or credited or "graph", value=value, node=credited)
     recorder = current_recorder.get()
     if recorder is None:
+        RewardComponent(name=name or "graph", value=value)  # refuses what a rollout would
         return
+    credited = _emitting_node(recorder) if node is EMITTING_NODE else node
+    component = RewardComponent(name=name or credited or "graph", value=value, node=credited)
     if step is not None:
         made = sum(call.node == credited for call in recorder.ledger.calls)
         turn = step + made if step < 0 else step
@@ -58,15 +63,16 @@ def emit_reward(
     recorder.rewards[component.key] += component.value
 
 
-def _emitting_node() -> str | None:
-    """The decorated node running now, else the LangGraph node (None outside any node)."""
+def _emitting_node(recorder: RolloutRecorder) -> str | None:
+    """The node running now, named as its LLM calls are (decorator, else graph path and
+    ``rollout.nodes`` rules); None outside any graph node."""
     tag = current_node.get()
     if tag is not None:
         return tag.name
     from langgraph.config import get_config
 
     try:
-        metadata = get_config().get("metadata") or {}
+        path = graph_path(get_config().get("metadata"))
     except RuntimeError:  # not inside a runnable
         return None
-    return metadata.get("langgraph_node")
+    return None if path is None else recorder.node_at(path).name

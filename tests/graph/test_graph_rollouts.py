@@ -299,6 +299,26 @@ async def test_nodes_emit_named_rewards_crediting_nodes_and_calls(qwen_tokenizer
     sdk.emit_reward(1.0)  # outside a rollout: a no-op, graphs run unchanged in production
 
 
+async def test_a_reward_in_a_subgraph_credits_the_node_path_its_calls_have(qwen_tokenizer,
+                                                                            scripted):
+    async def agent(state, config):  # undecorated: attributed by its graph path
+        msg = await sdk.chat_model(config).ainvoke(state["messages"])
+        sdk.emit_reward(1.0, name="done")
+        return {"messages": [msg]}
+
+    inner = StateGraph(State)
+    inner.add_node("agent", agent)
+    inner.add_edge(START, "agent")
+    outer = StateGraph(State)
+    outer.add_node("researcher", inner.compile())
+    outer.add_edge(START, "researcher")
+    (traj,) = await sdk.arollout(outer.compile(), ROW, scripted(qwen_tokenizer, ["ok"]),
+                                 tokenizer=qwen_tokenizer)
+    assert traj.status == "ok", traj.error
+    assert [c.node for c in traj.calls] == ["researcher/agent"]
+    assert traj.rewards == {"done@researcher/agent": 1.0}
+
+
 async def test_emit_reward_refuses_non_numbers_and_calls_not_made(qwen_tokenizer, scripted):
     @sdk.trainable("solver")
     async def solver(state, config):
