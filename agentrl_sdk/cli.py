@@ -3,8 +3,10 @@ traces, build tiny models."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
@@ -59,8 +61,9 @@ def train(
     if steps:
         cfg.max_steps = steps
     job = resolve_entrypoints(cfg)
-    result = run_training(job.graph, job.dataset, job.reward, cfg, input_fn=job.input_fn,
-                          eval_dataset=job.eval_dataset)  # fmt: skip
+    with _refused_dataset():
+        result = run_training(job.graph, job.dataset, job.reward, cfg, input_fn=job.input_fn,
+                              eval_dataset=job.eval_dataset)  # fmt: skip
     curve = ", ".join(f"{m['reward/mean']:.3f}" for m in result.history)
     console.print(f"reward per step: {curve}")
     console.print(f"MLflow run {result.run_id} · final model {result.final_model}")
@@ -80,7 +83,8 @@ def evaluate(
     cfg = _load_config(config)
     job = resolve_entrypoints(cfg)
     rows = load_dataset_reference(dataset) if dataset else (job.eval_dataset or job.dataset)
-    result = run_eval(job.graph, rows, job.reward, cfg, input_fn=job.input_fn, model=model)
+    with _refused_dataset():
+        result = run_eval(job.graph, rows, job.reward, cfg, input_fn=job.input_fn, model=model)
     table = Table("metric", "value", title=f"evaluation of {model or cfg.model.path}")
     for name, value in sorted(result.metrics.items()):
         table.add_row(name, f"{value:.4g}")
@@ -257,6 +261,18 @@ def _load_config(path: Path) -> TrainConfig:
         _usage_error(describe_validation_error(cause, TrainConfig, source=str(path)))
     except (OSError, yaml.YAMLError) as exc:
         _usage_error(f"{path}: cannot read the config: {exc}")
+
+
+@contextlib.contextmanager
+def _refused_dataset() -> Iterator[None]:
+    """A dataset refused when it loads (bad rows under ``data.on_bad_row: raise``, or none
+    usable) ends the command like a bad config: its message, exit code 2."""
+    from agentrl_sdk.data import DatasetError
+
+    try:
+        yield
+    except DatasetError as exc:
+        _usage_error(str(exc))
 
 
 def _usage_error(message: str) -> NoReturn:

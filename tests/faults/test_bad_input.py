@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 from langgraph.graph import END, START, MessagesState, StateGraph
+from typer.testing import CliRunner
 from typing_extensions import TypedDict
 
 import agentrl_sdk as sdk
+from agentrl_sdk.cli import app
 from agentrl_sdk.data import DatasetError, GraphInputCheck, load_rows
 from agentrl_sdk.rollout import default_input
 
@@ -92,3 +94,26 @@ def test_an_input_fn_that_raises_otherwise_names_the_error():
                                            r"dice \(id 'q0'\)"):
         load_rows([GOOD], input_check=GraphInputCheck(_graph(MessagesState), broken),
                   on_bad_row="raise")
+
+
+def test_agentrl_train_reports_a_refused_dataset_with_exit_2(tmp_path, monkeypatch):
+    (tmp_path / "fault_job.py").write_text(
+        "from langgraph.graph import END, START, MessagesState, StateGraph\n"
+        "builder = StateGraph(MessagesState)\n"
+        "builder.add_node('solve', lambda s: {})\n"
+        "builder.add_edge(START, 'solve')\n"
+        "builder.add_edge('solve', END)\n"
+        "graph = builder.compile()\n"
+        f"def rows():\n    return [{GOOD!r}, {NO_MESSAGES!r}]\n"
+    )
+    (tmp_path / "config.yaml").write_text(
+        "entrypoint:\n  graph: fault_job:graph\n  dataset: fault_job:rows\n"
+        "data:\n  on_bad_row: raise\n"
+    )
+    monkeypatch.chdir(tmp_path)  # where `agentrl train` imports the entrypoints from
+    monkeypatch.syspath_prepend(str(tmp_path))  # ...and taken off sys.path again afterwards
+
+    result = CliRunner().invoke(app, ["train", "config.yaml"])
+
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.startswith("error: bad dataset row: row 1, field 'messages'")
