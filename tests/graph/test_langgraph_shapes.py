@@ -8,6 +8,7 @@ ids against what the engine was sent and sampled, the masks, and the node path o
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import warnings
 from typing import Annotated, Any, TypedDict
@@ -290,3 +291,23 @@ async def test_structured_output_in_all_three_methods(engine, tokenizer):
     assert tokenizer.decode(forced) == '<tool_call>\n{"name": "Weather", "arguments": '
     assert traj.segments[0].response_mask[: len(forced)] == [0] * len(forced)
     assert [c.forced_ids for c in traj.calls[1:]] == [[], []]
+
+
+async def test_functional_api_tasks(engine, tokenizer):
+    """LangGraph's functional API: an entrypoint running tasks concurrently; each task's
+    call sits under the entrypoint's path."""
+    from langgraph.func import entrypoint, task
+
+    @task
+    async def draft(topic: str) -> str:
+        return (await TokenChatModel().ainvoke(f"Write about {topic}")).content
+
+    @entrypoint()
+    async def workflow(inputs: dict) -> list:
+        return list(await asyncio.gather(*[draft(t) for t in inputs["topics"]]))
+
+    (traj,) = await sdk.arollout_batch(workflow, [{"id": "r0", "topics": ["owls", "cats"]}],
+                                       engine, tokenizer=tokenizer, input_fn=dict)
+    assert traj.status == "ok", traj.error
+    assert _paths(traj) == ["workflow/draft"] * 2 and len(traj.final_state) == 2
+    assert_token_exact(traj, engine)
