@@ -30,10 +30,11 @@ async def score(
 
     The total is the reward function's value (or the sum of its components) plus every
     component a node emitted with ``emit_reward``. Named components without a node are the
-    shared outcome; a `RewardComponent` naming a node credits that node's policy only. A rollout that did not finish (status
-    other than ``ok``) gets ``failed_rollout_reward``. A reward function that raises or
-    returns None/NaN is counted and treated per ``on_error``: ``zero`` scores 0, ``drop``
-    leaves ``reward`` None so the trajectory is not trained on.
+    shared outcome; a `RewardComponent` naming a node credits that node's policy only. A
+    rollout that did not finish (status other than ``ok``) gets ``failed_rollout_reward``. A
+    reward function that raises or returns None/NaN (or a non-number) is counted and treated
+    per ``on_error``: ``zero`` scores 0, ``drop`` leaves ``reward`` None so the trajectory is
+    not trained on.
 
     Returns:
         Counters: ``reward_errors``, ``rollouts_failed``.

@@ -1,13 +1,16 @@
 """A supervisor and two workers, three sets of weights: one graph, per-node training.
 
 - ``supervisor`` (policy ``supervisor``, trained): reads the question and routes it by
-  writing ``math`` or ``words``; it earns the per-node reward ``routing`` when right.
+  writing ``math`` or ``words``; it earns the reward ``routing`` when right, crediting the
+  supervisor node only.
 - ``math_worker`` (policy ``default``, trained): picks the arithmetic tool (the
-  tool-selection task), rewarded when the tool is right.
+  tool-selection task); ``team_reward`` credits it ``answer`` when the tool is right.
 - ``words_worker`` (policy ``words``, ``@frozen``): answers word questions; its calls are
   recorded in the trajectory but never trained, and its engine's weights never change.
 
-Each policy's samples are its own nodes' segments; advantages are grouped per (row, policy).
+Each policy's samples are its own nodes' segments, and each policy's reward is the credit of
+its own nodes: the supervisor's advantages come from ``routing`` alone, the math worker's from
+``answer`` alone (there is no shared outcome). Advantages are grouped per (row, policy).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ async def supervisor(state: State, config) -> dict:
     reply = await sdk.chat_model(config).ainvoke(router_prompt(state["question"]))
     words = reply.text.strip().split()
     route = words[0].strip(".").lower() if words else ""
-    sdk.emit_reward(ROUTING_REWARD * (route == state["kind"]), name="routing")
+    sdk.emit_reward(ROUTING_REWARD * (route == state["kind"]), name="routing", node="supervisor")
     return {"route": route if route in ROUTES else "none"}
 
 
@@ -104,13 +107,20 @@ def training_rows() -> list[dict[str, Any]]:
     return make_mixed_rows(256, seed=2)
 
 
-def team_reward(state: dict[str, Any], row: dict[str, Any], trajectory: Any) -> float:
-    """The team's outcome: a math question solved with the right tool, or a word question
-    handed to the words worker (the supervisor's routing reward comes on top)."""
+def team_reward(
+    state: dict[str, Any], row: dict[str, Any], trajectory: Any
+) -> list[sdk.RewardComponent]:
+    """Each worker's credit for its own work (the supervisor's ``routing`` comes on top).
+
+    ``answer`` credits the math worker: a math question solved with the right tool. ``words``
+    credits the frozen words worker (logged, trains nothing): a word question answered.
+    """
     if row["kind"] == "math":
-        return right_tool_reward(state, row, trajectory) if state["route"] == "math" else 0.0
+        solved = right_tool_reward(state, row, trajectory) if state["route"] == "math" else 0.0
+        return [sdk.RewardComponent(name="answer", value=solved, node="math_worker")]
     answered = any(isinstance(m, AIMessage) for m in state["messages"])
-    return float(state["route"] == "words" and answered)
+    words = float(state["route"] == "words" and answered)
+    return [sdk.RewardComponent(name="words", value=words, node="words_worker")]
 
 
 def routing_demo(row: dict[str, Any], rng: random.Random, accuracy: float) -> list[dict[str, str]]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
+import agentrl_sdk.pipeline.sync as sync_module
+from agentrl_sdk.algorithms import compute_grpo_advantages
 from agentrl_sdk.pipeline import TrainConfig
 from agentrl_sdk.tracing import load_trace_view, search_rollout_traces
 from examples.multi_agent.train import HERE, run
@@ -12,7 +15,20 @@ from examples.multi_agent.train import HERE, run
 pytestmark = pytest.mark.slow
 
 
-def test_brief_run_trains_two_policies_and_keeps_the_frozen_one(tmp_path):
+OWN_CREDIT = {"supervisor": "routing", "default": "answer"}
+"""The reward each trained policy learns from: its own nodes' credit, nothing shared."""
+
+
+def test_brief_run_trains_two_policies_and_keeps_the_frozen_one(tmp_path, monkeypatch):
+    batches = []  # (trajectories, samples) of every step
+    build = sync_module.batch_samples
+
+    def record(job, trajectories, *args):
+        samples, metrics = build(job, trajectories, *args)
+        batches.append((trajectories, samples))
+        return samples, metrics
+
+    monkeypatch.setattr(sync_module, "batch_samples", record)
     config = TrainConfig.from_yaml(HERE / "config.yaml")
     config.max_steps = 2
     config.data.batch_size = 4
@@ -29,6 +45,7 @@ def test_brief_run_trains_two_policies_and_keeps_the_frozen_one(tmp_path):
         assert metrics["train/supervisor/trained_tokens"] > 0
         assert not any(key.startswith(("train/words", "policy_version/words")) for key in metrics)
         assert "reward/routing" in metrics  # the supervisor's per-node reward
+    _check_each_policy_learns_from_its_own_credit(batches)
     # Both trained policies were exported; the default one moved off its warm start.
     assert set(result.final_models) == {"supervisor"}
     before = load_file(f"{config.model.path}/model.safetensors")
@@ -42,3 +59,24 @@ def test_brief_run_trains_two_policies_and_keeps_the_frozen_one(tmp_path):
     frozen = [s for s in segments if s["policy"] == "words"]
     assert frozen and all(not s["trained"] and s["node"] == "words_worker" for s in frozen)
     assert all(s["trained"] for s in segments if s["policy"] != "words")
+
+
+def _check_each_policy_learns_from_its_own_credit(batches) -> None:
+    """Every sample's reward is its policy's own component, and its advantage the group's GRPO
+    advantage of those rewards: the routing reward never moves the math worker, and back."""
+    moved = False
+    for trajectories, samples in batches:
+        rollouts = {(t.row_id, t.sample_index): t for t in trajectories}
+        groups: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}
+        for s in samples:
+            traj = rollouts[s.row_id, s.sample_index]
+            own = sum(c.value for c in traj.components if c.name == OWN_CREDIT[s.policy])
+            assert s.reward == own
+            moved |= s.reward != traj.reward  # the total holds the other policy's credit
+            groups.setdefault((s.row_id, s.policy), {})[s.sample_index] = (s.reward, s.advantage)
+        for group in groups.values():
+            rewards, advantages = zip(*group.values(), strict=True)
+            expected, _ = compute_grpo_advantages(torch.tensor(rewards, dtype=torch.float64),
+                                                  [0] * len(rewards))
+            assert list(advantages) == pytest.approx(expected.tolist())
+    assert moved
