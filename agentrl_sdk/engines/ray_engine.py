@@ -51,6 +51,11 @@ class _EngineActor:
     async def health(self) -> bool:
         return await self.engine.health()
 
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def policy_version(self) -> int:
         return self.engine.policy_version
 
@@ -68,6 +73,9 @@ class RayEngine:
         start_timeout_s: Longest wait for the actor to build its engine.
         call_timeout_s: Longest wait for one call (a whole generation included).
         **options: The backend's options.
+
+    Attributes:
+        node_id: The Ray node the actor runs on.
     """
 
     def __init__(
@@ -92,7 +100,10 @@ class RayEngine:
         self._actor = actor.remote(backend, model_path, options)
         self._timeout = call_timeout_s
         try:
-            self._version = ray.get(self._actor.policy_version.remote(), timeout=start_timeout_s)
+            self._version, self.node_id = ray.get(
+                [self._actor.policy_version.remote(), self._actor.node_id.remote()],
+                timeout=start_timeout_s,
+            )
         except Exception as exc:
             raise EngineError(f"the {backend!r} engine actor failed to start: {exc}") from exc
         self._closed = False

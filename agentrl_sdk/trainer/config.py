@@ -7,7 +7,40 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["TrainerConfig"]
+__all__ = ["LoraConfig", "TrainerConfig"]
+
+
+class LoraConfig(BaseModel):
+    """LoRA adapters on a frozen base (PEFT's LoRA, sharded by FSDP2 with the base).
+
+    Only the adapters get gradients and optimizer state, so checkpoints hold adapters and
+    optimizer state only; the engines still receive merged weights (base + adapter).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rank: int = Field(8, ge=1, description="Rank r of each adapter (the inner size of B @ A).")
+    alpha: float = Field(
+        16.0, gt=0, description="LoRA alpha: the update is scaled by alpha / rank."
+    )
+    dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout on the adapters' input, in training forwards "
+        "only (recomputed logprobs and the engines never drop)."
+    )
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Module names (suffixes, as PEFT matches them) that get "
+        "adapters, e.g. ['q_proj', 'v_proj']; 'all-linear' is every linear layer but the LM head."
+    )
+    export: Literal["merged", "adapter"] = Field(
+        "merged", description="What final_model holds: a normal HF folder with the adapters "
+        "merged into the base, or a PEFT adapter folder (adapter_config.json and "
+        "adapter_model.safetensors, loadable by PEFT and vLLM) on top of the base model."
+    )
+
+    @property
+    def scaling(self) -> float:
+        """The factor of ``B @ A`` in the merged weight ``W + scaling * B @ A``."""
+        return self.alpha / self.rank
 
 
 class TrainerConfig(BaseModel):
@@ -32,6 +65,11 @@ class TrainerConfig(BaseModel):
     num_gpus_per_worker: float = Field(
         0.0, ge=0, description="GPUs Ray reserves for each worker; 0 trains on CPU."
     )
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources each worker reserves: pins the "
+        "workers to the nodes that offer them (e.g. {trainer_node: 1} with `ray start "
+        "--resources='{\"trainer_node\": 8}'` on the trainer nodes)."
+    )
     ray_address: str | None = Field(
         None, description="Address of a running Ray cluster; None starts a local one (when Ray "
         "is not initialised yet)."
@@ -45,6 +83,10 @@ class TrainerConfig(BaseModel):
         "embeddings, the LM head and earlier layers stay frozen (no gradients, no optimizer "
         "state). None trains every parameter. On a CPU the last few layers of a small model "
         "cost about half of a full update."
+    )
+    lora: LoraConfig | None = Field(
+        None, description="Train LoRA adapters on a frozen base instead of every parameter; "
+        "None is full fine-tuning."
     )
     activation_checkpointing: bool = Field(
         False, description="Recompute each decoder layer's activations in the backward pass "
@@ -111,6 +153,11 @@ class TrainerConfig(BaseModel):
             raise ValueError(
                 f"warmup_steps ({self.warmup_steps}) must be smaller than total_steps "
                 f"({self.total_steps})"
+            )
+        if self.lora is not None and self.trainable_layers is not None:
+            raise ValueError(
+                "lora and trainable_layers both choose what trains: set one of them "
+                f"(got trainable_layers={self.trainable_layers})"
             )
         if self.backend == "nccl" and self.num_gpus_per_worker <= 0:
             raise ValueError(

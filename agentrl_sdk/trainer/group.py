@@ -79,7 +79,8 @@ class TrainerGroup:
         actor_cls = ray.remote(PolicyWorker)
         self._actors = [
             actor_cls.options(
-                num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker
+                num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker,
+                resources=dict(cfg.resources) or None,
             ).remote(rank, cfg.world_size, str(self.model_path), cfg, self.loss_config)
             for rank in range(cfg.world_size)
         ]
@@ -88,7 +89,10 @@ class TrainerGroup:
             ip, port = self._wait([address], "start", cfg.init_timeout_s)[0]
             if ip == ray.util.get_node_ip_address():
                 ip = "127.0.0.1"  # rank 0 shares the driver's node: stay on loopback
-            self.info = self._call("setup", ip, port, timeout=cfg.init_timeout_s)[0]
+            ranks = self._call("setup", ip, port, timeout=cfg.init_timeout_s)
+            self.info = ranks[0]
+            self.node_ids: list[str | None] = [r["node_id"] for r in ranks]
+            """The Ray node of each rank."""
         except BaseException:
             self.shutdown()
             raise
@@ -268,13 +272,16 @@ def _check_resources(config: TrainerConfig) -> None:
     need = {
         "CPU": config.world_size * config.num_cpus_per_worker,
         "GPU": config.world_size * config.num_gpus_per_worker,
+        **{name: config.world_size * amount for name, amount in config.resources.items()},
     }
     total, free = ray.cluster_resources(), ray.available_resources()
     for name, amount in need.items():
         if amount and total.get(name, 0.0) < amount:
             raise TrainerError(
                 f"{config.world_size} workers need {amount:g} {name} but the Ray cluster has "
-                f"{total.get(name, 0.0):g}; lower world_size or num_{name.lower()}s_per_worker"
+                f"{total.get(name, 0.0):g}; lower world_size or "
+                + (f"num_{name.lower()}s_per_worker" if name in ("CPU", "GPU") else
+                   f"trainer.resources[{name!r}], or start nodes that offer it")
             )
         if amount and free.get(name, 0.0) < amount:
             logger.warning(

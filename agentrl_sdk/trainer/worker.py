@@ -164,6 +164,7 @@ class PolicyWorker:
             "trained_params": trained,
             "threads": torch.get_num_threads(),
             "nice": os.nice(0),
+            "node_id": _ray_node_id(),
         }
 
     def _compute_dtype(self) -> torch.dtype:
@@ -554,6 +555,13 @@ def _peak_rss_gb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def _ray_node_id() -> str | None:
+    """The Ray node this worker runs on (None outside Ray): where a multi-node job placed it."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 def _seed_all(seed: int) -> None:

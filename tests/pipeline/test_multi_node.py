@@ -1,0 +1,73 @@
+"""A job on a two-node Ray cluster: the trainer pinned to one node, the engines to the other,
+by custom resources; weights reach the engines' node through Ray, never the driver's disk."""
+
+from __future__ import annotations
+
+import pytest
+
+import agentrl_sdk as sdk
+from agentrl_sdk.engines.ray_engine import RayEngine
+from agentrl_sdk.entrypoints import resolve_entrypoints
+from agentrl_sdk.pipeline import TrainConfig
+from agentrl_sdk.trainer.group import TrainerGroup
+from examples.tool_selection.agent import right_tool_reward
+from examples.tool_selection.train import HERE
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def two_nodes(monkeypatch):
+    """A head node offering ``trainer_node`` and a second node offering ``engine_node``: two
+    raylets on this machine, as `ray start --head` and `ray start --address` would start."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_worker_niceness", "0")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "resources": {"trainer_node": 1}, "include_dashboard": False})
+    engines = cluster.add_node(num_cpus=1, resources={"engine_node": 1})
+    cluster.wait_for_nodes()
+    try:
+        yield cluster.address, cluster.head_node.node_id, engines.node_id
+    finally:
+        cluster.shutdown()
+
+
+def _spy_on(monkeypatch, cls) -> list:
+    """Every instance of ``cls`` built from now on."""
+    built, init = [], cls.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(cls, "__init__", record)
+    return built
+
+
+def test_trainer_and_engines_on_their_own_nodes(two_nodes, monkeypatch):
+    address, trainer_node, engine_node = two_nodes
+    groups, engines = _spy_on(monkeypatch, TrainerGroup), _spy_on(monkeypatch, RayEngine)
+    config = TrainConfig.from_yaml(HERE / "config.yaml")
+    config.max_steps = 2
+    config.evaluation.every = 0
+    config.data.batch_size = 2
+    config.rollout.n = 4
+    config.checkpoint.dir = None
+    config.tracking.enabled = False
+    config.trainer = config.trainer.model_copy(
+        update={"ray_address": address, "resources": {"trainer_node": 1}})
+    config.engine.ray_actors = True
+    config.engine.options = config.engine.options.model_copy(
+        update={"actor_options": {"resources": {"engine_node": 1}}})
+    job = resolve_entrypoints(config)
+
+    result = sdk.train(job.graph, job.dataset, reward=right_tool_reward, config=config,
+                       input_fn=job.input_fn)
+
+    assert [m["policy_version"] for m in result.history] == [1.0, 2.0]  # pushed to the engine
+    assert all(m["train/trained_tokens"] > 0 for m in result.history)
+    (group,) = groups
+    assert group.node_ids == [trainer_node]
+    assert [e.node_id for e in engines] == [engine_node]
