@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentrl_sdk.algorithms import PolicyLossConfig
+from agentrl_sdk.algorithms.step_advantages import StepBaseline
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.engines.options import (
     BACKEND_OPTIONS,
@@ -178,6 +179,18 @@ class OverlongConfig(_Section):
     penalty: float = Field(1.0, ge=0.0, description="The soft penalty at max_tokens.")
 
 
+class StepLevelConfig(_Section):
+    """Step-level credit: each LLM call its own sample and advantage."""
+
+    enabled: bool = Field(
+        False, description="Advantages per LLM call from discounted returns over the policy's "
+        "calls in the rollout (rewards emitted with step= credit one call; the rest of the "
+        "policy's reward comes at its last call), baselined per (row, policy) group as "
+        "advantage_estimator says. Each call is trained as its own sequence."
+    )
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per LLM call.")
+
+
 class AlgorithmConfig(PolicyLossConfig):
     """The policy loss (`PolicyLossConfig`) and how rewards become its batch: the weight of
     the shared outcome, dynamic sampling and over-long handling."""
@@ -189,6 +202,14 @@ class AlgorithmConfig(PolicyLossConfig):
     )
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+    step_level: StepLevelConfig = Field(default_factory=StepLevelConfig)
+
+    @model_validator(mode="after")
+    def _step_baseline(self) -> AlgorithmConfig:
+        if self.step_level.enabled and self.advantage_estimator not in get_args(StepBaseline):
+            raise ValueError(f"algorithm.step_level needs algorithm.advantage_estimator in "
+                             f"{get_args(StepBaseline)}, not {self.advantage_estimator!r}")
+        return self
 
     @property
     def loss(self) -> PolicyLossConfig:

@@ -32,6 +32,7 @@ from agentrl_sdk.rollout.credit import credit_policies, flat_groups
 from agentrl_sdk.rollout.overlong import add_overlong_penalties, truncated
 from agentrl_sdk.rollout.rewards import RewardFn, score
 from agentrl_sdk.rollout.samples import build_samples
+from agentrl_sdk.rollout.step_samples import build_step_samples
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.tracing import TrainingRun, rollout_credit
 from agentrl_sdk.types import Batch, Sample, Trajectory
@@ -185,12 +186,20 @@ def batch_samples(
     algorithm = job.config.algorithm
     kept = trainable(job, trajectories)
     dropped = len(trajectories) - len(kept)
-    samples, sample_metrics = build_samples(
-        [t for t in kept if t.row_id not in surplus],
-        estimator=algorithm.advantage_estimator, policies=[p.name for p in job.trained],
-        outcome_weight=algorithm.outcome_reward_weight,
+    common = dict(
+        policies=[p.name for p in job.trained], outcome_weight=algorithm.outcome_reward_weight,
         drop_flat_groups=algorithm.dynamic_sampling.enabled,
     )  # fmt: skip
+    trained = [t for t in kept if t.row_id not in surplus]
+    if algorithm.step_level.enabled:
+        samples, sample_metrics = build_step_samples(
+            trained, gamma=algorithm.step_level.gamma, baseline=algorithm.advantage_estimator,
+            **common,
+        )  # fmt: skip
+    else:
+        samples, sample_metrics = build_samples(
+            trained, estimator=algorithm.advantage_estimator, **common
+        )
     sample_metrics["rollouts_dropped_truncated"] = float(dropped)
     return samples, {**rollout_metrics(trajectories, rollout_s), **sample_metrics}
 

@@ -1,5 +1,5 @@
 """Dynamic sampling on the demo agent: no group without signal is trained, and each batch is
-filled with rows that have signal, in both pipelines."""
+filled with rows that have signal, in both pipelines (and with per-call samples)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,10 @@ def trained(monkeypatch):
     return batches
 
 
-@pytest.mark.parametrize("pipeline", ["sync", "fully_async"])
-def test_dynamic_sampling_fills_the_batch_with_groups_that_have_signal(trained, pipeline):
+@pytest.mark.parametrize(("pipeline", "step_level"), [
+    ("sync", False), ("fully_async", False), ("sync", True)])
+def test_dynamic_sampling_fills_the_batch_with_groups_that_have_signal(trained, pipeline,
+                                                                       step_level):
     config = TrainConfig.from_yaml(HERE / "config.yaml")
     config.max_steps = 2
     config.pipeline = pipeline
@@ -50,6 +52,7 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_have_signal(trained, 
     config.checkpoint.dir = None
     config.tracking.enabled = False
     config.algorithm.dynamic_sampling.enabled = True
+    config.algorithm.step_level.enabled = step_level  # each LLM call its own sample
     job = resolve_entrypoints(config)
 
     result = sdk.train(job.graph, job.dataset, reward=_half_the_rows_agree, config=config,
@@ -62,6 +65,8 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_have_signal(trained, 
             rewards[s.row_id].add(s.reward)
         assert len(rewards) == BATCH  # the batch was filled ...
         assert all(values == {0.0, 1.0} for values in rewards.values())  # ... with signal only
+        if step_level:  # a call's tokens are all sampled ones
+            assert all(s.response_mask == [1] * len(s.response_ids) for s in samples)
     dropped = sum(m["groups_dropped_no_signal"] for m in result.history)
     assert dropped > 0  # some rows agreed and were left out
     if pipeline == "sync":

@@ -1,0 +1,57 @@
+"""Step-level advantages against hand-computed references."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from agentrl_sdk.algorithms import compute_grpo_advantages, compute_rloo_advantages
+from agentrl_sdk.algorithms.step_advantages import compute_step_advantages, discounted_returns
+
+
+def test_discounted_returns_restart_at_every_rollout():
+    rewards = torch.tensor([1.0, 0.0, 2.0, 0.5, 3.0])
+    rollout = torch.tensor([0, 0, 0, 1, 2])
+    returns = discounted_returns(rewards, rollout, gamma=0.5)
+    # rollout 0: G3 = 2, G2 = 0 + 0.5 * 2 = 1, G1 = 1 + 0.5 * 1 = 1.5
+    assert returns.tolist() == [1.5, 1.0, 2.0, 0.5, 3.0]
+
+
+def test_grpo_step_advantages_by_hand():
+    # Group g: rollout 0 (calls r = 1, 0, 2; returns 1.5, 1, 2) and rollout 1 (one call, 0.5).
+    # Rollout returns 1.5 and 0.5: mean 1, unbiased std sqrt(0.5). Rollout 2 is alone.
+    rewards = torch.tensor([1.0, 0.0, 2.0, 0.5, 7.0])
+    rollout = torch.tensor([0, 0, 0, 1, 2])
+    adv, metrics = compute_step_advantages(rewards, rollout, ["g", "g", "h"], gamma=0.5,
+                                           eps=0.0)
+    s = math.sqrt(0.5)
+    assert adv.tolist() == pytest.approx([0.5 / s, 0.0, 1.0 / s, -0.5 / s, 0.0])
+    assert metrics["step_return_mean"] == pytest.approx((1.5 + 1 + 2 + 0.5 + 7) / 5)
+
+    rloo, _ = compute_step_advantages(rewards, rollout, ["g", "g", "h"], gamma=0.5,
+                                      baseline="rloo")
+    # Baselines: rollout 0 against 0.5, rollout 1 against 1.5.
+    assert rloo.tolist() == pytest.approx([1.0, 0.5, 1.5, -1.0, 0.0])
+
+
+def test_a_flat_group_keeps_the_signal_of_single_calls():
+    # Both rollouts return 1 in total, but rollout 0 earned it on its first call.
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    adv, _ = compute_step_advantages(rewards, torch.tensor([0, 0, 1, 1]), ["g", "g"])
+    assert adv.tolist() == pytest.approx([0.0, -1.0, 0.0, 0.0])  # std 0: centred, not scaled
+
+
+@pytest.mark.parametrize(("baseline", "reference"), [
+    ("grpo", compute_grpo_advantages), ("rloo", compute_rloo_advantages)])
+def test_outcome_only_rewards_give_the_rollout_level_advantages(baseline, reference):
+    outcomes = torch.tensor([1.0, 0.0, 0.5, 2.0, 2.0])
+    groups = ["a", "a", "a", "b", "b"]
+    calls = [3, 1, 2, 2, 1]
+    rollout = torch.repeat_interleave(torch.arange(5), torch.tensor(calls))
+    last = torch.cumsum(torch.tensor(calls), 0) - 1
+    rewards = torch.zeros(sum(calls)).index_put((last,), outcomes)  # the outcome at the end
+    adv, _ = compute_step_advantages(rewards, rollout, groups, gamma=1.0, baseline=baseline)
+    expected, _ = reference(outcomes, groups)
+    assert adv.tolist() == pytest.approx(expected[rollout].tolist(), abs=1e-9)
