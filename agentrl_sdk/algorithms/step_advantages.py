@@ -1,13 +1,15 @@
-"""Step-level advantages: discounted returns over a rollout's LLM calls, with a group baseline."""
+"""Step-level advantages: discounted returns over a rollout's LLM calls, against a group
+baseline or (GiGPO) within groups of calls from equal anchor states."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from agentrl_sdk.algorithms.advantages import GroupIds, _group
+from agentrl_sdk.algorithms.advantages import GroupIds, _group, compute_advantages
 
 StepBaseline = Literal["grpo", "drgrpo", "rloo"]
 """How the group baseline (and scale) of `compute_step_advantages` is taken."""
@@ -91,3 +93,49 @@ def compute_step_advantages(
         "step_return_mean": returns.mean().item() if returns.numel() else 0.0,
     }
     return adv.to(rewards.dtype if rewards.is_floating_point() else torch.float64), metrics
+
+
+def compute_anchor_advantages(
+    rewards: Tensor,
+    rollout: Tensor,
+    group_ids: Sequence[Hashable],
+    anchor_ids: Sequence[Hashable],
+    gamma: float = 1.0,
+    baseline: StepBaseline = "grpo",
+    omega: float = 1.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """GiGPO-style advantages (Feng et al., arXiv:2505.10978): episode plus anchor-step groups.
+
+    ``adv_k = A_E(i) + omega * A_S(k)``: ``A_E`` is the ``baseline`` estimator over the
+    rollouts' total rewards ``sum_k r_k`` within their group; ``A_S`` the same estimator over
+    the calls' discounted returns ``G_k`` within the step group of calls that share their
+    rollout group and their anchor state (``anchor_ids``: equal observations). A step group of
+    one call (or of equal returns) adds nothing.
+
+    Args:
+        rewards: ``(M,)`` one reward per call.
+        rollout: ``(M,)`` rollout index of each call in ``[0, N)``; contiguous, in call order.
+        group_ids: ``N`` group keys, one per rollout.
+        anchor_ids: ``M`` anchor-state keys, one per call.
+        gamma: Discount per call.
+        baseline: ``grpo``, ``drgrpo`` or ``rloo``, for both levels.
+        omega: Weight of the step-level advantage.
+
+    Returns:
+        ``(adv, metrics)``: ``adv`` ``(M,)``; ``step_adv_mean``, ``step_adv_std``,
+        ``step_groups``, ``step_group_size_mean``.
+    """
+    r = rewards.to(torch.float64)
+    returns = discounted_returns(r, rollout, gamma)  # (M,)
+    totals = r.new_zeros(len(group_ids)).index_add(0, rollout, r)  # (N,)
+    episode, _ = compute_advantages(baseline, totals, group_ids)  # (N,)
+    step_keys = [(group_ids[i], a) for i, a in zip(rollout.tolist(), anchor_ids, strict=True)]
+    step, step_metrics = compute_advantages(baseline, returns, step_keys)  # (M,)
+    adv = episode[rollout] + omega * step  # (M,)
+    groups = step_metrics["adv_groups"]
+    return adv, {
+        "step_adv_mean": adv.mean().item() if adv.numel() else 0.0,
+        "step_adv_std": adv.std(correction=0).item() if adv.numel() else 0.0,
+        "step_groups": groups,
+        "step_group_size_mean": adv.numel() / groups if groups else 0.0,
+    }

@@ -189,6 +189,12 @@ class StepLevelConfig(_Section):
         "advantage_estimator says. Each call is trained as its own sequence."
     )
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per LLM call.")
+    anchor_weight: float | None = Field(
+        None, ge=0.0, description="GiGPO: a call's advantage is its rollout's group advantage "
+        "plus this weight times its return's advantage among the calls (of the same row and "
+        "policy) that start from the same anchor state: the same node seeing the same new "
+        "tokens (tool results), or the same whole prompt. None: returns against the group."
+    )
 
 
 class AlgorithmConfig(PolicyLossConfig):

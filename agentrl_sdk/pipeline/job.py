@@ -194,7 +194,7 @@ def batch_samples(
     if algorithm.step_level.enabled:
         samples, sample_metrics = build_step_samples(
             trained, gamma=algorithm.step_level.gamma, baseline=algorithm.advantage_estimator,
-            **common,
+            anchor_weight=algorithm.step_level.anchor_weight, **common,
         )  # fmt: skip
     else:
         samples, sample_metrics = build_samples(

@@ -12,7 +12,11 @@ from collections.abc import Sequence
 
 import torch
 
-from agentrl_sdk.algorithms.step_advantages import StepBaseline, compute_step_advantages
+from agentrl_sdk.algorithms.step_advantages import (
+    StepBaseline,
+    compute_anchor_advantages,
+    compute_step_advantages,
+)
 from agentrl_sdk.rollout.credit import PolicyCredit, credit_policies, flat_groups
 from agentrl_sdk.types import LLMCall, Sample, Trajectory
 
@@ -25,13 +29,16 @@ def build_step_samples(
     policies: Sequence[str] | None = None,
     outcome_weight: float = 1.0,
     drop_flat_groups: bool = False,
+    anchor_weight: float | None = None,
 ) -> tuple[list[Sample], dict[str, float]]:
     """One sample per trained LLM call that generated tokens, advantages per call.
 
     A call's reward is the components crediting that call (``step``); the policy's last call
     in the rollout also earns the rest of the policy's reward (`policy_reward`: its share of
     the outcome and its nodes' call-agnostic credit). Returns are discounted by ``gamma`` over
-    the policy's calls; groups are ``(row, policy)`` (`compute_step_advantages`).
+    the policy's calls; groups are ``(row, policy)`` (`compute_step_advantages`). With
+    ``anchor_weight``, GiGPO: calls from equal anchor states (`call_anchors`) also form step
+    groups, weighted by it (`compute_anchor_advantages`).
 
     Returns:
         The samples and metrics (``samples``, ``rollouts_skipped``,
@@ -46,11 +53,18 @@ def build_step_samples(
              for call, r in zip(_calls(credit), call_rewards(credit), strict=True)]
     if not steps:
         return [], {"samples": 0.0, **counts}
-    adv, metrics = compute_step_advantages(
-        torch.tensor([r for _, _, r in steps], dtype=torch.float64),
-        torch.tensor([i for i, _, _ in steps]), [c.group for c in credits],
-        gamma=gamma, baseline=baseline,
-    )  # fmt: skip
+    rewards = torch.tensor([r for _, _, r in steps], dtype=torch.float64)
+    rollout = torch.tensor([i for i, _, _ in steps])
+    groups = [c.group for c in credits]
+    if anchor_weight is None:
+        adv, metrics = compute_step_advantages(rewards, rollout, groups, gamma, baseline)
+    else:
+        anchors = {id(t): call_anchors(t) for t in {id(c.traj): c.traj for c in credits}.values()}
+        adv, metrics = compute_anchor_advantages(
+            rewards, rollout, groups, [anchors[id(credits[i].traj)][id(call)]
+                                       for i, call, _ in steps],
+            gamma=gamma, baseline=baseline, omega=anchor_weight,
+        )  # fmt: skip
     versions = {id(t): _call_versions(t) for t in {id(c.traj): c.traj for c in credits}.values()}
     samples = []
     for (i, call, _), a in zip(steps, adv.tolist(), strict=True):
@@ -76,6 +90,20 @@ def call_rewards(credit: PolicyCredit) -> list[float]:
     if rewards:  # the calls' rewards add up to the policy's reward
         rewards[-1] += credit.reward - sum(rewards)
     return rewards
+
+
+def call_anchors(traj: Trajectory) -> dict[int, tuple[str, tuple[int, ...]]]:
+    """Each call's anchor state, by ``id(call)``: its node and what it saw anew, i.e. the
+    tokens added to its segment since the previous call (tool results, a user turn), or its
+    whole prompt when it opens a segment. Rollouts of a row share their first anchor."""
+    out: dict[int, tuple[str, tuple[int, ...]]] = {}
+    last: dict[int, LLMCall] = {}  # the latest call of each segment
+    for call in traj.calls:
+        previous = last.get(call.segment_index)
+        seen = 0 if previous is None else len(previous.prompt_ids) + len(previous.response_ids)
+        out[id(call)] = (call.node, tuple(call.prompt_ids[seen:]))
+        last[call.segment_index] = call
+    return out
 
 
 def _calls(credit: PolicyCredit) -> list[LLMCall]:

@@ -8,7 +8,11 @@ import pytest
 import torch
 
 from agentrl_sdk.algorithms import compute_grpo_advantages, compute_rloo_advantages
-from agentrl_sdk.algorithms.step_advantages import compute_step_advantages, discounted_returns
+from agentrl_sdk.algorithms.step_advantages import (
+    compute_anchor_advantages,
+    compute_step_advantages,
+    discounted_returns,
+)
 
 
 def test_discounted_returns_restart_at_every_rollout():
@@ -55,3 +59,21 @@ def test_outcome_only_rewards_give_the_rollout_level_advantages(baseline, refere
     adv, _ = compute_step_advantages(rewards, rollout, groups, gamma=1.0, baseline=baseline)
     expected, _ = reference(outcomes, groups)
     assert adv.tolist() == pytest.approx(expected[rollout].tolist(), abs=1e-9)
+
+
+def test_anchor_step_groups_by_hand():
+    # Three rollouts of one row, two calls each; all start from anchor s0, then rollouts 0 and 2
+    # reach the same state s1 and rollout 1 another one, s2. Only rollout 0's second call pays.
+    rewards = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    rollout = torch.tensor([0, 0, 1, 1, 2, 2])
+    anchors = ["s0", "s1", "s0", "s2", "s0", "s1"]
+    adv, metrics = compute_anchor_advantages(rewards, rollout, ["g"] * 3, anchors, gamma=0.5,
+                                             baseline="drgrpo")
+    # Episode: totals 1, 0, 0 -> 2/3, -1/3, -1/3. Steps, returns G = 0.5, 1 | 0, 0 | 0, 0:
+    # s0 {0.5, 0, 0} -> 1/3, -1/6, -1/6; s1 {1, 0} -> 1/2, -1/2; s2 alone -> 0.
+    assert adv.tolist() == pytest.approx([1.0, 7 / 6, -0.5, -1 / 3, -0.5, -5 / 6])
+    assert metrics["step_groups"] == 3.0
+
+    half, _ = compute_anchor_advantages(rewards, rollout, ["g"] * 3, anchors, gamma=0.5,
+                                        baseline="drgrpo", omega=0.0)
+    assert half.tolist() == pytest.approx([2 / 3, 2 / 3, -1 / 3, -1 / 3, -1 / 3, -1 / 3])

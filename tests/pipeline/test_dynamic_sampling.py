@@ -53,6 +53,7 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_have_signal(trained, 
     config.tracking.enabled = False
     config.algorithm.dynamic_sampling.enabled = True
     config.algorithm.step_level.enabled = step_level  # each LLM call its own sample
+    config.algorithm.step_level.anchor_weight = 1.0  # GiGPO anchor groups, when step_level
     job = resolve_entrypoints(config)
 
     result = sdk.train(job.graph, job.dataset, reward=_half_the_rows_agree, config=config,

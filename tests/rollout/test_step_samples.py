@@ -12,7 +12,7 @@ from langgraph.graph.message import add_messages
 
 import agentrl_sdk as sdk
 from agentrl_sdk.rollout.credit import credit_policies
-from agentrl_sdk.rollout.step_samples import build_step_samples, call_rewards
+from agentrl_sdk.rollout.step_samples import build_step_samples, call_anchors, call_rewards
 from agentrl_sdk.types import LLMCall, RewardComponent, Segment, Trajectory
 
 
@@ -106,3 +106,17 @@ async def test_call_samples_of_a_recorded_tool_rollout_are_prefixes_of_its_segme
     assert sum(len(s.response_ids) for s in samples) == sum(segment.response_mask)
     (credit,) = credit_policies([traj])
     assert call_rewards(credit) == [0.25, 0.25]  # one step reward per call
+
+
+def test_gigpo_groups_the_calls_that_start_from_the_same_anchor_state():
+    trajs = [_two_call_rollout(0, 1.0, 0.5), _two_call_rollout(1, 0.0, 0.0)]
+    anchors = [call_anchors(t) for t in trajs]
+    first, second = ([a[id(t.calls[k])] for t, a in zip(trajs, anchors)] for k in (0, 1))
+    assert first == [("agent", (1, 2))] * 2  # the row's prompt
+    assert second == [("agent", (90, 91))] * 2  # the same tool result came back
+
+    samples, metrics = build_step_samples(trajs, baseline="drgrpo", anchor_weight=1.0)
+    # Episode: totals 1.5, 0 -> +-0.75. Steps: returns {1.5, 0} at the first anchor -> +-0.75,
+    # {1.0, 0} at the second -> +-0.5.
+    assert [s.advantage for s in samples] == pytest.approx([1.5, 1.25, -1.5, -1.25])
+    assert metrics["step_groups"] == 2.0
