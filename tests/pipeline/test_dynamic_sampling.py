@@ -8,7 +8,6 @@ from collections import defaultdict
 import pytest
 
 import agentrl_sdk as sdk
-import agentrl_sdk.pipeline.job as job_module
 from agentrl_sdk.entrypoints import resolve_entrypoints
 from agentrl_sdk.pipeline import TrainConfig
 from examples.tool_selection.train import HERE
@@ -23,20 +22,6 @@ def _half_the_rows_agree(state, row, traj) -> float:
     if int(row["id"].rsplit("-", 1)[1]) % 2 == 0:
         return 0.5
     return float(traj.sample_index % 2)
-
-
-@pytest.fixture
-def trained(monkeypatch):
-    """Every batch the trainer updates on, by step (the real update runs)."""
-    batches: dict[int, list] = defaultdict(list)
-    update = job_module.update_policy
-
-    async def spy(policy, step, samples):
-        batches[step].extend(samples)
-        return await update(policy, step, samples)
-
-    monkeypatch.setattr(job_module, "update_policy", spy)
-    return batches
 
 
 @pytest.mark.parametrize(("pipeline", "step_level"), [

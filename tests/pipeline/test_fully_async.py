@@ -8,13 +8,11 @@ import json
 import os
 import signal
 import random
-from collections import defaultdict
 
 import pytest
 from langgraph.graph import START, StateGraph
 
 import agentrl_sdk as sdk
-import agentrl_sdk.pipeline.job as job_module
 from agentrl_sdk.entrypoints import resolve_entrypoints
 from agentrl_sdk.pipeline import TrainConfig
 from examples.tool_selection.agent import TOOLS, State, right_tool_reward, solver
@@ -35,20 +33,6 @@ def _config(tmp_path, steps: int, **async_options) -> TrainConfig:
         config.pipeline = "fully_async"
         config.fully_async = config.fully_async.model_copy(update=async_options)
     return config
-
-
-@pytest.fixture
-def trained(monkeypatch):
-    """Every batch the trainer updates on, by step (the real update runs)."""
-    batches: dict[int, list] = defaultdict(list)
-    update = job_module.update_policy
-
-    async def spy(policy, step, samples):
-        batches[step].extend(samples)
-        return await update(policy, step, samples)
-
-    monkeypatch.setattr(job_module, "update_policy", spy)
-    return batches
 
 
 def _train(config: TrainConfig, reward=right_tool_reward):
