@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from agentrl_sdk.algorithms import compute_advantages
-from agentrl_sdk.rollout.credit import credit_policies, flat_groups
+from agentrl_sdk.rollout.credit import trainable_credits
 from agentrl_sdk.types import Sample, Trajectory
 
 
@@ -39,11 +39,10 @@ def build_samples(
         The samples and metrics (``samples``, ``rollouts_skipped``,
         ``groups_dropped_no_signal``, advantage statistics).
     """
-    skipped = sum(t.reward is None for t in trajectories)
-    credits = credit_policies(trajectories, policies=policies, outcome_weight=outcome_weight)
-    dropped = flat_groups(credits) if drop_flat_groups else set()
-    credits = [c for c in credits if c.group not in dropped]
-    counts = {"rollouts_skipped": float(skipped), "groups_dropped_no_signal": float(len(dropped))}
+    credits, counts = trainable_credits(
+        trajectories, policies=policies, outcome_weight=outcome_weight,
+        drop_flat_groups=drop_flat_groups,
+    )  # fmt: skip
     if not credits:
         return [], {"samples": 0.0, **counts}
 

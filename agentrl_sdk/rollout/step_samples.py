@@ -17,7 +17,7 @@ from agentrl_sdk.algorithms.step_advantages import (
     compute_anchor_advantages,
     compute_step_advantages,
 )
-from agentrl_sdk.rollout.credit import PolicyCredit, credit_policies, flat_groups
+from agentrl_sdk.rollout.credit import PolicyCredit, trainable_credits
 from agentrl_sdk.types import LLMCall, Sample, Trajectory
 
 
@@ -44,11 +44,10 @@ def build_step_samples(
         The samples and metrics (``samples``, ``rollouts_skipped``,
         ``groups_dropped_no_signal``, step advantage statistics).
     """
-    credits = credit_policies(trajectories, policies=policies, outcome_weight=outcome_weight)
-    dropped = flat_groups(credits) if drop_flat_groups else set()
-    credits = [c for c in credits if c.group not in dropped]
-    counts = {"rollouts_skipped": float(sum(t.reward is None for t in trajectories)),
-              "groups_dropped_no_signal": float(len(dropped))}
+    credits, counts = trainable_credits(
+        trajectories, policies=policies, outcome_weight=outcome_weight,
+        drop_flat_groups=drop_flat_groups,
+    )  # fmt: skip
     steps = [(i, call, r) for i, credit in enumerate(credits)
              for call, r in zip(_calls(credit), call_rewards(credit), strict=True)]
     if not steps:
