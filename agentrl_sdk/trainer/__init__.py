@@ -1,6 +1,6 @@
 """Distributed policy training: FSDP2 workers as Ray actors, checkpoints and weight sync."""
 
-from agentrl_sdk.trainer.config import TrainerConfig
+from agentrl_sdk.trainer.config import LoraConfig, TrainerConfig
 from agentrl_sdk.trainer.group import TrainerError, TrainerGroup, init_ray
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, micro_batches, pack, shard_plan
 from agentrl_sdk.trainer.weight_sync import SyncStats, WeightSource, WeightSync, WeightSyncError
@@ -8,6 +8,7 @@ from agentrl_sdk.trainer.worker import PolicyWorker
 
 __all__ = [
     "FlatSamples",
+    "LoraConfig",
     "PackedBatch",
     "PolicyWorker",
     "SyncStats",

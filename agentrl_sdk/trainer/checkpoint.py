@@ -9,7 +9,9 @@ Layout of a checkpoint folder::
 
 DCP is used rather than full state dicts so that no rank ever holds the whole model and
 optimizer (a full AdamW state is three model copies), every rank writes its shard in
-parallel, and a checkpoint loads into another world size (DCP reshards on load).
+parallel, and a checkpoint loads into another world size (DCP reshards on load). With
+``trained_only`` (LoRA) frozen parameters are left out: the base comes from the model folder,
+so a checkpoint holds the adapters and their optimizer state only.
 Every function here is a collective: all ranks call it.
 """
 
@@ -43,6 +45,7 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     trainer_state: dict[str, Any],
+    trained_only: bool = False,
 ) -> None:
     """Writes a checkpoint into ``path.partial``, then renames it to ``path`` (replacing it).
 
@@ -52,9 +55,9 @@ def save_checkpoint(
         optimizer: Its optimizer.
         scheduler: Its learning-rate scheduler (state must be JSON-serialisable).
         trainer_state: Counters and the caller's ``extra``; JSON-serialisable; rank 0's is kept.
+        trained_only: Leave out parameters that do not train (see the module docstring).
     """
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
 
     rank = dist.get_rank()
     final = Path(path)
@@ -63,7 +66,7 @@ def save_checkpoint(
         shutil.rmtree(staging, ignore_errors=True)
         (staging / "rng").mkdir(parents=True)
     dist.barrier()
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd, optim_sd = _state_dicts(model, optimizer, trained_only)
     dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=staging / "dcp")
     torch.save(_rng_state(), staging / "rng" / f"rank_{rank}.pt")
     if rank == 0:
@@ -83,8 +86,10 @@ def load_checkpoint(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
+    trained_only: bool = False,
 ) -> dict[str, Any]:
-    """Restores model, optimizer, scheduler and this rank's RNG states from ``path``.
+    """Restores model, optimizer, scheduler and this rank's RNG states from ``path``
+    (``trained_only`` as it was saved: frozen parameters keep their current values).
 
     Returns:
         The ``trainer_state`` given to `save_checkpoint`.
@@ -93,19 +98,20 @@ def load_checkpoint(
         FileNotFoundError: ``path`` holds no checkpoint.
     """
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
     folder = Path(path)
     state_file = folder / _STATE_FILE
     if not state_file.is_file():
         raise FileNotFoundError(f"no trainer checkpoint at {folder} (missing {_STATE_FILE})")
     trainer_state = json.loads(state_file.read_text())
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd, optim_sd = _state_dicts(model, optimizer, trained_only)
     state = {"model": model_sd, "optimizer": optim_sd}
     dcp.load(state, checkpoint_id=folder / "dcp")
     set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
-    )
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+        options=StateDictOptions(strict=not trained_only),
+    )  # fmt: skip
     scheduler.load_state_dict(trainer_state.pop("scheduler"))
     rank = dist.get_rank()
     rng_file = folder / "rng" / f"rank_{rank}.pt"
@@ -118,6 +124,23 @@ def load_checkpoint(
         )  # fmt: skip
     dist.barrier()
     return trainer_state
+
+
+def _state_dicts(
+    model: nn.Module, optimizer: torch.optim.Optimizer, trained_only: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Model and optimizer state dicts; with ``trained_only``, the model's trainable keys only.
+
+    Filtered here rather than with ``StateDictOptions(ignore_frozen_params=True)``, which keeps
+    a tied frozen weight's second name (``lm_head.weight``: the whole embedding again).
+    """
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    if trained_only:
+        trained = {name for name, p in model.named_parameters() if p.requires_grad}
+        model_sd = {k: v for k, v in model_sd.items() if k in trained}
+    return model_sd, optim_sd
 
 
 def _rng_state() -> dict[str, Any]:

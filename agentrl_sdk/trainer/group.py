@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -153,6 +153,12 @@ class TrainerGroup:
             packed: PackedTensors = self._wait(current, method, self.config.call_timeout_s)[0]
             yield packed.unpack()
 
+    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full LoRA tensors (``trainer.lora`` only), by the keys of PEFT's
+        ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight``)."""
+        packed: PackedTensors = self._call("gather_packed_adapter")[0]
+        return packed.unpack()
+
     def save_checkpoint(
         self, path: str | os.PathLike[str], extra: dict[str, Any] | None = None
     ) -> None:
@@ -173,11 +179,17 @@ class TrainerGroup:
         """Restores a checkpoint written by `save_checkpoint`; returns its ``extra`` dict."""
         return self._call("load_checkpoint", str(Path(path).resolve()))[0]
 
-    def export_pretrained(self, path: str | os.PathLike[str]) -> Path:
+    def export_pretrained(
+        self, path: str | os.PathLike[str], form: Literal["merged", "adapter"] | None = None
+    ) -> Path:
         """Writes the current policy as a ``save_pretrained`` folder with the tokenizer of
-        ``model_path``, loadable by ``TorchEngine.from_pretrained``. Returns the folder."""
+        ``model_path``, loadable by ``TorchEngine.from_pretrained``. Returns the folder.
+
+        With ``trainer.lora``, ``form`` (default ``lora.export``) chooses merged weights or a
+        PEFT adapter folder (``PeftModel.from_pretrained(base, path)``; vLLM's LoRA loader).
+        """
         path = Path(path).resolve()
-        self._call("export_pretrained", str(path))
+        self._call("export_pretrained", str(path), form)
         return path
 
     def shutdown(self) -> None:

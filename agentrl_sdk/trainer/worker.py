@@ -30,6 +30,15 @@ from agentrl_sdk.algorithms import (
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
+from agentrl_sdk.trainer.lora import (
+    AdaptedWeight,
+    adapter_file_key,
+    engine_key,
+    inject_lora,
+    lora_dropout_active,
+    merged_weight,
+    save_adapter_folder,
+)
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, mini_batches, pack, shard_plan
 
 if TYPE_CHECKING:
@@ -89,6 +98,8 @@ class PolicyWorker:
         self.device = torch.device("cpu")
         self.model: nn.Module | None = None
         self.ref_model: nn.Module | None = None
+        self._adapted: dict[str, AdaptedWeight] = {}  # engine key -> its LoRA pieces
+        self._trainer_keys: dict[str, str] = {}  # engine key -> trainer key (LoRA renames)
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This node's IP and a free TCP port on it, for rank 0 to host the rendezvous."""
@@ -139,6 +150,9 @@ class PolicyWorker:
         self._mesh = init_device_mesh(self.device.type, (self.world_size,))
         self.compute_dtype = self._compute_dtype()
         self.model = self._load_sharded(trainable=True)
+        self._trainer_keys = {
+            name: key for key in self.model.state_dict() if (name := engine_key(key)) is not None
+        }
         if self.loss_config.kl_coef > 0:
             self.ref_model = self._load_sharded(trainable=False)
         self.optimizer = torch.optim.AdamW(
@@ -190,7 +204,9 @@ class PolicyWorker:
                 f"cannot find the decoder layers of {type(model).__name__} (its _no_split_modules "
                 f"is {sorted(layer_classes)}); FSDP2 shards one unit per decoder layer"
             )
-        if trainable:
+        if trainable and self.config.lora is not None:
+            self._adapted = inject_lora(model, self.config.lora, self.config.seed)
+        elif trainable:
             freeze_all_but_last(model, layers, self.config.trainable_layers)
         if self.config.activation_checkpointing:
             for layer in layers:
@@ -324,8 +340,9 @@ class PolicyWorker:
         norm = self._normalisers(flat, [i for mb in mine for i in mb])
         sums = dict.fromkeys(self._metric_keys(), 0.0)
         self.optimizer.zero_grad(set_to_none=True)
-        for indices in mine:
-            self._accumulate(flat, indices, norm, sums)
+        with lora_dropout_active(self.model, self.config.lora is not None):
+            for indices in mine:
+                self._accumulate(flat, indices, norm, sums)
         grad_norm = self._clip_gradients()
         lr = float(self.optimizer.param_groups[0]["lr"])
         self.optimizer.step()
@@ -408,15 +425,26 @@ class PolicyWorker:
 
     # ---------------------------------------------------------------- weights out
 
+    def _engine_tensors(self) -> list[tuple[list[str], torch.Tensor]]:
+        """The engine's state dict as the trainer holds it: keys of the base model (adapters
+        left out, a LoRA base under its plain name), tied keys grouped."""
+        out = []
+        for keys, tensor in _tensors_by_identity(self.model):
+            names = [name for name in map(engine_key, keys) if name is not None]
+            if names:
+                out.append((names, tensor))
+        return out
+
     def state_dict_plan(self, bucket_bytes: int) -> list[list[str]]:
-        """Keys of the full state dict cut into buckets of at most ``bucket_bytes`` (unsharded).
+        """Keys of the engine's full state dict cut into buckets of at most ``bucket_bytes``
+        (unsharded). With LoRA these are the base model's keys, for merged weights.
 
         Tied parameters (one tensor under several keys) stay in one bucket; a tensor larger
         than the budget gets a bucket of its own. Identical on every rank.
         """
         buckets: list[list[str]] = []
         size = 0
-        for keys, tensor in _tensors_by_identity(self.model):
+        for keys, tensor in self._engine_tensors():
             nbytes = tensor.numel() * tensor.element_size()
             if buckets and size + nbytes <= bucket_bytes:
                 buckets[-1].extend(keys)
@@ -427,7 +455,9 @@ class PolicyWorker:
         return buckets
 
     def gather_bucket(self, keys: Sequence[str]) -> dict[str, torch.Tensor] | None:
-        """All-gathers the parameters ``keys`` (a collective: every rank must call it).
+        """All-gathers the engine weights ``keys`` (a collective: every rank must call it).
+
+        A LoRA-adapted weight comes merged, ``W + scaling * B @ A``.
 
         Returns:
             On rank 0, the full CPU tensors by key (tied keys share one tensor); else None.
@@ -436,27 +466,62 @@ class PolicyWorker:
         gathered: dict[int, torch.Tensor] = {}
         out: dict[str, torch.Tensor] = {}
         for key in keys:
-            tensor = state[key]
+            adapted = self._adapted.get(key)
+            tensor = state[adapted.base if adapted else self._trainer_keys[key]]
             full = gathered.get(id(tensor))
             if full is None:
-                full = tensor.detach()
-                if hasattr(full, "full_tensor"):
-                    full = full.full_tensor()
-                full = gathered[id(tensor)] = full.cpu() if self.rank == 0 else full
+                full = self._full(tensor)
+                if adapted is not None:
+                    full = merged_weight(
+                        full, self._full(state[adapted.lora_a]), self._full(state[adapted.lora_b]),
+                        self.config.lora.scaling, adapted.fan_in_fan_out,
+                    )  # fmt: skip
+                gathered[id(tensor)] = full
             out[key] = full
         return out if self.rank == 0 else None
+
+    def _full(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The unsharded tensor (a collective for a DTensor); on CPU on rank 0."""
+        full = tensor.detach()
+        if hasattr(full, "full_tensor"):
+            full = full.full_tensor()
+        return full.cpu() if self.rank == 0 else full
+
+    def gather_adapter(self) -> dict[str, torch.Tensor] | None:
+        """All-gathers the LoRA tensors (a collective). On rank 0 they come by the keys of
+        PEFT's ``adapter_model.safetensors``; else None."""
+        if self.config.lora is None:
+            raise ValueError("gather_adapter needs trainer.lora (this trainer trains every weight)")
+        state = self.model.state_dict(keep_vars=True)
+        keys = [k for a in self._adapted.values() for k in (a.lora_a, a.lora_b)]
+        out = {adapter_file_key(k): self._full(state[k]) for k in keys}
+        return out if self.rank == 0 else None
+
+    def gather_packed_adapter(self) -> PackedTensors | None:
+        """`gather_adapter` as numpy arrays (rank 0)."""
+        state = self.gather_adapter()
+        return None if state is None else PackedTensors.pack(state)
 
     def gather_packed_bucket(self, keys: Sequence[str]) -> PackedTensors | None:
         """`gather_bucket` as numpy arrays, which leave the actor without a copy (rank 0)."""
         state = self.gather_bucket(keys)
         return None if state is None else PackedTensors.pack(state)
 
-    def export_pretrained(self, path: str) -> None:
+    def export_pretrained(self, path: str, form: str | None = None) -> None:
         """Writes the current weights as a ``save_pretrained`` folder (rank 0), with the
-        tokenizer and generation config of the model folder."""
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+        tokenizer and generation config of the model folder.
 
-        every_key = [k for keys, _ in _tensors_by_identity(self.model) for k in keys]
+        With LoRA and ``form`` 'adapter' (default: ``lora.export``) the folder is a PEFT
+        adapter on top of the model folder instead (plus its tokenizer); with 'merged' the
+        adapters are merged into the weights.
+        """
+        lora = self.config.lora
+        if lora is not None and (form or lora.export) == "adapter":
+            self._export_adapter(path)
+            return
+        from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+        every_key = [k for keys, _ in self._engine_tensors() for k in keys]
         state = self.gather_bucket(every_key)
         if self.rank == 0:
             config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
@@ -470,13 +535,27 @@ class PolicyWorker:
                     self.model_path, local_files_only=True
                 )
             model.save_pretrained(path)
-            try:
-                tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
-            except (OSError, ValueError):
-                logger.warning("no tokenizer in %s; exported the model only", self.model_path)
-            else:
-                tokenizer.save_pretrained(path)
+            self._export_tokenizer(path)
         dist.barrier()
+
+    def _export_adapter(self, path: str) -> None:
+        state = self.gather_adapter()
+        if self.rank == 0:
+            assert self.config.lora is not None  # only called with LoRA
+            targets = sorted({key.rsplit(".", 2)[-2] for key in self._adapted})
+            save_adapter_folder(path, self.config.lora, state, self.model_path, targets)
+            self._export_tokenizer(path)
+        dist.barrier()
+
+    def _export_tokenizer(self, path: str) -> None:
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        except (OSError, ValueError):
+            logger.warning("no tokenizer in %s; exported the model only", self.model_path)
+        else:
+            tokenizer.save_pretrained(path)
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -484,7 +563,7 @@ class PolicyWorker:
         """Saves everything the next update depends on, plus ``extra`` (see `checkpoint`)."""
         save_checkpoint(
             path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-            trainer_state={
+            trained_only=self.config.lora is not None, trainer_state={
                 "step": self.step, "updates": self.updates, "world_size": self.world_size,
                 "extra": extra,
             },
@@ -493,7 +572,8 @@ class PolicyWorker:
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         """Restores a checkpoint (model and optimizer from any world size); returns ``extra``."""
         state = load_checkpoint(
-            path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler
+            path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+            trained_only=self.config.lora is not None,
         )
         self.step, self.updates = state["step"], state["updates"]
         return state["extra"]

@@ -8,11 +8,18 @@ import pytest
 from pydantic import ValidationError
 
 import agentrl_sdk.trainer as trainer
-from agentrl_sdk.trainer import TrainerConfig, TrainerGroup
+from agentrl_sdk.trainer import LoraConfig, TrainerConfig, TrainerGroup
 
 
 def test_every_option_is_documented():
     assert all(f.description for f in TrainerConfig.model_fields.values())
+    assert all(f.description for f in LoraConfig.model_fields.values())
+
+
+def test_lora_from_a_dict_and_its_scaling():
+    config = TrainerConfig(lora={"rank": 4, "alpha": 8, "target_modules": ["q_proj"]})
+    assert config.lora.scaling == 2.0 and config.lora.export == "merged"
+    assert TrainerConfig().lora is None  # full fine-tuning by default
 
 
 @pytest.mark.parametrize(
@@ -21,6 +28,7 @@ def test_every_option_is_documented():
         ({"lr_schedule": "cosine"}, ("lr_schedule", "total_steps")),
         ({"warmup_steps": 5, "total_steps": 5}, ("warmup_steps", "total_steps")),
         ({"backend": "nccl"}, ("backend", "num_gpus_per_worker")),
+        ({"lora": {}, "trainable_layers": 1}, ("lora", "trainable_layers")),
     ],
 )
 def test_cross_field_errors_name_both_fields(options, names):

@@ -24,14 +24,12 @@ from agentrl_sdk.algorithms import (
     ppo_policy_loss,
 )
 from agentrl_sdk.engines.torch_engine import TorchEngine
-from agentrl_sdk.models import build_small_tokenizer, build_tiny_model, save_pretrained_pair
 from agentrl_sdk.trainer import (
     FlatSamples,
     TrainerConfig,
     TrainerError,
     TrainerGroup,
     WeightSync,
-    init_ray,
 )
 from agentrl_sdk.trainer.packing import shard_plan
 from agentrl_sdk.trainer.worker import freeze_all_but_last
@@ -192,23 +190,6 @@ def full_state(group: TrainerGroup, bucket_bytes: int = 64 << 10) -> dict[str, t
 def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert a.keys() == b.keys()
     return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    started = init_ray(TrainerConfig())  # as TrainerGroup starts it: workers not niced
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory):
-    tok = build_small_tokenizer()
-    model = build_tiny_model(tok, hidden_size=32, num_layers=2)
-    return save_pretrained_pair(model, tok, tmp_path_factory.mktemp("trainer") / "model")
 
 
 @pytest.fixture(scope="module")

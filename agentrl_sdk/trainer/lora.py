@@ -1,0 +1,181 @@
+"""LoRA on the trainer's model: PEFT adapters injected before FSDP2 shards the model, and the
+pieces that turn them into engine weights (merged) or a PEFT adapter folder.
+
+PEFT's LoRA layers are plain modules holding ``nn.Linear`` children (``base_layer``,
+``lora_A.default``, ``lora_B.default``), so FSDP2 shards them with their decoder layer like any
+other parameter: frozen base and trainable adapters share one all-gather, and only the adapters
+get gradients. The engines never see PEFT names: their keys are the base model's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from peft import LoraConfig as PeftLoraConfig
+    from torch import nn
+
+    from agentrl_sdk.trainer.config import LoraConfig
+
+__all__ = [
+    "ADAPTER",
+    "AdaptedWeight",
+    "adapted_weights",
+    "adapter_file_key",
+    "engine_key",
+    "inject_lora",
+    "lora_dropout_active",
+    "merged_weight",
+    "peft_config",
+    "save_adapter_folder",
+]
+
+ADAPTER = "default"
+"""PEFT's name of the one adapter the trainer holds."""
+
+
+@dataclass(frozen=True)
+class AdaptedWeight:
+    """Where the pieces of one adapted weight live in the trainer's state dict."""
+
+    base: str  # ...q_proj.base_layer.weight
+    lora_a: str  # ...q_proj.lora_A.default.weight, (r, in)
+    lora_b: str  # ...q_proj.lora_B.default.weight, (out, r)
+    fan_in_fan_out: bool  # the base stores (in, out) (GPT-2's Conv1D)
+
+
+def peft_config(config: LoraConfig, **extra: object) -> PeftLoraConfig:
+    """PEFT's `LoraConfig` for ours (``extra``: e.g. ``base_model_name_or_path``)."""
+    from peft import LoraConfig as PeftLoraConfig
+
+    return PeftLoraConfig(
+        r=config.rank,
+        lora_alpha=config.alpha,
+        lora_dropout=config.dropout,
+        target_modules=config.target_modules,
+        bias="none",
+        task_type="CAUSAL_LM",
+        **extra,
+    )
+
+
+def inject_lora(model: nn.Module, config: LoraConfig, seed: int) -> dict[str, AdaptedWeight]:
+    """Adds adapters to ``model`` in place and freezes everything else.
+
+    The adapters are initialised from ``seed`` alone, so every rank builds the same ones before
+    FSDP2 keeps its shard of them (and PEFT's own ``get_peft_model`` after ``manual_seed(seed)``
+    builds them too). The caller's RNG state is left as it was.
+
+    Returns:
+        The adapted weights, by their engine key (see `adapted_weights`).
+
+    Raises:
+        ValueError: A target module is not a linear layer (only those are merged here).
+    """
+    try:
+        from peft import inject_adapter_in_model
+    except ImportError as exc:
+        raise ImportError(
+            "trainer.lora needs PEFT: pip install 'agentrl-sdk[lora]' (or peft)"
+        ) from exc
+
+    model.requires_grad_(False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        inject_adapter_in_model(peft_config(config), model, adapter_name=ADAPTER)
+    for name, param in model.named_parameters():
+        param.requires_grad_(".lora_" in name)
+    return adapted_weights(model)
+
+
+def adapted_weights(model: nn.Module) -> dict[str, AdaptedWeight]:
+    """Every LoRA-adapted weight of ``model`` by its engine key (``...q_proj.weight``)."""
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora import LoraLayer
+
+    found: dict[str, AdaptedWeight] = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        if not isinstance(module, LoraLinear):
+            raise ValueError(
+                f"lora.target_modules matched {name} ({type(module).__name__}); only linear "
+                "layers can be adapted (name them, or use 'all-linear')"
+            )
+        found[f"{name}.weight"] = AdaptedWeight(
+            base=f"{name}.base_layer.weight",
+            lora_a=f"{name}.lora_A.{ADAPTER}.weight",
+            lora_b=f"{name}.lora_B.{ADAPTER}.weight",
+            fan_in_fan_out=bool(module.fan_in_fan_out),
+        )
+    if not found:
+        raise ValueError("lora.target_modules matched no module of the model")
+    return found
+
+
+def engine_key(key: str) -> str | None:
+    """The base model's name of a trainer state key; None for an adapter tensor."""
+    if ".lora_" in key:
+        return None
+    return key.replace(".base_layer.", ".")
+
+
+def adapter_file_key(key: str) -> str:
+    """The key PEFT's ``adapter_model.safetensors`` uses for a trainer adapter key."""
+    return "base_model.model." + key.replace(f".{ADAPTER}.", ".")
+
+
+def merged_weight(
+    base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float,
+    fan_in_fan_out: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """``W + scaling * B @ A``: the weight the adapted layer computes with (PEFT's order of
+    operations, so it matches ``merge_and_unload`` to the bit)."""
+    delta = lora_b @ lora_a  # (out, r) @ (r, in) -> (out, in)
+    if fan_in_fan_out:
+        delta = delta.T
+    return base + delta * scaling
+
+
+@contextlib.contextmanager
+def lora_dropout_active(model: nn.Module, active: bool) -> Iterator[None]:
+    """Puts the adapters' dropout in train mode for the block; the rest stays in eval mode."""
+    dropouts = [m for n, m in model.named_modules() if n.rsplit(".", 2)[-2:-1] == ["lora_dropout"]]
+    for module in dropouts:
+        module.train(active)
+    try:
+        yield
+    finally:
+        for module in dropouts:
+            module.train(False)
+
+
+def save_adapter_folder(
+    path: str | Path,
+    config: LoraConfig,
+    adapter_state: dict[str, torch.Tensor],
+    base_model: str,
+    target_modules: list[str],
+) -> None:
+    """Writes a PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``).
+
+    Args:
+        adapter_state: Full adapter tensors in the file's keys (see `adapter_file_key`).
+        base_model: The base model folder, recorded as ``base_model_name_or_path``.
+        target_modules: The module names actually adapted; written instead of 'all-linear'
+            so loaders that do not resolve it (vLLM) find concrete names.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    resolved = config.model_copy(update={"target_modules": target_modules})
+    peft_config(resolved, base_model_name_or_path=base_model).save_pretrained(folder)
+    tensors = {k: v.detach().contiguous() for k, v in adapter_state.items()}
+    save_file(tensors, folder / "adapter_model.safetensors", metadata={"format": "pt"})
