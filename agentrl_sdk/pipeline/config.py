@@ -155,12 +155,14 @@ class DynamicSamplingConfig(_Section):
     enabled: bool = Field(
         False, description="Drop (row, policy) groups whose rewards all agree (their advantages "
         "are all zero), counted as groups_dropped_no_signal, and sample more rows until "
-        "data.batch_size rows with signal are in the batch."
+        "data.batch_size rows with signal are in the batch. Signal is judged on each policy's "
+        "rollout rewards (with step_level too)."
     )
     max_extra_rounds: int = Field(
         4, ge=0, description="sync: extra batches of rows rolled out per step at most; then "
         "the step trains on what it has. fully_async: the trainer drops at most this many "
-        "batches of groups per step, then trains on the groups with signal it has."
+        "batches of groups per step, then trains on the groups with signal it has. 0: groups "
+        "without signal are left out, and no more rows are sampled."
     )
 
 
@@ -196,10 +198,17 @@ class StepLevelConfig(_Section):
         "tokens (tool results), or the same whole prompt. None: returns against the group."
     )
 
+    @model_validator(mode="after")
+    def _anchors_are_step_level(self) -> StepLevelConfig:
+        if self.anchor_weight is not None and not self.enabled:
+            raise ValueError("algorithm.step_level.anchor_weight needs "
+                             "algorithm.step_level.enabled: true")
+        return self
+
 
 class AlgorithmConfig(PolicyLossConfig):
     """The policy loss (`PolicyLossConfig`) and how rewards become its batch: the weight of
-    the shared outcome, dynamic sampling and over-long handling."""
+    the shared outcome, dynamic sampling, over-long handling and step-level credit."""
 
     outcome_reward_weight: float = Field(
         1.0, description="Weight of the shared outcome (the reward function's value and rewards "
