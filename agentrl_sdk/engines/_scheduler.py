@@ -48,11 +48,15 @@ class Control:
 
 @dataclass(eq=False)
 class WeightUpdate:
-    """A state dict to load between two decode steps, and where to report the new version."""
+    """A state dict to load between two decode steps, and where to report the new version.
+
+    ``partial``: the keys are a subset of the model's (an adapter push's merged weights).
+    """
 
     state_dict: Mapping[str, torch.Tensor]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[int]
+    partial: bool = False
 
 
 class Scheduler:
@@ -130,8 +134,8 @@ class Scheduler:
 
     def _apply_weights(self, update: WeightUpdate) -> None:
         try:
-            _check_state_dict(self.model, update.state_dict)
-            self.model.load_state_dict(update.state_dict, strict=True)
+            _check_state_dict(self.model, update.state_dict, update.partial)
+            self.model.load_state_dict(update.state_dict, strict=not update.partial)
         except Exception as exc:  # noqa: BLE001 - reported to the caller, serving goes on
             error = EngineError(f"update_weights failed, weights unchanged: {exc}")
             error.__cause__ = exc
@@ -253,10 +257,12 @@ def _drain(inbox: queue.SimpleQueue[Any]) -> list[Any]:
             return items
 
 
-def _check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
+def _check_state_dict(
+    model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], partial: bool = False
+) -> None:
     """Raise before loading anything, so a mismatched update never half-applies."""
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    missing = sorted(expected.keys() - state_dict.keys())
+    missing = [] if partial else sorted(expected.keys() - state_dict.keys())
     unexpected = sorted(state_dict.keys() - expected.keys())
     wrong = sorted(
         k for k in expected.keys() & state_dict.keys() if tuple(state_dict[k].shape) != expected[k]

@@ -13,7 +13,9 @@ from transformers import DynamicCache
 
 from agentrl_sdk.engines._scheduler import STOP, Control, Request, Scheduler, WeightUpdate
 from agentrl_sdk.engines._stop_strings import StopStrings
+from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
 from agentrl_sdk.errors import EngineError
+from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ class TorchEngine:
         self._eos = frozenset(_default_eos(model) if eos_token_ids is None else eos_token_ids)
         self._tokenizer = tokenizer
         self._scheduler = Scheduler(model.eval(), max_batch_size)
+        self._lora_base: dict[str, torch.Tensor] = {}  # adapted weights before any adapter
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -191,10 +194,50 @@ class TorchEngine:
             EngineError: Keys or shapes do not match the model (the weights are left
                 unchanged), or the engine closed first.
         """
+        self._lora_base.clear()  # new base weights: the next adapter merges into these
         loop = asyncio.get_running_loop()
         update = WeightUpdate(state_dict, loop, loop.create_future())
         self._submit(update)
         return await update.future
+
+    async def update_adapter(self, adapter: AdapterWeights) -> int:
+        """Serve base + ``adapter``: only the adapter tensors travel; the engine merges them.
+
+        The base is the weights served when the first adapter arrived (or the last
+        `update_weights`): the engine keeps a copy of each adapted base weight, so every
+        version is merged from the base, never stacked on the previous adapter. The merge is
+        the trainer's (`merged_weight`, float32), so the served weights equal a merged push's.
+
+        Returns:
+            The new policy version.
+
+        Raises:
+            EngineError: The adapter does not fit the model (weights unchanged), or the
+                engine closed first.
+        """
+        try:
+            merged = await run_blocking(self._merge_adapter, adapter)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            raise EngineError(f"update_adapter failed, weights unchanged: {exc}") from exc
+        loop = asyncio.get_running_loop()
+        update = WeightUpdate(merged, loop, loop.create_future(), partial=True)
+        self._submit(update)
+        return await update.future
+
+    def _merge_adapter(self, adapter: AdapterWeights) -> dict[str, torch.Tensor]:
+        served = self.model.state_dict()
+        merged = {}
+        for key, (lora_a, lora_b) in adapter.by_weight().items():
+            if key not in served:
+                raise KeyError(f"the adapter adapts {key!r}, which the served model lacks")
+            base = self._lora_base.get(key)
+            if base is None:
+                base = self._lora_base[key] = served[key].detach().clone()
+            merged[key] = merged_weight(
+                base.float(), lora_a.float(), lora_b.float(), adapter.scaling,
+                key in adapter.fan_in_fan_out,
+            ).to(base.dtype)  # fmt: skip
+        return merged
 
     async def pause(self) -> None:
         """Stop decoding between two steps; requests in flight keep their partial output.

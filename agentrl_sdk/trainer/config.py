@@ -14,7 +14,8 @@ class LoraConfig(BaseModel):
     """LoRA adapters on a frozen base (PEFT's LoRA, sharded by FSDP2 with the base).
 
     Only the adapters get gradients and optimizer state, so checkpoints hold adapters and
-    optimizer state only; the engines still receive merged weights (base + adapter).
+    optimizer state only; engines receive merged weights (base + adapter) or the adapter alone
+    (``sync``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -30,6 +31,11 @@ class LoraConfig(BaseModel):
     target_modules: list[str] | Literal["all-linear"] = Field(
         "all-linear", description="Module names (suffixes, as PEFT matches them) that get "
         "adapters, e.g. ['q_proj', 'v_proj']; 'all-linear' is every linear layer but the LM head."
+    )
+    sync: Literal["merged", "adapter"] = Field(
+        "merged", description="What a weight sync moves: merged weights (base + adapter; any "
+        "engine), or the adapter tensors only, which engines that take adapters (TorchEngine) "
+        "merge into their own base copy; other engines still get merged weights."
     )
     export: Literal["merged", "adapter"] = Field(
         "merged", description="What final_model holds: a normal HF folder with the adapters "

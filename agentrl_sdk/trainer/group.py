@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from agentrl_sdk.algorithms import PolicyLossConfig
+from agentrl_sdk.engines.lora_weights import AdapterWeights
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.errors import AgentRLError
 from agentrl_sdk.trainer.config import TrainerConfig
@@ -158,6 +159,15 @@ class TrainerGroup:
         ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight``)."""
         packed: PackedTensors = self._call("gather_packed_adapter")[0]
         return packed.unpack()
+
+    def adapter_weights(self) -> AdapterWeights | None:
+        """The adapter as a push carries it when ``trainer.lora.sync`` is 'adapter' (see
+        `WeightSync`); None otherwise (a push sends merged weights)."""
+        lora = self.config.lora
+        if lora is None or lora.sync != "adapter":
+            return None
+        transposed = frozenset(self.info.get("lora_fan_in_fan_out", ()))
+        return AdapterWeights(self.adapter_state_dict(), lora.scaling, transposed)
 
     def save_checkpoint(
         self, path: str | os.PathLike[str], extra: dict[str, Any] | None = None

@@ -1,5 +1,6 @@
 """LoRA on the trainer's model: PEFT adapters injected before FSDP2 shards the model, and the
-pieces that turn them into engine weights (merged) or a PEFT adapter folder.
+pieces that turn them into engine weights or a PEFT adapter folder (merging itself is
+`agentrl_sdk.engines.lora_weights.merged_weight`, shared with the engines).
 
 PEFT's LoRA layers are plain modules holding ``nn.Linear`` children (``base_layer``,
 ``lora_A.default``, ``lora_B.default``), so FSDP2 shards them with their decoder layer like any
@@ -31,7 +32,6 @@ __all__ = [
     "engine_key",
     "inject_lora",
     "lora_dropout_active",
-    "merged_weight",
     "peft_config",
     "save_adapter_folder",
 ]
@@ -129,18 +129,6 @@ def engine_key(key: str) -> str | None:
 def adapter_file_key(key: str) -> str:
     """The key PEFT's ``adapter_model.safetensors`` uses for a trainer adapter key."""
     return "base_model.model." + key.replace(f".{ADAPTER}.", ".")
-
-
-def merged_weight(
-    base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float,
-    fan_in_fan_out: bool = False,
-) -> torch.Tensor:  # fmt: skip
-    """``W + scaling * B @ A``: the weight the adapted layer computes with (PEFT's order of
-    operations, so it matches ``merge_and_unload`` to the bit)."""
-    delta = lora_b @ lora_a  # (out, r) @ (r, in) -> (out, in)
-    if fan_in_fan_out:
-        delta = delta.T
-    return base + delta * scaling
 
 
 @contextlib.contextmanager

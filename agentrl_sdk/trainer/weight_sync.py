@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from agentrl_sdk.engines.lora_weights import AdapterEngine, AdapterWeights
 from agentrl_sdk.errors import AgentRLError
 from agentrl_sdk.threads import run_blocking
 
@@ -27,7 +28,11 @@ class WeightSyncError(AgentRLError):
 
 
 class WeightSource(Protocol):
-    """Where weights come from: `TrainerGroup`, or anything that streams a full state dict."""
+    """Where weights come from: `TrainerGroup`, or anything that streams a full state dict.
+
+    A source may also offer ``adapter_weights() -> AdapterWeights | None``: when it returns an
+    adapter and every engine takes adapters (`AdapterEngine`), a push moves the adapter only.
+    """
 
     def full_state_dict(self, bucket_bytes: int = ...) -> Iterator[dict[str, torch.Tensor]]:
         """The full weights, as buckets of at most ``bucket_bytes``."""
@@ -46,6 +51,7 @@ class SyncStats:
     gather_s: float  # streaming the buckets out of the trainer
     load_s: float  # the engines' update_weights, concurrently
     total_s: float
+    adapter: bool = False  # only LoRA adapter tensors moved (the engines merged them)
 
     def as_metrics(self, prefix: str = "weight_sync/") -> dict[str, float]:
         """Flat metrics for a tracker."""
@@ -60,8 +66,10 @@ class WeightSync:
     """Streams the trainer's weights in buckets and loads them into every engine.
 
     Engines of the `Engine` protocol take a full state dict, so the buckets are assembled into
-    one mapping (tied keys keep sharing a tensor) and handed to all engines concurrently. The
-    push is a version barrier: every engine must report the same new version.
+    one mapping (tied keys keep sharing a tensor) and handed to all engines concurrently. A
+    LoRA trainer with ``lora.sync='adapter'`` sends its adapter alone instead, when every
+    engine takes adapters; else merged weights as above. The push is a version barrier: every
+    engine must report the same new version.
 
     Args:
         bucket_bytes: Size of one bucket streamed from the trainer.
@@ -74,6 +82,7 @@ class WeightSync:
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
         self.last_stats: SyncStats | None = None
+        self._warned_adapter = False
 
     async def push(self, group: WeightSource, engines: Sequence[Engine]) -> list[int]:
         """Sends the current weights of ``group`` to ``engines``.
@@ -87,13 +96,16 @@ class WeightSync:
         if not engines:
             raise ValueError("push needs at least one engine")
         start = time.perf_counter()
-        state, buckets = await self._collect(group)
+        adapter = await self._adapter(group, engines)
+        if adapter is not None:
+            state, buckets = adapter.tensors, 1
+            loads = [engine.update_adapter(adapter) for engine in engines]
+        else:
+            state, buckets = await self._collect(group)
+            loads = [engine.update_weights(state) for engine in engines]
         gathered = time.perf_counter()
         try:
-            versions = await asyncio.wait_for(
-                asyncio.gather(*(engine.update_weights(state) for engine in engines)),
-                self.timeout_s,
-            )
+            versions = await asyncio.wait_for(asyncio.gather(*loads), self.timeout_s)
         except TimeoutError as exc:
             raise WeightSyncError(
                 f"engines did not load the new weights within {self.timeout_s:.0f}s"
@@ -116,14 +128,32 @@ class WeightSync:
             gather_s=gathered - start,
             load_s=done - gathered,
             total_s=done - start,
+            adapter=adapter is not None,
         )
         logger.info(
-            "weight sync v%d: %.1f MB in %d buckets to %d engines in %.3fs "
+            "weight sync v%d: %.1f MB (%s) in %d buckets to %d engines in %.3fs "
             "(gather %.3fs, load %.3fs)",
-            versions[0], self.last_stats.bytes / 1e6, buckets, len(engines),
+            versions[0], self.last_stats.bytes / 1e6, "adapter" if adapter else "full", buckets,
+            len(engines),
             self.last_stats.total_s, self.last_stats.gather_s, self.last_stats.load_s,
         )  # fmt: skip
         return list(versions)
+
+    async def _adapter(
+        self, group: WeightSource, engines: Sequence[Engine]
+    ) -> AdapterWeights | None:
+        """The adapter to push alone, or None for merged weights."""
+        get = getattr(group, "adapter_weights", None)
+        adapter = None if get is None else await run_blocking(get)
+        if adapter is None or all(isinstance(e, AdapterEngine) for e in engines):
+            return adapter
+        if not self._warned_adapter:
+            self._warned_adapter = True
+            kinds = sorted({type(e).__name__ for e in engines if not isinstance(e, AdapterEngine)})
+            logger.warning(
+                "lora.sync='adapter' but %s take no adapters: pushing merged weights", kinds
+            )
+        return None
 
     async def _collect(self, group: WeightSource) -> tuple[Mapping[str, torch.Tensor], int]:
         """Drains the bucket stream off the event loop (each bucket is a blocking Ray get)."""

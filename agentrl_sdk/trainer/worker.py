@@ -27,6 +27,7 @@ from agentrl_sdk.algorithms import (
     ppo_policy_loss,
     sequence_mass,
 )
+from agentrl_sdk.engines.lora_weights import merged_weight
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
@@ -36,7 +37,6 @@ from agentrl_sdk.trainer.lora import (
     engine_key,
     inject_lora,
     lora_dropout_active,
-    merged_weight,
     save_adapter_folder,
 )
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, mini_batches, pack, shard_plan
@@ -170,7 +170,11 @@ class PolicyWorker:
         self._placeholder = FlatSamples.placeholder(self.pad_id)
         num_params = sum(p.numel() for p in self.model.parameters())
         trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-        return {
+        lora = {}
+        if self._adapted:
+            transposed = sorted(k for k, a in self._adapted.items() if a.fan_in_fan_out)
+            lora = {"lora_weights": len(self._adapted), "lora_fan_in_fan_out": transposed}
+        return lora | {
             "rank": self.rank,
             "device": str(self.device),
             "dtype": str(self.compute_dtype).removeprefix("torch."),

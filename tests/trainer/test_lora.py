@@ -37,7 +37,9 @@ pytestmark = pytest.mark.slow
 
 LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
 CONFIG_L = CONFIG_A.model_copy(update={"lora": LORA, "lr": 1e-2})
-CONFIG_L1 = CONFIG_C.model_copy(update={"lora": LoraConfig(rank=2, alpha=4.0), "lr": 1e-2})
+CONFIG_L1 = CONFIG_C.model_copy(
+    update={"lora": LoraConfig(rank=2, alpha=4.0, sync="adapter"), "lr": 1e-2}
+)
 
 
 class PeftReference(Reference):
@@ -57,6 +59,18 @@ class PeftReference(Reference):
 
     def merged(self) -> dict[str, torch.Tensor]:
         return copy.deepcopy(self.model).merge_and_unload().state_dict()
+
+
+async def sampled_logprobs(engine, group, config) -> tuple[list[float], list[float]]:
+    """A response sampled at the trainer's temperature: the engine's logprobs, the trainer's."""
+    prompt = [5, 99, 310, 7]
+    params = SamplingParams(temperature=config.temperature, max_tokens=12, seed=3)
+    sampled = await engine.generate(prompt, params, "sampled")
+    sample = Sample(
+        row_id="x", sample_index=0, prompt_ids=prompt, response_ids=sampled.token_ids,
+        response_mask=[1] * len(sampled.token_ids), old_logprobs=sampled.logprobs,
+    )  # fmt: skip
+    return sampled.logprobs, group.compute_logprobs(Batch(samples=[sample]))[0]
 
 
 @pytest.fixture(scope="module")
@@ -95,15 +109,36 @@ def test_two_ranks_match_peft_reference(scenario_l, model_path):
                      for m in ("self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj")}  # fmt: skip
 
 
-def test_one_rank_micro_batched_matches_peft_reference(ray_session, model_path):
+async def test_one_rank_matches_peft_reference_and_adapter_push_equals_merged(
+    ray_session, model_path
+):
+    """Micro-batched, two mini-batches; then the engine merges the pushed adapter into exactly
+    the weights a merged push sends, for a fraction of the bytes."""
     reference = PeftReference(model_path, CONFIG_L1, LOSS_C)
-    with TrainerGroup(model_path, CONFIG_L1, LOSS_C) as group:
-        for step in range(2):
-            got = group.update(BATCHES[step])
-            expected = reference.update(BATCHES[step].samples)
-            assert max_diff(group.adapter_state_dict(), reference.adapter()) < TOL
-            assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
-        assert got["optimizer_steps"] == 4
+    engine = TorchEngine.from_pretrained(model_path)
+    try:
+        with TrainerGroup(model_path, CONFIG_L1, LOSS_C) as group:
+            for step in range(2):
+                got = group.update(BATCHES[step])
+                expected = reference.update(BATCHES[step].samples)
+                assert max_diff(group.adapter_state_dict(), reference.adapter()) < TOL
+                assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
+            assert got["optimizer_steps"] == 4
+            sync = WeightSync()
+            assert await sync.push(group, [engine]) == [1]
+            merged = full_state(group)
+            engine_logp, trainer_logp = await sampled_logprobs(engine, group, CONFIG_L1)
+        assert trainer_logp == pytest.approx(engine_logp, abs=1e-4)
+        served = engine.model.state_dict()
+        assert sync.last_stats.adapter
+        assert all(torch.equal(served[k], merged[k]) for k in merged)
+        unique = {id(t): t for t in merged.values()}.values()
+        full_bytes = sum(t.numel() * t.element_size() for t in unique)
+        print(f"\nadapter push {sync.last_stats.bytes} B vs full {full_bytes} B "
+              f"({sync.last_stats.bytes / full_bytes:.4f})")  # fmt: skip
+        assert sync.last_stats.bytes < 0.05 * full_bytes
+    finally:
+        engine.close()
 
 
 def test_checkpoint_holds_adapters_only_and_resume_is_exact(scenario_l, model_path):
@@ -141,16 +176,8 @@ async def test_merged_sync_keeps_engine_logprobs_exact_and_exports_agree(
         assert await sync.push(group, [engine]) == [1]
         after = (await engine.generate(prompt, greedy, "after")).token_ids
         assert after[0] == target and after != before
-
-        sampled = await engine.generate(
-            prompt, SamplingParams(temperature=CONFIG_L.temperature, max_tokens=12, seed=3), "t"
-        )
-        sample = Sample(
-            row_id="x", sample_index=0, prompt_ids=prompt, response_ids=sampled.token_ids,
-            response_mask=[1] * len(sampled.token_ids), old_logprobs=sampled.logprobs,
-        )  # fmt: skip
-        recomputed = group.compute_logprobs(Batch(samples=[sample]))[0]
-        assert recomputed == pytest.approx(sampled.logprobs, abs=1e-4)
+        engine_logp, trainer_logp = await sampled_logprobs(engine, group, CONFIG_L)
+        assert trainer_logp == pytest.approx(engine_logp, abs=1e-4)
     finally:
         engine.close()
 

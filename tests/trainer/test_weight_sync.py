@@ -7,6 +7,7 @@ import asyncio
 import pytest
 import torch
 
+from agentrl_sdk.engines.lora_weights import AdapterWeights
 from agentrl_sdk.trainer import WeightSync, WeightSyncError
 
 
@@ -70,3 +71,34 @@ async def test_engine_failure_raises():
 async def test_timeout_raises():
     with pytest.raises(WeightSyncError, match="within"):
         await WeightSync(timeout_s=0.01).push(FakeSource(), [FakeEngine(delay=1.0)])
+
+
+class AdapterSource(FakeSource):
+    def adapter_weights(self):
+        return AdapterWeights({
+            "base_model.model.m.lora_A.weight": torch.zeros(2, 3),
+            "base_model.model.m.lora_B.weight": torch.zeros(4, 2),
+        }, scaling=2.0)  # fmt: skip
+
+
+class FakeAdapterEngine(FakeEngine):
+    adapter = None
+
+    async def update_adapter(self, adapter):
+        self.adapter = adapter
+        self.version += 1
+        return self.version
+
+
+async def test_adapter_push_only_when_every_engine_takes_adapters(caplog):
+    engines = [FakeAdapterEngine(), FakeAdapterEngine()]
+    sync = WeightSync()
+    assert await sync.push(AdapterSource(), engines) == [1, 1]
+    assert all(e.loaded is None and e.adapter.scaling == 2.0 for e in engines)
+    assert sync.last_stats.adapter and sync.last_stats.bytes == (6 + 8) * 4
+    assert list(engines[0].adapter.by_weight()) == ["m.weight"]
+    mixed = [FakeAdapterEngine(), FakeEngine()]
+    assert await sync.push(AdapterSource(), mixed) == [1, 1]
+    assert not sync.last_stats.adapter and mixed[0].adapter is None
+    assert sorted(mixed[0].loaded) == ["a", "b", "emb", "head"]
+    assert "take no adapters" in caplog.text
