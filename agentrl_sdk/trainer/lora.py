@@ -29,6 +29,7 @@ __all__ = [
     "AdaptedWeight",
     "adapted_weights",
     "adapter_file_key",
+    "adapters_disabled",
     "engine_key",
     "inject_lora",
     "lora_dropout_active",
@@ -129,6 +130,26 @@ def engine_key(key: str) -> str | None:
 def adapter_file_key(key: str) -> str:
     """The key PEFT's ``adapter_model.safetensors`` uses for a trainer adapter key."""
     return "base_model.model." + key.replace(f".{ADAPTER}.", ".")
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: nn.Module) -> Iterator[None]:
+    """The base model alone for the block (the KL reference under LoRA, no second copy).
+
+    Sets the flag PEFT's LoRA forward reads rather than calling ``enable_adapters(False)``:
+    that also flips ``requires_grad``, and FSDP2 builds its unsharded parameters with the
+    flag they first see, so the adapters could stop getting gradients.
+    """
+    from peft.tuners.lora import LoraLayer
+
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    for layer in layers:
+        layer._disable_adapters = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer._disable_adapters = False
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.lora import (
     AdaptedWeight,
     adapter_file_key,
+    adapters_disabled,
     engine_key,
     inject_lora,
     lora_dropout_active,
@@ -153,7 +154,8 @@ class PolicyWorker:
         self._trainer_keys = {
             name: key for key in self.model.state_dict() if (name := engine_key(key)) is not None
         }
-        if self.loss_config.kl_coef > 0:
+        if self.loss_config.kl_coef > 0 and not self._adapted:
+            # With LoRA the reference is the policy's own frozen base (adapters disabled).
             self.ref_model = self._load_sharded(trainable=False)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -334,7 +336,7 @@ class PolicyWorker:
         keys = ["loss", "pg_loss", "clip_frac", "approx_kl", "ratio_mean", "entropy"]
         if self.loss_config.clip_c is not None:
             keys.append("dual_clip_frac")
-        if self.ref_model is not None:
+        if self.loss_config.kl_coef > 0:
             keys.append("kl")
         return keys
 
@@ -405,9 +407,9 @@ class PolicyWorker:
             seq_weights=weights, entropy=entropy.detach(), token_weights=batch.token_weights,
         )  # fmt: skip
         loss = pg
-        if self.ref_model is not None:
+        if lc.kl_coef > 0:
             with torch.no_grad():
-                ref_logp, _ = self._logprobs(self.ref_model, batch)
+                ref_logp = self._reference_logprobs(batch)
             kl, kl_metrics = kl_loss(logp, ref_logp, mask, lc.kl_kind, lc.agg, weights)
             loss = loss + lc.kl_coef * kl
             sums["kl"] += kl_metrics["kl"] * share
@@ -419,6 +421,13 @@ class PolicyWorker:
         for key in _TOKEN_MEAN_METRICS:
             if key in sums:
                 sums[key] += metrics[key] * token_share
+
+    def _reference_logprobs(self, batch: PackedBatch) -> torch.Tensor:
+        """Logprobs under the KL reference: the initial weights, or the base under LoRA."""
+        if self.ref_model is not None:
+            return self._logprobs(self.ref_model, batch)[0]
+        with adapters_disabled(self.model):
+            return self._logprobs(self.model, batch)[0]
 
     def _clip_gradients(self) -> float:
         max_norm = self.config.max_grad_norm or float("inf")

@@ -103,6 +103,7 @@ def test_two_ranks_match_peft_reference(scenario_l, model_path):
         assert max_diff(scenario_l["merged"][step], reference.merged()) < TOL
         assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
         assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4)
+    assert scenario_l["metrics"][1]["kl"] > 0  # the reference is the base, adapters disabled
     base = load_model(model_path).state_dict()
     moved = {k for k in base if not torch.equal(base[k], scenario_l["merged"][1][k])}
     assert moved == {f"model.layers.{i}.{m}.weight" for i in range(2)
