@@ -15,6 +15,7 @@ def create_engine(
     *,
     replicas: int = 1,
     ray_actors: bool = False,
+    max_restarts: int = 0,
     **options: Any,
 ) -> Engine:
     """Start the ``backend`` engine over the local model folder ``model_path``.
@@ -25,6 +26,8 @@ def create_engine(
         model_path: A local ``save_pretrained`` folder.
         replicas: More than one builds an `EnginePool` of that many engines.
         ray_actors: Run each engine in its own Ray actor (`RayEngine`); Ray must be started.
+        max_restarts: Replicas rebuilt when they die (see `EnginePool`); engines in Ray
+            actors then sit behind a pool even alone, so a killed actor is replaced.
         **options: Backend options: ``max_batch_size`` for all; ``dtype``,
             ``max_model_len``, ``engine_args`` for ``vllm``; ``url``, ``server_args`` for
             ``vllm-server``.
@@ -33,18 +36,8 @@ def create_engine(
         raise ValueError(f"unknown engine backend {backend!r}; available: {BACKENDS}")
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
-    if replicas > 1:
-        from agentrl_sdk.engines.pool import EnginePool
-
-        engines: list[Engine] = []
-        try:
-            for _ in range(replicas):
-                engines.append(create_engine(backend, model_path, ray_actors=ray_actors, **options))
-        except BaseException:
-            for engine in engines:
-                engine.close()
-            raise
-        return EnginePool(engines)
+    if replicas > 1 or (ray_actors and max_restarts > 0):
+        return _pool(backend, model_path, replicas, ray_actors, max_restarts, options)
     if ray_actors:
         from agentrl_sdk.engines.ray_engine import RayEngine
 
@@ -60,3 +53,24 @@ def create_engine(
     from agentrl_sdk.engines.vllm_server import VLLMServerEngine
 
     return VLLMServerEngine(model_path, **options)
+
+
+def _pool(
+    backend: str, model_path: str, replicas: int, ray_actors: bool, max_restarts: int,
+    options: dict[str, Any],
+) -> Engine:
+    """``replicas`` engines behind an `EnginePool` that rebuilds dead ones the same way."""
+    from agentrl_sdk.engines.pool import EnginePool
+
+    def build(index: int = 0) -> Engine:
+        return create_engine(backend, model_path, ray_actors=ray_actors, **options)
+
+    engines: list[Engine] = []
+    try:
+        for _ in range(replicas):
+            engines.append(build())
+    except BaseException:
+        for engine in engines:
+            engine.close()
+        raise
+    return EnginePool(engines, restart=build, max_restarts=max_restarts)

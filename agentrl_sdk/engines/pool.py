@@ -8,10 +8,12 @@ the fewest requests in flight, and its later calls to the same replica so the pr
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from agentrl_sdk.engines.base import Engine
@@ -40,10 +42,19 @@ class EnginePool:
     load the weights, all must report the same version, then all resume. A replica that fails
     to load is drained rather than left serving stale weights.
 
+    Recovery: given ``restart``, a drained replica is replaced by a new one (at most
+    ``max_restarts`` times in all). The new replica serves only once it holds the pool's
+    weights: at once if no update happened yet, else from the next `update_weights`. Its own
+    version count restarts, so the pool maps it onto the pool's (results carry the pool's
+    versions).
+
     Args:
         replicas: The engines; any mix of backends (torch, vLLM, Ray actors).
         max_sessions: Most sessions remembered; the least recently used are forgotten.
         health_timeout_s: Longest wait for a replica's health check.
+        restart: Builds a new engine for replica ``index`` (blocking; run on a thread).
+        max_restarts: Most replicas rebuilt over the pool's life.
+        restart_timeout_s: Longest wait for one rebuild.
     """
 
     def __init__(
@@ -52,6 +63,9 @@ class EnginePool:
         *,
         max_sessions: int = 100_000,
         health_timeout_s: float = 30.0,
+        restart: Callable[[int], Engine] | None = None,
+        max_restarts: int = 3,
+        restart_timeout_s: float = 600.0,
     ) -> None:
         if not replicas:
             raise ValueError("EnginePool needs at least one replica")
@@ -70,6 +84,15 @@ class EnginePool:
         self._version = max(r.policy_version for r in self.replicas)
         self.reroutes = 0
         self.failed_health_checks = 0
+        self._restart = restart
+        self._restarts_left = max_restarts if restart is not None else 0
+        self._restart_timeout = restart_timeout_s
+        self._offsets = [0] * len(self.replicas)  # pool version - the replica's own
+        self._awaiting_weights: set[int] = set()  # rebuilt, not yet on the pool's weights
+        self._restart_tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.restarts = 0
+        self.failed_restarts = 0
 
     @property
     def policy_version(self) -> int:
@@ -109,9 +132,10 @@ class EnginePool:
                 index = self._route(session)
                 self._in_flight[index] += 1
             try:
-                return await self.replicas[index].generate(
+                result = await self.replicas[index].generate(
                     prompt_ids, sampling, request_id, session_id=session
                 )
+                return _shifted(result, self._offsets[index])
             except (EngineError, ConnectionError, OSError) as exc:
                 if await self._is_healthy(index):
                     raise
@@ -158,7 +182,65 @@ class EnginePool:
             self._drained.add(index)
             for session in [s for s, i in self._sessions.items() if i == index]:
                 del self._sessions[session]
+            rebuild = self._restarts_left > 0
+            if rebuild:
+                self._restarts_left -= 1
         logger.warning("engine replica %d drained: %s", index, cause)
+        if rebuild:
+            task = asyncio.get_running_loop().create_task(self._rebuild(index))
+            self._restart_tasks.add(task)
+            task.add_done_callback(self._restart_tasks.discard)
+
+    async def _rebuild(self, index: int) -> None:
+        """Replace the drained replica ``index``; it rejoins once it holds the pool's weights."""
+        old = self.replicas[index]
+        try:
+            await asyncio.to_thread(old.close)
+        except Exception as exc:  # noqa: BLE001 - a dead replica may not close cleanly
+            logger.info("closing dead engine replica %d: %r", index, exc)
+        built: concurrent.futures.Future[Engine] = concurrent.futures.Future()
+        # A thread of its own (not the loop's executor): a pool closed mid-build closes the
+        # engine when it arrives instead of leaving it running.
+        threading.Thread(target=self._build, args=(index, built), daemon=True,
+                         name=f"engine-restart-{index}").start()
+        try:
+            new = await asyncio.wait_for(asyncio.wrap_future(built), self._restart_timeout)
+        except Exception as exc:  # noqa: BLE001 - counted and logged; the pool runs on
+            self.failed_restarts += 1
+            logger.error("engine replica %d could not be restarted: %r", index, exc)
+            return
+        self.restarts += 1
+        with self._lock:
+            if self._closed:
+                new.close()
+                return
+            self.replicas[index] = new
+            self._in_flight[index] = 0
+            if new.policy_version == self._version:  # no update yet: it already holds them
+                self._offsets[index] = 0
+                self._drained.discard(index)
+            else:
+                self._awaiting_weights.add(index)
+        logger.warning("engine replica %d restarted (%s)", index,
+                       "serving" if index not in self._drained else "waits for the next weights")
+
+    def _build(self, index: int, built: concurrent.futures.Future[Engine]) -> None:
+        assert self._restart is not None
+        try:
+            engine = self._restart(index)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting rebuild
+            built.set_exception(exc)
+            return
+        if self._closed:
+            engine.close()
+            built.set_exception(EngineError("the pool closed while the replica was rebuilt"))
+        else:
+            built.set_result(engine)
+
+    @property
+    def restarting(self) -> int:
+        """Replicas being rebuilt now."""
+        return len(self._restart_tasks)
 
     def stats(self) -> dict[str, float]:
         """Counts for the step metrics: requests moved off a dead replica, replicas drained,
@@ -167,6 +249,8 @@ class EnginePool:
             "reroutes": float(self.reroutes),
             "drained_replicas": float(len(self._drained)),
             "failed_health_checks": float(self.failed_health_checks),
+            "restarts": float(self.restarts),
+            "failed_restarts": float(self.failed_restarts),
         }
 
     async def check_health(self) -> list[int]:
@@ -180,33 +264,48 @@ class EnginePool:
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
         """Load ``state_dict`` into every healthy replica behind a pause, as one version.
 
+        Restarted replicas waiting for the pool's weights take them too and rejoin; when
+        none serves, the update first waits for the rebuilds (up to ``restart_timeout_s``).
+
         Raises:
             EngineError: No replica took the weights, or they report different versions.
         """
-        live = self.healthy
+        deadline = time.monotonic() + self._restart_timeout
+        while not self.healthy and self.restarting and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # nothing serves: the weights must reach the rebuild
+        live, rejoining = self.healthy, sorted(self._awaiting_weights)
         await self._each(live, "pause")
         try:
+            targets = live + rejoining
             results = await asyncio.gather(
-                *(self.replicas[i].update_weights(state_dict) for i in live),
+                *(self.replicas[i].update_weights(state_dict) for i in targets),
                 return_exceptions=True,
             )
-            versions = {}
-            for index, result in zip(live, results, strict=True):
+            versions, rejoined = {}, {}
+            for index, result in zip(targets, results, strict=True):
                 if isinstance(result, BaseException):
+                    self._awaiting_weights.discard(index)
                     self._drain(index, f"update_weights failed: {result!r}")
+                elif index in self._awaiting_weights:
+                    rejoined[index] = result
                 else:
-                    versions[index] = result
-            if not versions:
+                    versions[index] = result + self._offsets[index]
+            if not versions and not rejoined:
                 raise EngineError(f"no replica loaded the new weights: {results!r}")
-            if len(set(versions.values())) != 1:
+            if len(set(versions.values())) > 1:
                 raise EngineError(
                     f"replicas report different policy versions after the update: {versions}; "
                     "they must start from the same version (restart the lagging ones)"
                 )
-            self._version = next(iter(versions.values()))
+            self._version = next(iter(versions.values()), self._version + 1)
+            with self._lock:
+                for index, own in rejoined.items():
+                    self._offsets[index] = self._version - own
+                    self._awaiting_weights.discard(index)
+                    self._drained.discard(index)
             return self._version
         finally:
-            await self._each(self.healthy, "resume")
+            await self._each([i for i in live if i not in self._drained], "resume")
 
     async def pause(self) -> None:
         """Pause every healthy replica."""
@@ -229,9 +328,21 @@ class EnginePool:
         return bool(self.healthy)
 
     def close(self) -> None:
-        """Close every replica."""
+        """Close every replica (and any being rebuilt, once built)."""
+        self._closed = True
         for replica in self.replicas:
             try:
                 replica.close()
             except Exception as exc:  # noqa: BLE001 - close the others regardless
                 logger.warning("closing an engine replica failed: %r", exc)
+
+
+def _shifted(result: GenerateResult, offset: int) -> GenerateResult:
+    """``result`` with its versions moved by ``offset`` onto the pool's count."""
+    if not offset:
+        return result
+    tokens = result.token_versions
+    return result.model_copy(update={
+        "policy_version": result.policy_version + offset,
+        "token_versions": None if tokens is None else [v + offset for v in tokens],
+    })

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -51,10 +52,11 @@ class _EngineActor:
     async def health(self) -> bool:
         return await self.engine.health()
 
-    def node_id(self) -> str:
+    def where(self) -> tuple[str, int]:
+        """The Ray node and the process the engine runs in."""
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        return ray.get_runtime_context().get_node_id(), os.getpid()
 
     def policy_version(self) -> int:
         return self.engine.policy_version
@@ -76,6 +78,7 @@ class RayEngine:
 
     Attributes:
         node_id: The Ray node the actor runs on.
+        pid: The actor's process id.
     """
 
     def __init__(
@@ -100,8 +103,8 @@ class RayEngine:
         self._actor = actor.remote(backend, model_path, options)
         self._timeout = call_timeout_s
         try:
-            self._version, self.node_id = ray.get(
-                [self._actor.policy_version.remote(), self._actor.node_id.remote()],
+            self._version, (self.node_id, self.pid) = ray.get(
+                [self._actor.policy_version.remote(), self._actor.where.remote()],
                 timeout=start_timeout_s,
             )
         except Exception as exc:

@@ -78,6 +78,11 @@ class EngineConfig(_Section):
         False, description="Run each engine replica in its own Ray actor (its own process and "
         "resources, apart from the driver and the trainer workers)."
     )
+    max_restarts: int = Field(
+        3, ge=0, description="Engine replicas rebuilt when one dies (a killed Ray actor, a "
+        "failed health check): its requests move to the others (or fail, counted, if it was "
+        "the only one) and the new replica serves from the next weight push."
+    )
     url: str | None = Field(None, description="vllm-server: a running server to use.")
     options: TorchOptions | VLLMOptions | VLLMServerOptions = Field(
         default_factory=TorchOptions,
@@ -123,7 +128,8 @@ class EngineConfig(_Section):
         }
         if self.url is not None:
             kwargs["url"] = self.url
-        return {"replicas": self.replicas, "ray_actors": self.ray_actors, **kwargs}
+        return {"replicas": self.replicas, "ray_actors": self.ray_actors,
+                "max_restarts": self.max_restarts, **kwargs}
 
 
 class DataConfig(_Section):

@@ -138,7 +138,8 @@ async def test_replica_failure_reroutes_without_losing_a_rollout(pool_of, model)
         assert result.token_ids == hf_greedy(model, prompt, 60), rid
     assert pool.reroutes == 3
     assert pool.healthy == [1]
-    assert pool.stats() == {"reroutes": 3.0, "drained_replicas": 1.0, "failed_health_checks": 0.0}
+    assert pool.stats() == {"reroutes": 3.0, "drained_replicas": 1.0, "failed_health_checks": 0.0,
+                            "restarts": 0.0, "failed_restarts": 0.0}
     # The moved rollouts' next calls go to the survivor.
     await pool.generate([1, 2], GREEDY, f"{on_zero[0]}-1", session_id=on_zero[0])
     assert pool.replica_of(on_zero[0]) == 1
@@ -262,5 +263,56 @@ async def test_pool_over_an_in_process_and_a_ray_actor_replica(ray_started) -> N
         )
         assert [r.token_ids for r in again] == expected
         assert pool.healthy == [0]
+    finally:
+        pool.close()
+
+
+async def _restarted(pool: EnginePool) -> None:
+    """Wait for the pool's rebuild tasks."""
+    for _ in range(200):
+        if not pool.restarting:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the replica was not rebuilt in 10 s")
+
+
+async def test_a_dead_replica_is_rebuilt_and_rejoins_on_the_pools_weights(model) -> None:
+    """Before any update the rebuilt replica serves at once; after one it waits for the next
+    push, then serves on it with the pool's version count (its own restarted at 0)."""
+    built: list[int] = []
+
+    def restart(index: int) -> TorchEngine:
+        built.append(index)
+        return TorchEngine(copy.deepcopy(model), eos_token_ids=())
+
+    pool = EnginePool([restart(0), restart(1)], restart=restart, max_restarts=2)
+    built.clear()
+    try:
+        pool.replicas[0].close()
+        await pool.generate([3, 4], GREEDY, "a-0", session_id="a")  # drains 0 if routed there
+        await pool.check_health()
+        await _restarted(pool)
+        assert built == [0] and pool.healthy == [0, 1]  # version 0 = the base: serves at once
+
+        new_model = id_model(1)
+        assert await pool.update_weights(new_model.state_dict()) == 1
+        pool.replicas[1].close()
+        await pool.check_health()
+        await _restarted(pool)
+        assert built == [0, 1] and pool.healthy == [0]  # rebuilt on the base: waits
+        assert pool.stats()["restarts"] == 2.0
+        assert await pool.update_weights(new_model.state_dict()) == 2
+        assert pool.healthy == [0, 1] and pool.replicas[1].policy_version == 1  # its own count
+        prompts = [[7, i + 1, 9] for i in range(4)]
+        results = await asyncio.gather(*(
+            pool.generate(p, GREEDY, f"s{i}-0", session_id=f"s{i}") for i, p in enumerate(prompts)))
+        assert {pool.replica_of(f"s{i}") for i in range(4)} == {0, 1}
+        assert [r.token_ids for r in results] == [hf_greedy(new_model, p, 8) for p in prompts]
+        assert {r.policy_version for r in results} == {2}  # the pool's version, from both
+        # The budget is spent: the next death only drains.
+        pool.replicas[0].close()
+        await pool.check_health()
+        await _restarted(pool)
+        assert built == [0, 1] and pool.healthy == [1]
     finally:
         pool.close()
