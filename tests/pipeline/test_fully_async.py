@@ -176,7 +176,8 @@ def test_engines_in_ray_actors_apart_from_the_trainer(tmp_path, trained):
     assert result.steps == 3
     assert [m["policy_version"] for m in result.history] == [1.0, 2.0, 3.0]  # both replicas
     assert {k: v for k, v in result.history[-1].items() if k.startswith("engine/")} == {
-        "engine/reroutes": 0.0, "engine/drained_replicas": 0.0, "engine/failed_health_checks": 0.0}
+        "engine/reroutes": 0.0, "engine/drained_replicas": 0.0, "engine/failed_health_checks": 0.0,
+        "engine/restarts": 0.0, "engine/failed_restarts": 0.0}
     for step, samples in trained.items():
         versions = {v for s in samples for v, m in zip(s.response_versions, s.response_mask,
                                                        strict=True) if m}  # fmt: skip
