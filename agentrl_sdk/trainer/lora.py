@@ -1,5 +1,5 @@
 """LoRA on the trainer's model: PEFT adapters injected before FSDP2 shards the model, and the
-pieces that turn them into engine weights or a PEFT adapter folder (merging itself is
+pieces that name them for the engines and for PEFT's adapter files (merging itself is
 `agentrl_sdk.engines.lora_weights.merged_weight`, shared with the engines).
 
 PEFT's LoRA layers are plain modules holding ``nn.Linear`` children (``base_layer``,
@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -34,7 +33,6 @@ __all__ = [
     "inject_lora",
     "lora_dropout_active",
     "peft_config",
-    "save_adapter_folder",
 ]
 
 ADAPTER = "default"
@@ -163,28 +161,3 @@ def lora_dropout_active(model: nn.Module, active: bool) -> Iterator[None]:
     finally:
         for module in dropouts:
             module.train(False)
-
-
-def save_adapter_folder(
-    path: str | Path,
-    config: LoraConfig,
-    adapter_state: dict[str, torch.Tensor],
-    base_model: str,
-    target_modules: list[str],
-) -> None:
-    """Writes a PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``).
-
-    Args:
-        adapter_state: Full adapter tensors in the file's keys (see `adapter_file_key`).
-        base_model: The base model folder, recorded as ``base_model_name_or_path``.
-        target_modules: The module names actually adapted; written instead of 'all-linear'
-            so loaders that do not resolve it (vLLM) find concrete names.
-    """
-    from safetensors.torch import save_file
-
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    resolved = config.model_copy(update={"target_modules": target_modules})
-    peft_config(resolved, base_model_name_or_path=base_model).save_pretrained(folder)
-    tensors = {k: v.detach().contiguous() for k, v in adapter_state.items()}
-    save_file(tensors, folder / "adapter_model.safetensors", metadata={"format": "pt"})

@@ -11,7 +11,6 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from agentrl_sdk.engines.lora_weights import merged_weight
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
+from agentrl_sdk.trainer.export import save_adapter_folder, save_merged_folder
 from agentrl_sdk.trainer.lora import (
     AdaptedWeight,
     adapter_file_key,
@@ -38,7 +38,6 @@ from agentrl_sdk.trainer.lora import (
     engine_key,
     inject_lora,
     lora_dropout_active,
-    save_adapter_folder,
 )
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, mini_batches, pack, shard_plan
 
@@ -532,23 +531,9 @@ class PolicyWorker:
         if lora is not None and (form or lora.export) == "adapter":
             self._export_adapter(path)
             return
-        from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
-
-        every_key = [k for keys, _ in self._engine_tensors() for k in keys]
-        state = self.gather_bucket(every_key)
+        state = self.gather_bucket([k for keys, _ in self._engine_tensors() for k in keys])
         if self.rank == 0:
-            config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-            model.load_state_dict(state, strict=True)
-            saved_dtype = getattr(config, "dtype", None)
-            if isinstance(saved_dtype, torch.dtype):
-                model.to(saved_dtype)
-            if (Path(self.model_path) / "generation_config.json").exists():
-                model.generation_config = GenerationConfig.from_pretrained(
-                    self.model_path, local_files_only=True
-                )
-            model.save_pretrained(path)
-            self._export_tokenizer(path)
+            save_merged_folder(path, self.model_path, state)
         dist.barrier()
 
     def _export_adapter(self, path: str) -> None:
@@ -557,18 +542,7 @@ class PolicyWorker:
             assert self.config.lora is not None  # only called with LoRA
             targets = sorted({key.rsplit(".", 2)[-2] for key in self._adapted})
             save_adapter_folder(path, self.config.lora, state, self.model_path, targets)
-            self._export_tokenizer(path)
         dist.barrier()
-
-    def _export_tokenizer(self, path: str) -> None:
-        from transformers import AutoTokenizer
-
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
-        except (OSError, ValueError):
-            logger.warning("no tokenizer in %s; exported the model only", self.model_path)
-        else:
-            tokenizer.save_pretrained(path)
 
     # ---------------------------------------------------------------- checkpoints
 
