@@ -3,24 +3,30 @@
 - ``supervisor`` (policy ``supervisor``, trained): reads the question and routes it by
   writing ``math`` or ``words``; it earns the reward ``routing`` when right, crediting the
   supervisor node only.
-- ``math_worker`` (policy ``default``, trained): picks the arithmetic tool (the
-  tool-selection task); ``team_reward`` credits it ``answer`` when the tool is right.
-- ``words_worker`` (policy ``words``, ``@frozen``): answers word questions; its calls are
-  recorded in the trajectory but never trained, and its engine's weights never change.
+- ``math_worker``: LangGraph's prebuilt ReAct agent (`create_react_agent`), unchanged, on the
+  arithmetic tools (the tool-selection task); its model calls run in its ``agent`` node, path
+  ``math_worker/agent`` (policy ``default``, trained). ``team_reward`` credits it ``answer``
+  when the tool is right.
+- ``words_worker`` (policy ``words``, frozen): answers word questions; its calls are recorded
+  in the trajectory but never trained, and its engine's weights never change.
 
-Each policy's samples are its own nodes' segments, and each policy's reward is the credit of
-its own nodes: the supervisor's advantages come from ``routing`` alone, the math worker's from
-``answer`` alone (there is no shared outcome). Advantages are grouped per (row, policy).
+No node is decorated: ``rollout.nodes`` in ``config.yaml`` gives each node path its policy
+(``supervisor``, ``math_worker/*``, ``words_worker``), as it would for prebuilt code you do not
+own. Each policy's samples are its own nodes' segments, and each policy's reward is the credit
+of its own nodes: the supervisor's advantages come from ``routing`` alone, the math worker's
+from ``answer`` alone (there is no shared outcome). Advantages are grouped per (row, policy).
 """
 
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.prebuilt import create_react_agent
 
 import agentrl_sdk as sdk
 from examples.tool_selection.agent import TOOLS, make_rows, right_tool_reward
@@ -44,42 +50,39 @@ def router_prompt(question: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": ROUTER_SYSTEM}, {"role": "user", "content": question}]
 
 
-@sdk.trainable("supervisor", policy="supervisor")
-async def supervisor(state: State, config) -> dict:
+async def supervisor(state: State) -> dict:
     """Route the question; a right route earns the node's own reward."""
-    reply = await sdk.chat_model(config).ainvoke(router_prompt(state["question"]))
+    reply = await sdk.TokenChatModel().ainvoke(router_prompt(state["question"]))
     words = reply.text.strip().split()
     route = words[0].strip(".").lower() if words else ""
     sdk.emit_reward(ROUTING_REWARD * (route == state["kind"]), name="routing", node="supervisor")
     return {"route": route if route in ROUTES else "none"}
 
 
-@sdk.trainable("math_worker")
-async def math_worker(state: State, config) -> dict:
-    """The tool-selection solver: a tool call, then the answer."""
-    llm = sdk.chat_model(config).bind_tools(TOOLS)
-    return {"messages": [await llm.ainvoke(state["messages"])]}
-
-
-@sdk.frozen("words_worker", policy="words")
-async def words_worker(state: State, config) -> dict:
-    """Answer a word question with the frozen policy (recorded, never trained)."""
-    reply = await sdk.chat_model(config).ainvoke([{"role": "user", "content": state["question"]}])
+async def words_worker(state: State) -> dict:
+    """Answer a word question (served by the frozen ``words`` policy: recorded, never trained)."""
+    reply = await sdk.TokenChatModel().ainvoke(
+        [{"role": "user", "content": state["question"]}])
     return {"messages": [reply]}
 
 
+def math_worker() -> Any:
+    """LangGraph's prebuilt ReAct agent on the arithmetic tools: a tool call, then the answer."""
+    with warnings.catch_warnings():  # moved to langchain.agents in LangGraph 1.0; still shipped
+        warnings.simplefilter("ignore")
+        return create_react_agent(sdk.TokenChatModel(), TOOLS, name="math_worker")
+
+
 def build_graph() -> Any:
-    """supervisor -> math_worker (<-> tools) | words_worker -> end."""
+    """supervisor -> math_worker (a prebuilt agent) | words_worker -> end."""
     graph = StateGraph(State)
     graph.add_node("supervisor", supervisor)
-    graph.add_node("math_worker", math_worker)
-    graph.add_node("tools", sdk.ToolNode(TOOLS))
+    graph.add_node("math_worker", math_worker())
     graph.add_node("words_worker", words_worker)
     graph.add_edge(START, "supervisor")
     graph.add_conditional_edges("supervisor", lambda s: s["route"],
                                 {"math": "math_worker", "words": "words_worker", "none": END})
-    graph.add_conditional_edges("math_worker", sdk.tools_condition)
-    graph.add_edge("tools", "math_worker")
+    graph.add_edge("math_worker", END)
     graph.add_edge("words_worker", END)
     return graph.compile()
 
@@ -98,8 +101,9 @@ def make_mixed_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
             rows.append({**row, "question": row["messages"][-1]["content"], "kind": "math"})
         else:
             question = f"Spell the word {rng.choice(_WORDS)}."
-            rows.append({"id": f"words-{seed}-{i}", "messages": [], "operands": [0, 1],
-                         "tool": "", "question": question, "kind": "words"})
+            rows.append({"id": f"words-{seed}-{i}", "operands": [0, 1], "tool": "",
+                         "messages": [{"role": "user", "content": question}],
+                         "question": question, "kind": "words"})
     return rows
 
 

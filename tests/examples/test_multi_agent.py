@@ -58,6 +58,10 @@ def test_brief_run_trains_two_policies_and_keeps_the_frozen_one(tmp_path, monkey
     segments = [s for i in infos for s in load_trace_view(config.tracking.uri, i.trace_id).segments]
     frozen = [s for s in segments if s["policy"] == "words"]
     assert frozen and all(not s["trained"] and s["node"] == "words_worker" for s in frozen)
+    # No decorators: config.yaml's path rules attribute every node, the prebuilt math agent's
+    # model node by its path.
+    assert {(s["node"], s["policy"]) for s in segments} == {
+        ("supervisor", "supervisor"), ("math_worker/agent", "default"), ("words_worker", "words")}
     assert all(s["trained"] for s in segments if s["policy"] != "words")
 
 
