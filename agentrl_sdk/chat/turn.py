@@ -14,7 +14,6 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.tool import invalid_tool_call, tool_call
-from langgraph.errors import GraphRecursionError
 
 from agentrl_sdk.chat.context import NodeTag
 from agentrl_sdk.chat.messages import to_template_message, with_format_instruction
@@ -125,7 +124,7 @@ def failure_status(exc: BaseException, timeout_s: float | None = None) -> tuple[
         return "engine_error", str(exc)
     if isinstance(exc, TimeoutError):
         return "timeout", f"rollout exceeded timeout_s={timeout_s}"
-    if isinstance(exc, GraphRecursionError):
+    if isinstance(exc, RecursionError):  # LangGraph's GraphRecursionError is one
         return "graph_error", f"recursion limit reached: {exc}"
     return "graph_error", f"{type(exc).__name__}: {exc}"
 
