@@ -1,5 +1,6 @@
 """agentrl_sdk: train LLM agents written as LangGraph graphs with reinforcement learning."""
 
+from agentrl_sdk import rewards
 from agentrl_sdk.api import aevaluate, atrain, evaluate, train
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel
 from agentrl_sdk.config import ChatConfig, NodeRule, RolloutConfig
@@ -58,6 +59,7 @@ __all__ = [
     "emit_reward",
     "evaluate",
     "frozen",
+    "rewards",
     "rollout",
     "tools_condition",
     "train",

@@ -142,8 +142,9 @@ class Segment(BaseModel):
         return len(self.prompt_ids) + len(self.response_ids)
 
 
-EventKind = Literal["graph", "node", "llm", "engine", "tool"]
-"""What a `RolloutEvent` times: the graph run, a node, a chat-model call, its engine call, a tool."""
+EventKind = Literal["graph", "node", "llm", "engine", "tool", "reward"]
+"""What a `RolloutEvent` times: the graph run, a node, a chat-model call, its engine call, a
+tool, or a reward model's call (a judge) after the rollout."""
 
 
 class RolloutEvent(BaseModel):

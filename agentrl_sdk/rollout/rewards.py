@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
+from agentrl_sdk.rollout.judge import GroupReward
 from agentrl_sdk.types import RewardComponent, Trajectory
 
 RewardValue = float | Mapping[str, float] | RewardComponent | Iterable[RewardComponent] | None
 """A number, named components, or components that credit nodes (`RewardComponent`)."""
 
 RewardFn = Callable[[Any, Mapping[str, Any], Trajectory], RewardValue | Awaitable[RewardValue]]
-"""``reward(final_state, row, trajectory)`` -> a `RewardValue` (sync or async)."""
+"""``reward(final_state, row, trajectory)`` -> a `RewardValue` (sync or async); or a
+`GroupReward` (e.g. ``sdk.rewards.judge``), which scores a row's rollouts together."""
 
 OnRewardError = Literal["zero", "drop"]
 
@@ -40,6 +43,8 @@ async def score(
         Counters: ``reward_errors``, ``rollouts_failed``.
     """
     counts: Counter[str] = Counter()
+    grouped = (await _group_values(reward_fn, trajectories, rows)
+               if isinstance(reward_fn, GroupReward) else None)
     for traj in trajectories:
         emitted = sum(traj.rewards.values())
         if traj.status != "ok":
@@ -47,7 +52,12 @@ async def score(
             traj.reward = failed_rollout_reward + emitted
             continue
         try:
-            value = await _call(reward_fn, traj.final_state, rows[traj.row_id], traj)
+            if grouped is None:
+                value = await _call(reward_fn, traj.final_state, rows[traj.row_id], traj)
+            else:
+                value = grouped[id(traj)]
+                if isinstance(value, BaseException):
+                    raise value
             components = _components(value)
         except Exception as exc:  # noqa: BLE001 - user code; the error is recorded on the trajectory
             counts["reward_errors"] += 1
@@ -59,6 +69,33 @@ async def score(
             traj.rewards[component.key] = traj.rewards.get(component.key, 0.0) + component.value
         traj.reward = sum(c.value for c in components) + emitted
     return counts
+
+
+async def _group_values(
+    reward_fn: GroupReward, trajectories: list[Trajectory], rows: Mapping[str, Mapping[str, Any]]
+) -> dict[int, Any]:
+    """Each finished trajectory's value from one `GroupReward` call per row (concurrently);
+    a group whose call raised maps its trajectories to the exception."""
+    groups: dict[str, list[Trajectory]] = {}
+    for traj in trajectories:
+        if traj.status == "ok":
+            groups.setdefault(traj.row_id, []).append(traj)
+
+    async def one(row_id: str, group: list[Trajectory]) -> dict[int, Any]:
+        try:
+            values = await reward_fn.score_group(
+                [t.final_state for t in group], rows[row_id], group)
+            if len(values) != len(group):
+                raise ValueError(f"score_group returned {len(values)} rewards for "
+                                 f"{len(group)} rollouts")
+        except Exception as exc:  # noqa: BLE001 - counted per rollout by the caller
+            return {id(t): exc for t in group}
+        return {id(t): v for t, v in zip(group, values, strict=True)}
+
+    found: dict[int, Any] = {}
+    for part in await asyncio.gather(*(one(r, g) for r, g in groups.items())):
+        found.update(part)
+    return found
 
 
 async def _call(reward_fn: RewardFn | None, state: Any, row: Mapping[str, Any], traj: Trajectory):

@@ -35,7 +35,8 @@ TraceSampling = Literal["all", "first_k", "failures", "off"]
 ATTR = "agentrl."
 """Prefix of every attribute this package sets on spans."""
 
-_SPAN_TYPES = {"node": "CHAIN", "llm": "CHAT_MODEL", "engine": "LLM", "tool": "TOOL"}
+_SPAN_TYPES = {"node": "CHAIN", "llm": "CHAT_MODEL", "engine": "LLM", "tool": "TOOL",
+               "reward": "EVALUATOR"}
 _MALFORMED = "Error: malformed tool call"
 
 
