@@ -9,7 +9,7 @@ files (`_load`) and which of its errors become `EngineError` (`_request_error`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
@@ -116,10 +116,14 @@ class VLLMBackend:
             files.close()
 
     async def _reload(self, paths: list[str]) -> int:
+        return await self._held(self._load(paths))
+
+    async def _held(self, change: Awaitable[None]) -> int:
+        """Runs ``change`` (new weights or adapter) with the requests held; the new version."""
         was_paused = self._requests.paused
         await self._requests.pause()
         try:
-            await self._load(paths)
+            await change
         finally:
             if not was_paused:
                 self._requests.resume()

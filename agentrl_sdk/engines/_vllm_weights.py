@@ -26,7 +26,8 @@ WORKER_EXTENSION = "agentrl_sdk.engines._vllm_weights.WorkerWeightLoader"
 RPC_METHOD = "agentrl_load_weights"
 
 
-def _shm_root() -> str | None:
+def shm_root() -> str | None:
+    """Where update files go: /dev/shm (memory) when writable, else the temp folder."""
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
@@ -77,7 +78,7 @@ class WeightFiles:
     """
 
     def __init__(self, state_dict: Mapping[str, torch.Tensor], bucket_bytes: int) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=_shm_root()))
+        self.folder = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=shm_root()))
         try:
             self.paths = write_buckets(state_dict, self.folder, bucket_bytes)
         except BaseException:

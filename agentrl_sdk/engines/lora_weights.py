@@ -1,4 +1,5 @@
-"""LoRA adapter tensors as engines receive them, and the one formula that merges them.
+"""LoRA adapter tensors as engines receive them, the one formula that merges them, and the
+PEFT adapter folder that vLLM and PEFT load.
 
 The trainer and the engines both merge with `merged_weight`, so a weight an engine merged from
 an adapter push is, bit for bit, the weight a merged push would have sent.
@@ -6,14 +7,16 @@ an adapter push is, bit for bit, the weight a merged push would have sent.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["AdapterEngine", "AdapterWeights", "merged_weight"]
+__all__ = ["AdapterEngine", "AdapterWeights", "merged_weight", "write_adapter_folder"]
 
 _FILE_PREFIX = "base_model.model."
 
@@ -61,10 +64,56 @@ class AdapterWeights:
             raise ValueError(f"adapter lacks lora_A or lora_B for {incomplete[:5]}")
         return {k: (p["A"], p["B"]) for k, p in pairs.items()}
 
+    @property
+    def rank(self) -> int:
+        """r: the rows of every A (one rank for the whole adapter)."""
+        ranks = {a.shape[0] for a, _ in self.by_weight().values()}
+        if len(ranks) != 1:
+            raise ValueError(f"adapter mixes ranks {sorted(ranks)}; one rank is supported")
+        return ranks.pop()
+
+
+def write_adapter_folder(
+    path: str | Path, adapter: AdapterWeights, base_model: str | None = None
+) -> Path:
+    """Writes ``adapter`` as a PEFT adapter folder: ``adapter_config.json`` (LoRA, r,
+    ``lora_alpha = scaling * r``, the adapted module names) and ``adapter_model.safetensors``.
+
+    PEFT (``PeftModel.from_pretrained``) and vLLM (``LoRARequest``) load it. Returns the folder.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = adapter.by_weight()
+    rank = adapter.rank
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_model,
+        "r": rank,
+        "lora_alpha": adapter.scaling * rank,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "target_modules": sorted({key.rsplit(".", 2)[-2] for key in weights}),
+        "fan_in_fan_out": bool(adapter.fan_in_fan_out),
+        "use_rslora": False,
+        "use_dora": False,
+    }
+    (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    tensors = {k: v.detach().contiguous() for k, v in adapter.tensors.items()}
+    save_file(tensors, folder / "adapter_model.safetensors", metadata={"format": "pt"})
+    return folder
+
 
 @runtime_checkable
 class AdapterEngine(Protocol):
-    """An engine that takes an adapter push: it merges the adapter into its own base copy."""
+    """An engine that can take adapter pushes: it serves its base plus the adapter."""
+
+    @property
+    def takes_adapters(self) -> bool:
+        """Whether `update_adapter` works on this instance (vLLM: only with ``enable_lora``)."""
+        ...
 
     async def update_adapter(self, adapter: AdapterWeights) -> int:
         """Serve ``base + adapter`` from now on; returns the new policy version."""

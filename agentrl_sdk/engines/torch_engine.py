@@ -200,6 +200,11 @@ class TorchEngine:
         self._submit(update)
         return await update.future
 
+    @property
+    def takes_adapters(self) -> bool:
+        """Always: the engine merges adapters into its own copy of the base (`update_adapter`)."""
+        return True
+
     async def update_adapter(self, adapter: AdapterWeights) -> int:
         """Serve base + ``adapter``: only the adapter tensors travel; the engine merges them.
 

@@ -10,16 +10,21 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
 from agentrl_sdk.engines._vllm_cpu_env import vllm_cpu_env
-from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
+from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION, shm_root
+from agentrl_sdk.engines.lora_weights import AdapterWeights, write_adapter_folder
 from agentrl_sdk.errors import EngineError
+from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, SamplingParams
 
 __all__ = ["VLLMEngine", "default_eos", "to_vllm_sampling"]
@@ -41,6 +46,9 @@ class VLLMEngine(VLLMBackend):
     on resume each request is submitted again with prompt + partial output and the rest of its
     budget. `update_weights` does exactly that around a reload, so no request ever mixes KV
     cache from two policies; ``token_versions`` records which version sampled each token.
+
+    Started with ``engine_args={"enable_lora": True, "max_lora_rank": R}`` it also takes
+    adapter pushes (`update_adapter`): each version is a vLLM LoRA that every request carries.
 
     Args:
         model_path: A local ``save_pretrained`` folder.
@@ -82,6 +90,8 @@ class VLLMEngine(VLLMBackend):
         self._tokenizer_path = path
         self._version = 0
         self._closed = False
+        self._lora: Any = None  # the LoRARequest of the last adapter push, sent with every request
+        self._adapters: Path | None = None  # adapter folders, made on the first push
         args = {
             "model": path,
             "dtype": dtype,
@@ -95,6 +105,7 @@ class VLLMEngine(VLLMBackend):
             "disable_log_stats": True,
             **(engine_args or {}),
         }
+        self._takes_adapters = bool(args.get("enable_lora"))
         self._loop = LoopThread("agentrl-vllm-engine")
         try:
             # The engine core process inherits the environment when it starts; not after.
@@ -120,6 +131,12 @@ class VLLMEngine(VLLMBackend):
         return llm, ResumableRequests(lambda: self._version)
 
     @property
+    def takes_adapters(self) -> bool:
+        """True when started with ``enable_lora``: `update_adapter` works (and `WeightSync`
+        sends adapters alone)."""
+        return self._takes_adapters
+
+    @property
     def policy_version(self) -> int:
         """Version of the weights currently served; bumped by every `update_weights`."""
         return self._version
@@ -141,7 +158,7 @@ class VLLMEngine(VLLMBackend):
         params = to_vllm_sampling(partial.sampling, partial.remaining, self._eos)
         version = self._version
         prompt = TokensPrompt(prompt_token_ids=partial.context)
-        async for out in self._llm.generate(prompt, params, request_id):
+        async for out in self._llm.generate(prompt, params, request_id, lora_request=self._lora):
             if self._requests.paused:
                 raise asyncio.CancelledError  # a pause is under way; vLLM aborts on exit
             completion = out.outputs[0]
@@ -156,11 +173,61 @@ class VLLMEngine(VLLMBackend):
             raise EngineError(f"request {request_id!r}: vLLM ended without a finish reason")
         return partial.finish_reason
 
+    async def update_adapter(self, adapter: AdapterWeights) -> int:
+        """Serve base + ``adapter`` as a vLLM LoRA: only the adapter is written and loaded.
+
+        Each version gets a new adapter id (the previous one is removed), loaded before any
+        request uses it; requests in flight are held and resubmitted on it, as for
+        `update_weights`. A later `update_weights` serves its weights without an adapter.
+
+        Returns:
+            The new policy version.
+
+        Raises:
+            EngineError: The engine was started without ``enable_lora``, or vLLM refused the
+                adapter (e.g. its rank is above ``max_lora_rank``); the old one is still served.
+        """
+        self._check_open()
+        if not self.takes_adapters:
+            raise EngineError(
+                "this VLLMEngine takes no adapters: start it with engine_args "
+                "{'enable_lora': True, 'max_lora_rank': <the adapter's rank or more>}"
+            )
+        if self._adapters is None:
+            self._adapters = Path(tempfile.mkdtemp(prefix="agentrl-lora-", dir=shm_root()))
+        folder = self._adapters / f"v{self._version + 1}"
+        await run_blocking(write_adapter_folder, folder, adapter)
+        try:
+            return await self._loop.call(self._held(self._swap_adapter(folder)))
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+    async def _swap_adapter(self, folder: Path) -> None:
+        from vllm.lora.request import LoRARequest
+
+        version = self._version + 1  # ids must be positive and new for vLLM to load anew
+        request = LoRARequest(f"agentrl-v{version}", version, str(folder))
+        try:
+            await asyncio.wait_for(self._llm.add_lora(request), self._timeout)
+        except Exception as exc:
+            raise EngineError(f"vLLM refused the adapter, old weights kept: {exc}") from exc
+        await self._drop_adapter()
+        self._lora = request
+
+    async def _drop_adapter(self) -> None:
+        """Stop serving the current adapter (if any) and free it in vLLM and on disk."""
+        old, self._lora = self._lora, None
+        if old is not None:
+            await asyncio.wait_for(self._llm.remove_lora(old.lora_int_id), self._timeout)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+
     async def _load(self, paths: list[str]) -> None:
         try:
             await asyncio.wait_for(
                 self._llm.collective_rpc(RPC_METHOD, args=(paths,)), self._timeout
             )
+            await self._drop_adapter()  # full weights replace base + adapter
             # Cached prefixes hold the old weights' keys and values.
             await asyncio.wait_for(self._llm.reset_prefix_cache(), self._timeout)
         except TimeoutError as exc:
@@ -195,6 +262,8 @@ class VLLMEngine(VLLMBackend):
             logger.warning("vLLM shutdown failed: %r", exc)
         finally:
             self._loop.stop()
+            if self._adapters is not None:
+                shutil.rmtree(self._adapters, ignore_errors=True)
 
 async def _call(fn: Any) -> Any:
     return fn()

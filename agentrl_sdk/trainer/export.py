@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from agentrl_sdk.trainer.config import LoraConfig
+from agentrl_sdk.engines.lora_weights import AdapterWeights, write_adapter_folder
 
 __all__ = ["save_adapter_folder", "save_merged_folder"]
 
@@ -36,33 +34,11 @@ def save_merged_folder(path: str | Path, model_path: str, state: dict[str, torch
     _save_tokenizer(path, model_path)
 
 
-def save_adapter_folder(
-    path: str | Path,
-    config: LoraConfig,
-    adapter_state: dict[str, torch.Tensor],
-    model_path: str,
-    target_modules: list[str],
-) -> None:
-    """Writes a PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``)
-    and the model folder's tokenizer.
-
-    Args:
-        adapter_state: Full adapter tensors in the file's keys (see `adapter_file_key`).
-        model_path: The base model folder, recorded as ``base_model_name_or_path``.
-        target_modules: The module names actually adapted; written instead of 'all-linear'
-            so loaders that do not resolve it (vLLM) find concrete names.
-    """
-    from safetensors.torch import save_file
-
-    from agentrl_sdk.trainer.lora import peft_config
-
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    resolved = config.model_copy(update={"target_modules": target_modules})
-    peft_config(resolved, base_model_name_or_path=model_path).save_pretrained(folder)
-    tensors = {k: v.detach().contiguous() for k, v in adapter_state.items()}
-    save_file(tensors, folder / "adapter_model.safetensors", metadata={"format": "pt"})
-    _save_tokenizer(folder, model_path)
+def save_adapter_folder(path: str | Path, adapter: AdapterWeights, model_path: str) -> None:
+    """Writes ``adapter`` as a PEFT adapter folder on top of ``model_path`` (recorded as
+    ``base_model_name_or_path``), with the model folder's tokenizer."""
+    write_adapter_folder(path, adapter, base_model=model_path)
+    _save_tokenizer(path, model_path)
 
 
 def _save_tokenizer(path: str | Path, model_path: str) -> None:

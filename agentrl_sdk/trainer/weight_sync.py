@@ -145,11 +145,11 @@ class WeightSync:
         """The adapter to push alone, or None for merged weights."""
         get = getattr(group, "adapter_weights", None)
         adapter = None if get is None else await run_blocking(get)
-        if adapter is None or all(isinstance(e, AdapterEngine) for e in engines):
+        if adapter is None or all(map(_takes_adapters, engines)):
             return adapter
         if not self._warned_adapter:
             self._warned_adapter = True
-            kinds = sorted({type(e).__name__ for e in engines if not isinstance(e, AdapterEngine)})
+            kinds = sorted({type(e).__name__ for e in engines if not _takes_adapters(e)})
             logger.warning(
                 "lora.sync='adapter' but %s take no adapters: pushing merged weights", kinds
             )
@@ -169,3 +169,7 @@ class WeightSync:
             if close is not None:
                 close()
         return state, buckets
+
+
+def _takes_adapters(engine: object) -> bool:
+    return isinstance(engine, AdapterEngine) and engine.takes_adapters

@@ -26,7 +26,7 @@ from agentrl_sdk.algorithms import (
     ppo_policy_loss,
     sequence_mass,
 )
-from agentrl_sdk.engines.lora_weights import merged_weight
+from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
@@ -540,8 +540,9 @@ class PolicyWorker:
         state = self.gather_adapter()
         if self.rank == 0:
             assert self.config.lora is not None  # only called with LoRA
-            targets = sorted({key.rsplit(".", 2)[-2] for key in self._adapted})
-            save_adapter_folder(path, self.config.lora, state, self.model_path, targets)
+            transposed = frozenset(k for k, a in self._adapted.items() if a.fan_in_fan_out)
+            adapter = AdapterWeights(state, self.config.lora.scaling, transposed)
+            save_adapter_folder(path, adapter, self.model_path)
         dist.barrier()
 
     # ---------------------------------------------------------------- checkpoints

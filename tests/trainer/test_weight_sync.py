@@ -83,6 +83,7 @@ class AdapterSource(FakeSource):
 
 class FakeAdapterEngine(FakeEngine):
     adapter = None
+    takes_adapters = True
 
     async def update_adapter(self, adapter):
         self.adapter = adapter
@@ -97,8 +98,10 @@ async def test_adapter_push_only_when_every_engine_takes_adapters(caplog):
     assert all(e.loaded is None and e.adapter.scaling == 2.0 for e in engines)
     assert sync.last_stats.adapter and sync.last_stats.bytes == (6 + 8) * 4
     assert list(engines[0].adapter.by_weight()) == ["m.weight"]
-    mixed = [FakeAdapterEngine(), FakeEngine()]
-    assert await sync.push(AdapterSource(), mixed) == [1, 1]
+    off = FakeAdapterEngine()
+    off.takes_adapters = False  # e.g. a VLLMEngine started without enable_lora
+    mixed = [FakeAdapterEngine(), FakeEngine(), off]
+    assert await sync.push(AdapterSource(), mixed) == [1, 1, 1]
     assert not sync.last_stats.adapter and mixed[0].adapter is None
     assert sorted(mixed[0].loaded) == ["a", "b", "emb", "head"]
     assert "take no adapters" in caplog.text
