@@ -75,7 +75,8 @@ def inject_lora(model: nn.Module, config: LoraConfig, seed: int) -> dict[str, Ad
         The adapted weights, by their engine key (see `adapted_weights`).
 
     Raises:
-        ValueError: A target module is not a linear layer (only those are merged here).
+        ValueError: A target module is not a linear layer (only those are merged here), or
+            none matched (PEFT's message).
     """
     try:
         from peft import inject_adapter_in_model
@@ -85,9 +86,11 @@ def inject_lora(model: nn.Module, config: LoraConfig, seed: int) -> dict[str, Ad
         ) from exc
 
     model.requires_grad_(False)
+    training = model.training
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         inject_adapter_in_model(peft_config(config), model, adapter_name=ADAPTER)
+    model.train(training)  # new modules start in train mode: their dropout would be on
     for name, param in model.named_parameters():
         param.requires_grad_(".lora_" in name)
     return adapted_weights(model)
@@ -113,8 +116,6 @@ def adapted_weights(model: nn.Module) -> dict[str, AdaptedWeight]:
             lora_b=f"{name}.lora_B.{ADAPTER}.weight",
             fan_in_fan_out=bool(module.fan_in_fan_out),
         )
-    if not found:
-        raise ValueError("lora.target_modules matched no module of the model")
     return found
 
 
