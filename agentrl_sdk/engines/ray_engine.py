@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agentrl_sdk.engines.lora_weights import AdapterWeights
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
@@ -42,6 +43,14 @@ class _EngineActor:
 
     async def update_weights(self, packed: PackedTensors) -> int:
         return await self.engine.update_weights(packed.unpack())
+
+    def takes_adapters(self) -> bool:
+        return bool(getattr(self.engine, "takes_adapters", False))
+
+    async def update_adapter(self, packed: PackedTensors, scaling: float, fifo: list[str]) -> int:
+        return await self.engine.update_adapter(
+            AdapterWeights(packed.unpack(), scaling, frozenset(fifo))
+        )
 
     async def pause(self) -> None:
         await self.engine.pause()
@@ -103,10 +112,11 @@ class RayEngine:
         self._actor = actor.remote(backend, model_path, options)
         self._timeout = call_timeout_s
         try:
-            self._version, (self.node_id, self.pid) = ray.get(
-                [self._actor.policy_version.remote(), self._actor.where.remote()],
+            self._version, (self.node_id, self.pid), self._takes_adapters = ray.get(
+                [self._actor.policy_version.remote(), self._actor.where.remote(),
+                 self._actor.takes_adapters.remote()],
                 timeout=start_timeout_s,
-            )
+            )  # fmt: skip
         except Exception as exc:
             raise EngineError(f"the {backend!r} engine actor failed to start: {exc}") from exc
         self._closed = False
@@ -151,6 +161,18 @@ class RayEngine:
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
         """Ship ``state_dict`` through the object store (as arrays: no copies) and load it."""
         self._version = await self._call("update_weights", PackedTensors.pack(state_dict))
+        return self._version
+
+    @property
+    def takes_adapters(self) -> bool:
+        """Whether the engine inside takes adapter pushes (see `AdapterEngine`)."""
+        return self._takes_adapters
+
+    async def update_adapter(self, adapter: AdapterWeights) -> int:
+        """Ship the adapter tensors through the object store; the engine inside serves them."""
+        packed = PackedTensors.pack(adapter.tensors)
+        fifo = sorted(adapter.fan_in_fan_out)
+        self._version = await self._call("update_adapter", packed, adapter.scaling, fifo)
         return self._version
 
     async def pause(self) -> None:

@@ -1,6 +1,7 @@
 """LoRA adapters on the TorchEngine: merged_weight is PEFT's merge to the bit, an adapter push
 serves base + adapter (greedy ids of HF on the merged model), each version merges from the
-base (never stacked), and a bad adapter leaves the weights as they were."""
+base (never stacked), and a bad adapter leaves the weights as they were; a RayEngine forwards
+adapter pushes to the engine in its actor."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import copy
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+from transformers import AutoModelForCausalLM
 
 from agentrl_sdk.engines import TorchEngine
 from agentrl_sdk.engines.lora_weights import AdapterEngine, AdapterWeights, merged_weight
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
-from tests.engines._tiny import hf_greedy, id_model
+from tests.engines._tiny import hf_greedy, id_model, tiny_model_dir
 
 PROMPT = [5, 17, 301, 42, 9]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
@@ -88,3 +90,29 @@ async def test_adapter_push_serves_base_plus_adapter_from_the_base(base):
         assert torch.equal(engine.model.state_dict()[KEY], want)
     finally:
         engine.close()
+
+
+@pytest.mark.slow
+async def test_ray_engine_forwards_adapter_pushes():
+    import ray
+
+    from agentrl_sdk.engines.ray_engine import RayEngine
+    from agentrl_sdk.trainer import TrainerConfig, init_ray
+
+    started = init_ray(TrainerConfig())
+    path = tiny_model_dir(0)
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model, adapter = peft_adapter(base)
+    local = TorchEngine(copy.deepcopy(model).merge_and_unload())
+    remote = RayEngine("torch", str(path))
+    try:
+        assert remote.takes_adapters
+        assert await remote.update_adapter(adapter) == 1 == remote.policy_version
+        got = await remote.generate(PROMPT, GREEDY, "remote")
+        assert got.token_ids == (await local.generate(PROMPT, GREEDY, "local")).token_ids
+        assert got.policy_version == 1
+    finally:
+        remote.close()
+        local.close()
+        if started:
+            ray.shutdown()
