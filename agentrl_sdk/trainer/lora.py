@@ -49,8 +49,8 @@ class AdaptedWeight:
     fan_in_fan_out: bool  # the base stores (in, out) (GPT-2's Conv1D)
 
 
-def peft_config(config: LoraConfig, **extra: object) -> PeftLoraConfig:
-    """PEFT's `LoraConfig` for ours (``extra``: e.g. ``base_model_name_or_path``)."""
+def peft_config(config: LoraConfig) -> PeftLoraConfig:
+    """PEFT's `LoraConfig` for ours (what the trainer injects; the tests' PEFT reference)."""
     from peft import LoraConfig as PeftLoraConfig
 
     return PeftLoraConfig(
@@ -60,7 +60,6 @@ def peft_config(config: LoraConfig, **extra: object) -> PeftLoraConfig:
         target_modules=config.target_modules,
         bias="none",
         task_type="CAUSAL_LM",
-        **extra,
     )
 
 
