@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agentrl_sdk.engines.base import Engine
 from agentrl_sdk.errors import EngineError
@@ -22,6 +22,8 @@ from agentrl_sdk.types import GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
     import torch
+
+    from agentrl_sdk.engines.lora_weights import AdapterWeights
 
 __all__ = ["EnginePool"]
 
@@ -270,6 +272,19 @@ class EnginePool:
         Raises:
             EngineError: No replica took the weights, or they report different versions.
         """
+        return await self._update(lambda replica: replica.update_weights(state_dict), "weights")
+
+    @property
+    def takes_adapters(self) -> bool:
+        """Whether every replica takes adapter pushes (see `AdapterEngine`)."""
+        return all(getattr(replica, "takes_adapters", False) for replica in self.replicas)
+
+    async def update_adapter(self, adapter: AdapterWeights) -> int:
+        """`update_weights` for an adapter push: every replica serves its base + ``adapter``
+        (a rebuilt replica's base is the model folder), as one version."""
+        return await self._update(lambda replica: replica.update_adapter(adapter), "adapter")
+
+    async def _update(self, load: Callable[[Any], Awaitable[int]], what: str) -> int:
         deadline = time.monotonic() + self._restart_timeout
         while not self.healthy and self.restarting and time.monotonic() < deadline:
             await asyncio.sleep(0.1)  # nothing serves: the weights must reach the rebuild
@@ -278,20 +293,20 @@ class EnginePool:
         try:
             targets = live + rejoining
             results = await asyncio.gather(
-                *(self.replicas[i].update_weights(state_dict) for i in targets),
+                *(load(self.replicas[i]) for i in targets),
                 return_exceptions=True,
             )
             versions, rejoined = {}, {}
             for index, result in zip(targets, results, strict=True):
                 if isinstance(result, BaseException):
                     self._awaiting_weights.discard(index)
-                    self._drain(index, f"update_weights failed: {result!r}")
+                    self._drain(index, f"loading the new {what} failed: {result!r}")
                 elif index in self._awaiting_weights:
                     rejoined[index] = result
                 else:
                     versions[index] = result + self._offsets[index]
             if not versions and not rejoined:
-                raise EngineError(f"no replica loaded the new weights: {results!r}")
+                raise EngineError(f"no replica loaded the new {what}: {results!r}")
             if len(set(versions.values())) > 1:
                 raise EngineError(
                     f"replicas report different policy versions after the update: {versions}; "

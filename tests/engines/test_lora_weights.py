@@ -1,7 +1,7 @@
 """LoRA adapters on the TorchEngine: merged_weight is PEFT's merge to the bit, an adapter push
 serves base + adapter (greedy ids of HF on the merged model), each version merges from the
-base (never stacked), and a bad adapter leaves the weights as they were; a RayEngine forwards
-adapter pushes to the engine in its actor."""
+base (never stacked), and a bad adapter leaves the weights as they were; a pool pushes it to
+every replica as one version, and a RayEngine to the engine in its actor."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from transformers import AutoModelForCausalLM
 
-from agentrl_sdk.engines import TorchEngine
+from agentrl_sdk.engines import EnginePool, TorchEngine
 from agentrl_sdk.engines.lora_weights import AdapterEngine, AdapterWeights, merged_weight
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
@@ -90,6 +90,20 @@ async def test_adapter_push_serves_base_plus_adapter_from_the_base(base):
         assert torch.equal(engine.model.state_dict()[KEY], want)
     finally:
         engine.close()
+
+
+async def test_pool_pushes_the_adapter_to_every_replica_as_one_version(base):
+    model, adapter = peft_adapter(base)
+    merged = copy.deepcopy(model).merge_and_unload().state_dict()
+    pool = EnginePool([TorchEngine(copy.deepcopy(base)) for _ in range(2)])
+    try:
+        assert pool.takes_adapters and isinstance(pool, AdapterEngine)
+        assert await pool.update_adapter(adapter) == 1 == pool.policy_version
+        for replica in pool.replicas:
+            served = replica.model.state_dict()
+            assert all(torch.equal(served[k], v) for k, v in merged.items())
+    finally:
+        pool.close()
 
 
 @pytest.mark.slow
