@@ -61,7 +61,7 @@ def train(
     if steps:
         cfg.max_steps = steps
     job = resolve_entrypoints(cfg)
-    with _refused_dataset():
+    with _refused_input():
         result = run_training(job.graph, job.dataset, job.reward, cfg, input_fn=job.input_fn,
                               eval_dataset=job.eval_dataset)  # fmt: skip
     curve = ", ".join(f"{m['reward/mean']:.3f}" for m in result.history)
@@ -83,7 +83,7 @@ def evaluate(
     cfg = _load_config(config)
     job = resolve_entrypoints(cfg)
     rows = load_dataset_reference(dataset) if dataset else (job.eval_dataset or job.dataset)
-    with _refused_dataset():
+    with _refused_input():
         result = run_eval(job.graph, rows, job.reward, cfg, input_fn=job.input_fn, model=model)
     table = Table("metric", "value", title=f"evaluation of {model or cfg.model.path}")
     for name, value in sorted(result.metrics.items()):
@@ -264,14 +264,16 @@ def _load_config(path: Path) -> TrainConfig:
 
 
 @contextlib.contextmanager
-def _refused_dataset() -> Iterator[None]:
+def _refused_input() -> Iterator[None]:
     """A dataset refused when it loads (bad rows under ``data.on_bad_row: raise``, or none
-    usable) ends the command like a bad config: its message, exit code 2."""
+    usable), an unreachable tracking URI or a checkpoint that cannot be resumed end the
+    command like a bad config: its message, exit code 2."""
     from agentrl_sdk.data import DatasetError
+    from agentrl_sdk.errors import CheckpointError, TrackingError
 
     try:
         yield
-    except DatasetError as exc:
+    except (DatasetError, TrackingError, CheckpointError) as exc:
         _usage_error(str(exc))
 
 

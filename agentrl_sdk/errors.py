@@ -30,3 +30,15 @@ class EngineError(AgentRLError):
 
 class NoEngineError(AgentRLError):
     """A chat model was called outside a rollout and has no engine of its own."""
+
+
+class TrackingError(AgentRLError):
+    """The MLflow run could not be opened (the tracking URI is unreachable or refuses it).
+
+    Raised before any engine or trainer starts; once a run is open, tracking failures are
+    buffered, retried and counted instead (``tracking/failed_writes``), never raised.
+    """
+
+
+class CheckpointError(AgentRLError):
+    """A checkpoint cannot be resumed from: incomplete, or its parts disagree."""

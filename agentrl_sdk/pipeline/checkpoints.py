@@ -2,47 +2,98 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from rich.console import Console
 
 from agentrl_sdk.data import LoaderPosition
+from agentrl_sdk.errors import CheckpointError
 from agentrl_sdk.pipeline.policies import DEFAULT_POLICY
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.tracing import TrainingRun
 
 if TYPE_CHECKING:
+    from agentrl_sdk.pipeline.config import TrainConfig
     from agentrl_sdk.pipeline.job import Job
 
-__all__ = ["PIPELINE_STATE", "finish", "maybe_resume", "prune_checkpoints", "save_checkpoint"]
+__all__ = [
+    "MANIFEST",
+    "PIPELINE_STATE",
+    "CheckpointManifest",
+    "finish",
+    "maybe_resume",
+    "prune_checkpoints",
+    "resumed_run_id",
+    "save_checkpoint",
+]
 
 PIPELINE_STATE = "pipeline_state.json"
 """The file in a checkpoint folder with the pipeline's own state (the fully-async queue)."""
 
+MANIFEST = "checkpoint.json"
+"""The file that completes a checkpoint folder, written last (a folder without it was cut short)."""
+
+
+class CheckpointManifest(BaseModel):
+    """What a complete checkpoint holds; its parts are checked against it before a resume."""
+
+    step: int = Field(description="Updates done when it was written.")
+    policies: list[str] = Field(description="The trained policies whose trainer state it has.")
+    pipeline_state_sha256: str | None = Field(
+        None, description=f"Digest of {PIPELINE_STATE} (None: the pipeline keeps no state)."
+    )
+    run_id: str | None = Field(None, description="The MLflow run a resume continues.")
+
 
 async def maybe_resume(job: Job, console: Console) -> tuple[int, Path | None]:
     """The step to start from and the checkpoint folder it comes from: (0, None), or the
-    newest checkpoint's (its weights pushed to the engines)."""
+    newest complete checkpoint's (checked, its weights pushed to the engines).
+
+    Raises:
+        CheckpointError: the checkpoint's parts disagree with its manifest.
+    """
     checkpoint = job.config.checkpoint
     if not checkpoint.resume:
         return 0, None
-    latest = _latest_checkpoint(Path(checkpoint.dir))
-    if latest is None:
+    found = _latest_complete(Path(checkpoint.dir), warn=console.log)
+    if found is None:
         console.log(f"no checkpoint in {checkpoint.dir}: starting from step 0")
         return 0, None
+    latest, manifest = found
+    _check_parts(job, latest, manifest)
+    _remove_newer(job, latest)
     extra: dict[str, Any] = {}
     for policy in job.trained:
         path = policy.checkpoint_dir(checkpoint.dir) / latest.name
         loaded = await run_blocking(policy.group.load_checkpoint, path)
+        if int(loaded["step"]) != manifest.step:
+            raise CheckpointError(
+                f"checkpoint {path} of policy {policy.name!r} is at step {loaded['step']} but "
+                f"{latest / MANIFEST} says step {manifest.step}: its parts disagree"
+            )
         extra = loaded if policy.name == DEFAULT_POLICY else extra
         await policy.weight_sync.push(policy.group, [policy.engine])
     job.loader.position = LoaderPosition.model_validate(extra["data_position"])
-    console.log(f"resumed from {latest} at step {extra['step']}")
-    return int(extra["step"]), latest
+    console.log(f"resumed from {latest} at step {manifest.step}")
+    if job.run:
+        job.run.set_tag("resumed_from", str(latest))
+    return manifest.step, latest
+
+
+def resumed_run_id(config: TrainConfig) -> str | None:
+    """The MLflow run a resumed job continues: its newest complete checkpoint's, if any."""
+    checkpoint = config.checkpoint
+    if not (checkpoint.resume and checkpoint.dir):
+        return None
+    found = _latest_complete(Path(checkpoint.dir), warn=lambda _: None)
+    return found[1].run_id if found else None
 
 
 def _checkpoints(directory: Path) -> list[Path]:
@@ -51,9 +102,73 @@ def _checkpoints(directory: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[5:]))
 
 
-def _latest_checkpoint(directory: Path) -> Path | None:
-    steps = _checkpoints(directory)
-    return steps[-1] if steps else None
+def _latest_complete(
+    directory: Path, warn: Callable[[str], object]
+) -> tuple[Path, CheckpointManifest] | None:
+    """The newest checkpoint folder with a manifest, and the manifest; newer folders without
+    one (a save cut short by a killed driver) are skipped with a warning.
+
+    Raises:
+        CheckpointError: there are step folders but none is complete.
+    """
+    folders = _checkpoints(directory)
+    for folder in reversed(folders):
+        if (folder / MANIFEST).is_file():
+            return folder, CheckpointManifest.model_validate_json((folder / MANIFEST).read_text())
+        warn(f"[yellow]{folder} is incomplete (no {MANIFEST}: the run stopped while writing "
+             f"it): skipped")
+    if folders:
+        raise CheckpointError(
+            f"no complete checkpoint in {directory}: none of {[f.name for f in folders]} has "
+            f"{MANIFEST} (cut short, or written by an older version); delete them or set "
+            f"checkpoint.resume: false"
+        )
+    return None
+
+
+def _check_parts(job: Job, folder: Path, manifest: CheckpointManifest) -> None:
+    """Refuse a checkpoint whose parts are missing or are not the ones its manifest lists."""
+    trained = [p.name for p in job.trained]
+    if sorted(manifest.policies) != sorted(trained):
+        raise CheckpointError(f"{folder / MANIFEST} has trainer state of policies "
+                              f"{manifest.policies}, this job trains {trained}")
+    for policy in job.trained:
+        path = policy.checkpoint_dir(job.config.checkpoint.dir) / folder.name
+        if not path.is_dir():
+            raise CheckpointError(f"{folder} lacks the trainer state of policy {policy.name!r} "
+                                  f"({path} is missing)")
+    if manifest.pipeline_state_sha256 is None:
+        return
+    state = folder / PIPELINE_STATE
+    if not state.is_file():
+        raise CheckpointError(f"{folder} lacks {PIPELINE_STATE} (the queue and unfinished "
+                              f"rows): resuming would lose them")
+    if _sha256(state.read_bytes()) != manifest.pipeline_state_sha256:
+        raise CheckpointError(f"{state} is not the one {folder / MANIFEST} was written with")
+
+
+def _remove_newer(job: Job, latest: Path) -> None:
+    """Delete the incomplete folders past ``latest`` (the resumed run writes those steps again;
+    left alone, they would count as newer checkpoints when pruning)."""
+    step = int(latest.name[5:])
+    for policy in job.trained:
+        for folder in _checkpoints(policy.checkpoint_dir(job.config.checkpoint.dir)):
+            if int(folder.name[5:]) > step:
+                shutil.rmtree(folder)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all (a temporary file renamed over it)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
 
 
 def prune_checkpoints(directory: Path, keep: int | None) -> list[Path]:
@@ -70,19 +185,31 @@ async def save_checkpoint(
 ) -> str:
     """Checkpoint every trained policy after ``step`` steps; ``position`` is where the next
     step's rows start and ``state`` what else the pipeline needs to continue (written as
-    `PIPELINE_STATE` beside the default policy's checkpoint). Returns that folder."""
+    `PIPELINE_STATE` beside the default policy's checkpoint). The `MANIFEST` is written last,
+    so a save cut short leaves a folder a resume skips. Returns that folder."""
     extra = {"step": step, "data_position": position.model_dump()}
     root = job.config.checkpoint.dir
+    folder = Path(root) / f"step_{step}"
+    (folder / MANIFEST).unlink(missing_ok=True)  # rewriting a step: incomplete until done
+    digest = None
     for policy in job.trained:
-        path = policy.checkpoint_dir(root) / f"step_{step}"
-        await run_blocking(policy.group.save_checkpoint, path, extra)
-        if state is not None and policy.name == DEFAULT_POLICY:
-            (path / PIPELINE_STATE).write_text(state.model_dump_json())
+        await run_blocking(policy.group.save_checkpoint, policy.checkpoint_dir(root) / folder.name,
+                           extra)
+    if state is not None:
+        data = state.model_dump_json().encode()
+        _write_atomic(folder / PIPELINE_STATE, data)
+        digest = _sha256(data)
+    manifest = CheckpointManifest(
+        step=step, policies=[p.name for p in job.trained], pipeline_state_sha256=digest,
+        run_id=job.run.run_id if job.run else None,
+    )  # fmt: skip
+    _write_atomic(folder / MANIFEST, manifest.model_dump_json(indent=1).encode())
+    for policy in job.trained:
+        path = policy.checkpoint_dir(root) / folder.name
         if job.run and job.config.tracking.log_checkpoints:
-            name = f"checkpoints/{path.relative_to(root)}"
-            await run_blocking(job.run.log_artifacts, path, name)
+            job.run.log_artifacts(path, f"checkpoints/{path.relative_to(root)}")
         prune_checkpoints(path.parent, job.config.checkpoint.keep_last)
-    return str(Path(root) / f"step_{step}")
+    return str(folder)
 
 
 async def finish(job: Job, result: TrainResult, run: TrainingRun | None) -> TrainResult:

@@ -269,6 +269,17 @@ class TrackingConfig(_Section):
     log_checkpoints: bool = Field(
         True, description="Log every checkpoint folder as run artifacts (the final model always)."
     )
+    timeout_s: float = Field(
+        10.0, gt=0, description="Seconds one request to the tracking store may take. Opening "
+        "the run (before any engine starts) makes one attempt and fails with the URI in the "
+        "error; later writes are buffered, retried in the background and counted "
+        "(tracking/failed_writes), never stopping training."
+    )
+    end_timeout_s: float = Field(
+        120.0, ge=0, description="How long the end of a job waits for buffered writes and "
+        "traces to reach the store (after the engines and trainers stopped); what is left is "
+        "dropped and counted (tracking/dropped_writes)."
+    )
 
 
 class EvalConfig(_Section):

@@ -9,16 +9,14 @@ next batches proceed at the same time. Same job parts as the sync pipeline (`job
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 import time
 from collections import deque
-from collections.abc import Iterator
 
 from rich.console import Console
 
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
+from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
 from agentrl_sdk.pipeline.checkpoints import (
     PIPELINE_STATE,
     finish,
@@ -245,16 +243,23 @@ async def run_fully_async(spec: JobSpec, *, console: Console | None = None) -> T
             await maybe_evaluate(job, result, 0, console)
         rollouter.start()
         try:
-            with _stop_on_interrupt() as stop, step_log(job, result, console, start) as record:
+            with stop_on_interrupt() as stop, step_log(job, result, console, start) as record:
                 for step in range(start, config.max_steps):
                     if stop.is_set():
-                        console.log(f"[yellow]stopping after step {step}: checkpointing the queue")
                         break
-                    if record(step, await trainer.step(step)):
+                    try:
+                        metrics = await trainer.step(step, stop)
+                    except Stopped:  # while taking its batch: the groups went back to the queue
+                        break
+                    if record(step, metrics):
                         result.checkpoint = await trainer.checkpoint(step + 1)
                     await maybe_evaluate(job, result, step + 1, console)
         finally:
             await rollouter.stop()
+        if stop.is_set():
+            console.log(f"[yellow]stopped (Ctrl-C) after step {result.steps}: checkpointing "
+                        "the queue")
+            result.stopped = True
         if config.checkpoint.dir and result.steps > start:
             result.checkpoint = await trainer.checkpoint(result.steps)
         return await finish(job, result, job.run)
@@ -272,11 +277,12 @@ class _Trainer:
         self.versions = versions
         self.last_batch_at = time.perf_counter()
 
-    async def step(self, step: int) -> dict[str, float]:
-        """One update on the next ``batch_size`` fresh groups; weights pushed when due."""
+    async def step(self, step: int, stop: asyncio.Event) -> dict[str, float]:
+        """One update on the next ``batch_size`` fresh groups; weights pushed when due.
+        Raises `Stopped` (the groups taken put back) if ``stop`` is set while it waits for them."""
         config = self.job.config
         waited = time.perf_counter()
-        groups, flat = await self._take_batch(step)
+        groups, flat = await self._take_batch(step, stop)
         now = time.perf_counter()
         wait_s, period_s, self.last_batch_at = now - waited, now - self.last_batch_at, now
         # Groups without signal are logged and counted; build_samples drops them.
@@ -304,7 +310,9 @@ class _Trainer:
             metrics["time/weight_sync_s"] = 0.0
         return metrics
 
-    async def _take_batch(self, step: int) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
+    async def _take_batch(
+        self, step: int, stop: asyncio.Event
+    ) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
         """``batch_size`` groups at most ``max_staleness`` old at ``step``; older ones are
         dropped or rolled out again, as configured. With dynamic sampling, groups without
         signal are taken out too (returned second), up to ``max_extra_rounds`` batches of them."""
@@ -314,7 +322,11 @@ class _Trainer:
         groups: list[FinishedGroup] = []
         flat: list[FinishedGroup] = []
         while len(groups) < config.data.batch_size:
-            group = await self._next_group()
+            try:
+                group = await unless_stopped(self._next_group(), stop)
+            except Stopped:
+                self.queue.put_back(groups)
+                raise
             if group.staleness(step) > settings.max_staleness:
                 await self.rollouter.discard(group, retry=settings.on_stale == "retry")
                 continue
@@ -338,6 +350,10 @@ class _Trainer:
                     raise RuntimeError("the rollouter failed") from self.rollouter.failure
                 await asyncio.wait({getting}, timeout=1.0)
             return getting.result()
+        except BaseException:  # stopped: a group taken in the same instant goes back
+            if getting.done() and not getting.cancelled() and getting.exception() is None:
+                self.queue.put_back([getting.result()])
+            raise
         finally:
             getting.cancel()
 
@@ -360,26 +376,3 @@ class _Trainer:
         return await save_checkpoint(
             self.job, step, self.job.loader.position, self.rollouter.state()
         )
-
-
-@contextlib.contextmanager
-def _stop_on_interrupt() -> Iterator[asyncio.Event]:
-    """An event set by the first Ctrl-C (the run then stops at the next step and checkpoints);
-    a second Ctrl-C interrupts at once. Outside the main thread, Ctrl-C is left alone."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def first_interrupt() -> None:
-        stop.set()
-        loop.remove_signal_handler(signal.SIGINT)
-
-    try:
-        loop.add_signal_handler(signal.SIGINT, first_interrupt)
-        installed = True
-    except (NotImplementedError, RuntimeError, ValueError):
-        installed = False
-    try:
-        yield stop
-    finally:
-        if installed:
-            loop.remove_signal_handler(signal.SIGINT)

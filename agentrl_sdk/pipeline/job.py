@@ -17,6 +17,7 @@ from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.data import RowLoader
 from agentrl_sdk.chat.recorder import SharedEngine
 from agentrl_sdk.engines import Engine
+from agentrl_sdk.pipeline.checkpoints import resumed_run_id
 from agentrl_sdk.pipeline.config import TrainConfig
 from agentrl_sdk.pipeline.metrics import rollout_metrics
 from agentrl_sdk.pipeline.policies import (
@@ -97,8 +98,10 @@ class Job:
 async def open_job(
     spec: JobSpec, *, console: Console, trainers: bool = True
 ) -> AsyncIterator[tuple[Job, TrainResult]]:
-    """Start a job's engines, trainers (unless ``trainers`` is False: an evaluation) and
-    MLflow run; end the run with the job's outcome and tear everything down whatever happens."""
+    """Open the job's MLflow run (first: a bad tracking URI fails in seconds, before anything
+    expensive starts), start its engines and trainers (unless ``trainers`` is False: an
+    evaluation); at the end stop the engines and trainers, then end the run with the job's
+    outcome, whatever happens."""
     from transformers import AutoTokenizer
 
     config, skipped_rows = spec.config, spec.skipped_rows
@@ -107,27 +110,40 @@ async def open_job(
     # An evaluation draws no batches: any batch size its rows allow will do.
     batch_size = data.batch_size if trainers else 1
     loader = RowLoader(spec.rows, batch_size, shuffle=data.shuffle, seed=data.seed)
-    policies = await start_policies(config, trainers=trainers)
-    run: TrainingRun | None = None
+    run = await run_blocking(start_run, config, resumed_run_id(config) if trainers else None)
     status = "FAILED"
+    policies: dict[str, Policy] = {}
+    result = TrainResult(steps=0, run_id=run.run_id if run else None, skipped_rows=skipped_rows)
     try:
-        run = start_run(config)
+        policies = await start_policies(config, trainers=trainers)
         job = Job(spec.graph, spec.reward_fn, spec.input_fn, config, tokenizer, loader, policies,
                   run, eval_rows=list(spec.eval_rows))
-        result = TrainResult(steps=0, run_id=run.run_id if run else None, skipped_rows=skipped_rows)
         if skipped_rows:
             console.log(f"[yellow]{skipped_rows} dataset rows failed validation and are left out")
             if run:
                 run.log_metrics(0, {"data/skipped_rows": float(skipped_rows)})
         yield job, result
-        status = "FINISHED"
+        status = "KILLED" if result.stopped else "FINISHED"
     except (KeyboardInterrupt, asyncio.CancelledError):
         status = "KILLED"
         raise
     finally:
-        if run:
-            run.end(status)
-        await stop_policies(policies)
+        try:
+            await stop_policies(policies)
+        finally:
+            if run:
+                timeout_s = config.tracking.end_timeout_s
+                if status == "KILLED" and not result.stopped:  # a second Ctrl-C: stop now
+                    timeout_s = min(timeout_s, 5.0)
+                end_run(run, status, result, timeout_s)
+
+
+def end_run(run: TrainingRun, status: str, result: TrainResult, timeout_s: float) -> None:
+    """End the run (never raises) and record in ``result`` what tracking could not write."""
+    run.end(status, timeout=timeout_s)
+    health = run.health()
+    result.tracking_failed_writes = int(health["tracking/failed_writes"])
+    result.tracking_dropped_writes = int(health["tracking/dropped_writes"])
 
 
 async def score_rollouts(
@@ -268,12 +284,14 @@ def rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
     return config.rollout.model_copy(update={"sampling": seeded})
 
 
-def start_run(config: TrainConfig) -> TrainingRun | None:
-    """The job's MLflow run with its config logged, or None when tracking is off."""
-    if not config.tracking.enabled:
+def start_run(config: TrainConfig, run_id: str | None = None) -> TrainingRun | None:
+    """The job's MLflow run (``run_id``'s again when given: a resumed job) with its config
+    logged, or None when tracking is off. Raises `TrackingError` when the store is unreachable."""
+    tracking = config.tracking
+    if not tracking.enabled:
         return None
-    run = TrainingRun(config.tracking.uri, config.tracking.experiment, config.tracking.run_name)
-    run.log_config(config.model_dump(mode="json"))
+    run = TrainingRun(tracking.uri, tracking.experiment, tracking.run_name, run_id=run_id,
+                      timeout_s=tracking.timeout_s)
+    if run_id is None:  # a reopened run has its params (MLflow refuses to change them)
+        run.log_config(config.model_dump(mode="json"))
     return run
-
-

@@ -39,6 +39,7 @@ def step_log(
             result.history.append(metrics)
             result.steps = step + 1
             if job.run:
+                metrics.update(job.run.health())
                 job.run.log_metrics(step, metrics)
             progress.update(task, advance=1, reward=metrics["reward/mean"])
             console.log(step_line(step, metrics))

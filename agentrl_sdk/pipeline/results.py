@@ -36,3 +36,13 @@ class TrainResult(BaseModel):
     final_models: dict[str, str] = Field(default_factory=dict)  # other trained policies
     checkpoint: str | None = None
     skipped_rows: int = 0
+    stopped: bool = Field(
+        False, description="Stopped early by Ctrl-C; the checkpoint (if checkpoint.dir is set) "
+        "resumes it, training every finished step or group once."
+    )
+    tracking_failed_writes: int = Field(
+        0, description="MLflow write attempts that failed (an outage; training went on)."
+    )
+    tracking_dropped_writes: int = Field(
+        0, description="MLflow writes given up (refused, or not done by the end of the run)."
+    )

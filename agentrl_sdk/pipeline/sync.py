@@ -13,6 +13,7 @@ from rich.console import Console
 from agentrl_sdk.data import LoaderPosition
 from agentrl_sdk.pipeline.checkpoints import finish, maybe_resume, save_checkpoint
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
+from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
 from agentrl_sdk.pipeline.job import (
     Job,
     JobSpec,
@@ -53,16 +54,29 @@ async def run_sync(spec: JobSpec, *, console: Console | None = None) -> TrainRes
             start, _ = await maybe_resume(job, console)
             if start == 0:  # a resumed run evaluated its starting weights before
                 await maybe_evaluate(job, result, 0, console)
-            with step_log(job, result, console, start) as record:
+            with stop_on_interrupt() as stop, step_log(job, result, console, start) as record:
                 for step in range(start, config.max_steps):
+                    if stop.is_set():
+                        break
                     current = pending or _start_rollouts(job, step)
                     pending = None
                     prefetch = config.prefetch_rollouts and step + 1 < config.max_steps
-                    metrics, pending = await _step(job, current, prefetch=prefetch)
+                    try:
+                        metrics, pending = await _step(job, current, prefetch=prefetch, stop=stop)
+                    except Stopped:  # during its rollouts: they are dropped, done again later
+                        job.loader.position = current.position
+                        break
                     if record(step, metrics):
                         position = pending.position if pending else job.loader.position
                         result.checkpoint = await save_checkpoint(job, step + 1, position)
                     await maybe_evaluate(job, result, step + 1, console)
+            if stop.is_set():
+                if pending:  # prefetched rollouts of a step that will not run now
+                    job.loader.position = pending.position
+                    await _cancel(pending)
+                    pending = None
+                console.log(f"[yellow]stopped (Ctrl-C) after step {result.steps}: checkpointing")
+                result.stopped = True
             return await finish(job, result, job.run)
         finally:
             if pending:
@@ -86,14 +100,15 @@ async def _cancel(rollouts: _Rollouts) -> None:
 
 
 async def _step(
-    job: Job, current: _Rollouts, *, prefetch: bool
+    job: Job, current: _Rollouts, *, prefetch: bool, stop: asyncio.Event
 ) -> tuple[dict[str, float], _Rollouts | None]:
     """One policy update: rollouts, rewards, advantages, update, weight sync.
 
     With ``prefetch``, the next step's rollouts start behind the closed gate once this
     step's batch is scored, and the gate opens after the weight sync; they are returned.
+    Raises `Stopped` if ``stop`` is set while the step's rollouts run.
     """
-    trajectories = await current.task
+    trajectories = await unless_stopped(current.task, stop)
     # Sampling time only: a prefetched step's rollouts wait at the gate until it opens.
     opened = max(p.gate.opened_at for p in job.policies.values())
     rollout_s = time.perf_counter() - max(current.started, opened)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
+import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl_sdk.errors import TrackingError
 from agentrl_sdk.tracing.traces import (
     RolloutCredit,
     TraceSampling,
@@ -17,6 +20,7 @@ from agentrl_sdk.tracing.traces import (
     select_rollouts,
     write_traces,
 )
+from agentrl_sdk.tracing.write_buffer import WriteBuffer
 from agentrl_sdk.tracing.writer import CLOSE_TIMEOUT_S, TraceWriter
 from agentrl_sdk.types import Trajectory
 
@@ -52,37 +56,88 @@ def package_versions() -> dict[str, str]:
 class TrainingRun:
     """An MLflow run (local sqlite store by default; any tracking URI works).
 
+    Opening talks to the store at once and raises `TrackingError` quickly when it cannot (one
+    attempt per request, ``timeout_s`` each). After that, tracking never stops training: every
+    write goes through a `WriteBuffer` (in order, on a background thread, retried through an
+    outage, counted in `health`), and `end` never raises.
+
     Args:
         tracking_uri: MLflow tracking URI, e.g. ``sqlite:///mlflow.db`` or ``http://127.0.0.1:5000``.
         experiment: Experiment name.
         run_name: Name shown in the UI.
+        run_id: Reopen this run (a resumed job continues its run) instead of creating one.
+        timeout_s: Seconds one request to the store may take (sets ``MLFLOW_HTTP_REQUEST_TIMEOUT``
+            and ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0`` unless set in the environment: the buffer
+            does the retrying, MLflow's own retries would stall opening for minutes).
     """
 
-    def __init__(self, tracking_uri: str, experiment: str, run_name: str | None = None) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, run_name: str | None = None, *,
+                 run_id: str | None = None, timeout_s: float = 10.0) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, math.ceil(timeout_s))))
         import mlflow
 
         self._mlflow = mlflow
         self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
-        found = self._client.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else self._client.create_experiment(experiment)
-        self.run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
-        self.experiment_id = experiment_id
         self.tracking_uri = tracking_uri
+        self.logged_through = -1
+        """Steps up to this one are in the run already (a reopened run): not logged again."""
+        try:
+            if run_id is not None and not self._reopen(run_id):
+                run_id = None
+            if run_id is None:
+                found = self._client.get_experiment_by_name(experiment)
+                experiment_id = (found.experiment_id if found
+                                 else self._client.create_experiment(experiment))
+                run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
+            else:
+                experiment_id = self._client.get_run(run_id).info.experiment_id
+        except Exception as exc:
+            raise TrackingError(
+                f"cannot open an MLflow run at tracking.uri {tracking_uri!r}: "
+                f"{str(exc).strip()[:300]} - is the tracking server up? (or set "
+                f"tracking.enabled: false to train without tracking)"
+            ) from exc
+        self.run_id = run_id
+        self.experiment_id = experiment_id
+        self._buffer = WriteBuffer(tracking_uri)
         self._writer = TraceWriter(tracking_uri, experiment_id)
+
+    def _reopen(self, run_id: str) -> bool:
+        """Mark ``run_id`` running again and note its logged steps; False if this store does
+        not have it (the checkpoint came from another tracking URI: a new run is opened)."""
+        try:
+            self._client.get_run(run_id)
+        except self._mlflow.exceptions.MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            logger.warning("run %s is not in %s: opening a new run", run_id, self.tracking_uri)
+            return False
+        self._client.update_run(run_id, status="RUNNING")
+        history = self._client.get_metric_history(run_id, "reward/mean")
+        self.logged_through = max((m.step for m in history), default=-1)
+        return True
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         """Config as params, package versions as tags and a JSON artifact."""
         params = [self._mlflow.entities.Param(k, v) for k, v in flatten(config).items()]
         for i in range(0, len(params), 100):  # MLflow's batch limit
-            self._client.log_batch(self.run_id, params=params[i : i + 100])
+            self._submit("params", self._client.log_batch, self.run_id, params=params[i : i + 100])
         versions = package_versions()
-        self._client.log_dict(self.run_id, versions, "package_versions.json")
-        for name, version in versions.items():
-            self._client.set_tag(self.run_id, f"version.{name}", version)
+        self._submit("package versions", self._client.log_dict, self.run_id, versions,
+                     "package_versions.json")
+        tags = [self._mlflow.entities.RunTag(f"version.{k}", v) for k, v in versions.items()]
+        self._submit("version tags", self._client.log_batch, self.run_id, tags=tags)
+
+    def set_tag(self, key: str, value: str) -> None:
+        """A run tag (e.g. ``resumed_from``)."""
+        self._submit(f"tag {key}", self._client.set_tag, self.run_id, key, value)
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Finite metrics of one training step."""
+        """Finite metrics of one training step (skipped if the run has the step already)."""
+        if step <= self.logged_through:
+            return
         now_ms = int(time.time() * 1000)
         entities = [
             self._mlflow.entities.Metric(k, float(v), timestamp=now_ms, step=step)
@@ -90,14 +145,29 @@ class TrainingRun:
             if isinstance(v, int | float) and v == v and abs(v) != float("inf")
         ]
         for i in range(0, len(entities), 1000):
-            self._client.log_batch(self.run_id, metrics=entities[i : i + 1000])
+            self._submit(f"metrics of step {step}", self._client.log_batch, self.run_id,
+                         metrics=entities[i : i + 1000])
 
     def log_artifacts(self, path: Path, artifact_path: str | None = None) -> None:
-        """A file or folder (checkpoint, exported model) as run artifacts."""
+        """A file or folder (checkpoint, exported model) as run artifacts (uploaded in the
+        background: a folder deleted before its turn counts as a failed write)."""
         if Path(path).is_dir():
-            self._client.log_artifacts(self.run_id, str(path), artifact_path)
+            self._submit(f"artifacts {path}", self._client.log_artifacts, self.run_id, str(path),
+                         artifact_path)
         else:
-            self._client.log_artifact(self.run_id, str(path), artifact_path)
+            self._submit(f"artifact {path}", self._client.log_artifact, self.run_id, str(path),
+                         artifact_path)
+
+    def health(self) -> dict[str, float]:
+        """The ``tracking/...`` metrics: failed write attempts, dropped and pending writes."""
+        return {
+            "tracking/failed_writes": float(self._buffer.failed_writes),
+            "tracking/dropped_writes": float(self._buffer.dropped_writes),
+            "tracking/pending_writes": float(self._buffer.pending),
+        }
+
+    def _submit(self, what: str, call: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+        self._buffer.submit(what, functools.partial(call, *args, **kwargs))
 
     def log_traces(
         self,
@@ -150,15 +220,23 @@ class TrainingRun:
         return self._writer.lost
 
     def flush(self, timeout: float = CLOSE_TIMEOUT_S) -> int:
-        """Wait (up to ``timeout`` s) for background trace writes; returns the failed batches."""
+        """Wait (up to ``timeout`` s each) for background trace writes and buffered writes;
+        returns the failed trace batches."""
         self._writer.flush(timeout)
+        self._buffer.flush(timeout)
         return self._writer.errors
 
     def end(self, status: str = "FINISHED", timeout: float = CLOSE_TIMEOUT_S) -> None:
-        """Write what is pending (up to ``timeout`` s, the rest is reported lost), stop the
-        writer and close the run (``FINISHED``, ``FAILED``, ``KILLED``)."""
-        self._writer.close(timeout)
-        if self._writer.lost:
-            logger.warning("%d traces of run %s were not written (%d failed batches)",
-                           self._writer.lost, self.run_id, self._writer.errors)
-        self._client.set_terminated(self.run_id, status=status)
+        """Write what is pending (traces, then the buffered writes; up to ``timeout`` s each,
+        the rest is reported lost) and close the run (``FINISHED``, ``FAILED``, ``KILLED``).
+        Never raises: a failure here is logged, it must not skip the job's teardown."""
+        try:
+            self._writer.close(0.0 if self._buffer.in_outage else timeout)
+            if self._writer.lost:
+                logger.warning("%d traces of run %s were not written (%d failed batches)",
+                               self._writer.lost, self.run_id, self._writer.errors)
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("closing the trace writer of run %s failed: %r", self.run_id, exc)
+        self._submit(f"the run's end ({status})", self._client.set_terminated, self.run_id,
+                     status=status)
+        self._buffer.close(timeout)

@@ -58,6 +58,7 @@ class TraceWriter:
         self._outbox: queue.SimpleQueue[tuple[int, list[TracePayload]] | None] | None = None
         self._sender: threading.Thread | None = None
         self._pending: dict[int, int] = {}  # batch number -> traces in it, until answered
+        self._failing = False  # the last answered batch failed
         self._next = 0
 
     @property
@@ -147,8 +148,12 @@ class TraceWriter:
             if error is not None:
                 self.errors += 1
                 self.lost += count - written
-                logger.warning("could not write %d traces to %s: %s (training goes on)",
-                               count - written, self.tracking_uri, error)
+                # Once per outage: a dead store fails every batch until it is back.
+                log = logger.debug if self._failing else logger.warning
+                log("could not write %d traces to %s: %s (training goes on; failed batches "
+                    "are counted in traces/write_errors)", count - written, self.tracking_uri,
+                    error)
+            self._failing = error is not None
 
     def _give_up(self, why: str) -> None:
         """Count every unanswered batch as failed and say so."""

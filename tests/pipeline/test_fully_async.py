@@ -13,6 +13,7 @@ import pytest
 from langgraph.graph import START, StateGraph
 
 import agentrl_sdk as sdk
+import agentrl_sdk.pipeline.job as job_module
 from agentrl_sdk.entrypoints import resolve_entrypoints
 from agentrl_sdk.pipeline import TrainConfig
 from examples.tool_selection.agent import TOOLS, State, right_tool_reward, solver
@@ -142,20 +143,20 @@ def test_stop_and_resume_lose_and_duplicate_nothing(tmp_path, trained):
     assert pending <= set(after) | left
 
 
-def test_ctrl_c_stops_at_the_next_step_and_checkpoints_the_queue(tmp_path):
-    interrupted = []
+def test_ctrl_c_stops_at_the_next_step_and_checkpoints_the_queue(tmp_path, monkeypatch):
+    update = job_module.update_policy
 
-    def reward_then_ctrl_c(state, row, trajectory):
-        if not interrupted:  # the first Ctrl-C asks for a graceful stop
-            interrupted.append(True)
+    async def ctrl_c_then_update(policy, step, samples):
+        if step == 0:  # the first Ctrl-C asks for a graceful stop
             os.kill(os.getpid(), signal.SIGINT)
-        return right_tool_reward(state, row, trajectory)
+        return await update(policy, step, samples)
 
+    monkeypatch.setattr(job_module, "update_policy", ctrl_c_then_update)
     config = _config(tmp_path, 50, max_staleness=1)
     config.checkpoint.dir = str(tmp_path / "ckpt")
     config.checkpoint.export_final = False
-    result = _train(config, reward=reward_then_ctrl_c)
-    assert result.steps == 1  # the step in progress finished, no later one started
+    result = _train(config)
+    assert result.steps == 1 and result.stopped  # the update in progress finished, no later one
     assert result.checkpoint == str(tmp_path / "ckpt" / "step_1")
     state = json.loads((tmp_path / "ckpt" / "step_1" / "pipeline_state.json").read_text())
     assert state["queued"] or state["pending"]

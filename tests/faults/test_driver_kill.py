@@ -1,0 +1,76 @@
+"""A driver SIGKILLed while writing a fully-async checkpoint: the cut-short checkpoint is
+skipped, the resume continues the same MLflow run (every step logged once, the run FINISHED)
+and trains every group exactly once; a checkpoint whose parts disagree is refused."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import mlflow
+import pytest
+
+from agentrl_sdk.errors import CheckpointError
+from agentrl_sdk.pipeline.checkpoints import MANIFEST, PIPELINE_STATE
+from tests.faults import _driver
+from tests.pipeline.test_fully_async import _config, _train
+
+pytestmark = pytest.mark.slow
+
+STEPS, KILL_STEP = 4, 3
+
+
+def _job(tmp_path):
+    config = _config(tmp_path, STEPS, max_staleness=1)
+    config.checkpoint.dir = str(tmp_path / "ckpt")
+    config.checkpoint.every = 1
+    config.checkpoint.export_final = False
+    config.tracking.enabled = True
+    config.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config.tracking.experiment = "driver-kill"
+    config.tracking.traces = "off"
+    return config
+
+
+def test_a_driver_killed_mid_checkpoint_resumes_its_run_and_loses_no_group(tmp_path, trained):
+    config = _job(tmp_path)
+    driver = _driver.start(tmp_path, config, kill_step=KILL_STEP)
+    try:
+        assert driver.wait(timeout=600) == -signal.SIGKILL
+    finally:
+        _driver.stop(driver)  # what the killed driver started (Ray) goes too
+    killed = _driver.trained_rows(tmp_path)
+    folder = tmp_path / "ckpt" / f"step_{KILL_STEP}"
+    assert (folder / "trainer_state.json").exists() and not (folder / MANIFEST).exists()
+    good = tmp_path / "ckpt" / f"step_{KILL_STEP - 1}"
+    state = json.loads((good / PIPELINE_STATE).read_text())
+    held = {g["row"]["id"] for g in state["queued"]} | {p["row"]["id"] for p in state["pending"]}
+    assert held  # what the queue held at the checkpoint must not be lost
+    client = mlflow.MlflowClient(config.tracking.uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("driver-kill").experiment_id])
+    assert run.info.status == "RUNNING"  # killed: nobody ended it
+
+    resumed = config.model_copy(deep=True)
+    resumed.checkpoint.resume = True
+    result = _train(resumed)
+
+    assert result.run_id == run.info.run_id and len(result.history) == STEPS - (KILL_STEP - 1)
+    assert client.get_run(run.info.run_id).info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "reward/mean")]
+    assert sorted(steps) == list(range(STEPS))  # every step logged once, in the one run
+    assert client.get_run(run.info.run_id).data.tags["resumed_from"] == str(good)
+    before = [r for step, rows in killed.items() if step < KILL_STEP - 1 for r in rows]
+    after = [r for step in sorted(trained) for r in sorted({s.row_id for s in trained[step]})]
+    assert min(trained) == KILL_STEP - 1
+    assert len(before) + len(after) == STEPS * config.data.batch_size
+    assert len(set(before + after)) == len(before) + len(after)  # nothing trained twice
+    queued = {g["row"]["id"] for g in state["queued"]}
+    assert queued <= set(after)  # the groups the queue held were trained after the resume
+
+
+    # A checkpoint whose parts disagree (its pipeline state gone) is refused, not half-resumed.
+    last = tmp_path / "ckpt" / f"step_{STEPS}"
+    (last / PIPELINE_STATE).unlink()
+    again = resumed.model_copy(update={"max_steps": STEPS + 1})
+    with pytest.raises(CheckpointError, match=f"{last} lacks {PIPELINE_STATE}"):
+        _train(again)
