@@ -6,6 +6,7 @@ This module is a leaf: it imports only the standard library and pydantic.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -170,9 +171,8 @@ class RewardComponent(BaseModel):
 
     A component crediting no node is part of the shared outcome every policy of the rollout
     earns; one crediting a node goes to that node's policy only (a node given as a graph path
-    prefix credits the calls made under it). ``Trajectory.rewards`` keeps components by `key`
-    (``name``, ``name@node`` or ``name@node#step``) so they survive every path a trajectory
-    travels (the rollout runner, the gateway's JSON, traces).
+    prefix credits the calls made under it). A trajectory keeps them in
+    ``Trajectory.components``, typed on every path it travels (runner, gateway JSON, traces).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -197,35 +197,24 @@ class RewardComponent(BaseModel):
         return number
 
     @model_validator(mode="after")
-    def _key_parses_back(self) -> RewardComponent:
-        if "@" in self.name or (self.node is not None and "#" in self.node):
-            raise ValueError(f"reward name {self.name!r} must not hold '@', node "
-                             f"{self.node!r} not '#': they separate the parts of its key")
+    def _step_needs_a_node(self) -> RewardComponent:
         if self.step is not None and self.node is None:
             raise ValueError(f"reward {self.name!r} credits step {self.step} but no node")
         return self
-
-    @property
-    def key(self) -> str:
-        """``name``, ``name@node`` or ``name@node#step``: its key in ``Trajectory.rewards``."""
-        if self.node is None:
-            return self.name
-        return f"{self.name}@{self.node}" + ("" if self.step is None else f"#{self.step}")
-
-    @classmethod
-    def from_key(cls, key: str, value: float) -> RewardComponent:
-        """The component stored under ``key`` (the inverse of `key`)."""
-        name, at, credit = key.partition("@")
-        if not at:
-            return cls(name=key, value=value)
-        node, hash_, step = credit.partition("#")
-        return cls(name=name, value=value, node=node, step=int(step) if hash_ else None)
 
     def credits(self, node: str, turn: int | None = None) -> bool:
         """Whether this component credits calls of ``node`` (its ``turn``-th, when given)."""
         if self.node is None or not (node == self.node or node.startswith(self.node + "/")):
             return False
         return self.step is None or turn is None or self.step == turn
+
+
+def totals_by_name(components: Iterable[RewardComponent]) -> dict[str, float]:
+    """The sum of the components of each name, whatever they credit."""
+    totals: dict[str, float] = {}
+    for component in components:
+        totals[component.name] = totals.get(component.name, 0.0) + component.value
+    return totals
 
 
 class Trajectory(BaseModel):
@@ -238,9 +227,10 @@ class Trajectory(BaseModel):
     segments: list[Segment] = Field(default_factory=list)
     calls: list[LLMCall] = Field(default_factory=list)
     reward: float | None = None
-    rewards: dict[str, float] = Field(
-        default_factory=dict, description="Reward components by `RewardComponent.key`: the "
-        "shared outcome by name, credited ones as name@node or name@node#step."
+    components: list[RewardComponent] = Field(
+        default_factory=list, description="Every reward component, with what it credits: "
+        "emitted by nodes, returned by the reward function, posted to the gateway, tool "
+        "rewards and shaping penalties."
     )
     status: TrajectoryStatus = "ok"
     error: str | None = None
@@ -256,9 +246,9 @@ class Trajectory(BaseModel):
         return [s for s in self.segments if s.trained]
 
     @property
-    def components(self) -> list[RewardComponent]:
-        """``rewards`` as typed components (what each credits)."""
-        return [RewardComponent.from_key(k, v) for k, v in self.rewards.items()]
+    def rewards(self) -> dict[str, float]:
+        """Each component name's total (credited or shared): what metrics report per name."""
+        return totals_by_name(self.components)
 
 
 class Sample(BaseModel):

@@ -19,7 +19,7 @@ from agentrl_sdk.chat.ledger import PromptPlan, TokenLedger
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.config import ChatConfig, NodeRule
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
-from agentrl_sdk.types import GenerateResult, LLMCall, SamplingParams
+from agentrl_sdk.types import GenerateResult, LLMCall, RewardComponent, SamplingParams
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines.base import Engine
@@ -97,7 +97,8 @@ class RolloutRecorder:
         self.events = events
         self.ledger = TokenLedger(template)
         self.metrics: Counter[str] = Counter()
-        self.rewards: Counter[str] = Counter()
+        self.components: list[RewardComponent] = []
+        """Reward components emitted during the rollout (and posted to the gateway)."""
         self._clipped: dict[str, str] = {}
         self._request_numbers = itertools.count()
 

@@ -21,6 +21,7 @@ from agentrl_sdk.gateway.sessions import (
     TooManyRolloutsError,
     UnknownRolloutError,
 )
+from agentrl_sdk.types import RewardComponent, totals_by_name
 
 ROLLOUT_HEADER = "X-Rollout-Id"
 """Header naming the rollout on the shared ``/v1`` routes (the path form needs none)."""
@@ -97,9 +98,14 @@ def create_app(registry: SessionRegistry, config: GatewayConfig, api_key: str | 
 
     @app.post("/rollouts/{rollout_id}/reward", dependencies=authorized)
     async def reward(rollout_id: str, body: RewardRequest) -> dict[str, Any]:
-        rewards = registry.get(rollout_id).recorder.rewards
-        rewards[body.name] += body.value
-        return {"rollout_id": rollout_id, "rewards": dict(rewards)}
+        recorder = registry.get(rollout_id).recorder
+        try:
+            component = RewardComponent(name=body.name, value=body.value, node=body.node,
+                                        step=body.step)
+        except ValueError as exc:
+            raise GatewayError(400, str(exc)) from exc
+        recorder.components.append(component)
+        return {"rollout_id": rollout_id, "rewards": totals_by_name(recorder.components)}
 
     @app.get("/rollouts/{rollout_id}/trajectory", dependencies=authorized)
     async def trajectory(rollout_id: str) -> Response:

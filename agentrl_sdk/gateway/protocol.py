@@ -199,12 +199,16 @@ class ErrorResponse(BaseModel):
 
 
 class RewardRequest(BaseModel):
-    """A ``POST /rollouts/{id}/reward`` body: a value, added to the component ``name``."""
+    """A ``POST /rollouts/{id}/reward`` body: one reward component of the rollout."""
 
     model_config = ConfigDict(extra="forbid")
 
     value: float = Field(allow_inf_nan=False)
     name: str = Field("reward", min_length=1)
+    node: str | None = Field(
+        None, description="The node credited (e.g. the gateway's node name); None: shared."
+    )
+    step: int | None = Field(None, ge=0, description="The node's LLM call credited.")
 
 
 class ModelCard(BaseModel):

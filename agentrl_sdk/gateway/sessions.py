@@ -77,7 +77,7 @@ class RolloutSession:
             calls=recorder.ledger.calls,
             status=self.status,
             error=self.error,
-            rewards={k: float(v) for k, v in recorder.rewards.items()},
+            components=list(recorder.components),
             metrics={k: float(v) for k, v in recorder.metrics.items()},
             events=recorder.events.finish() if recorder.events is not None else [],
         )

@@ -60,7 +60,7 @@ def emit_reward(
             raise ValueError(f"emit_reward(step={step}) credits no LLM call: node {credited!r} "
                              f"has made {made} so far")
         component = component.model_copy(update={"step": turn})
-    recorder.rewards[component.key] += component.value
+    recorder.components.append(component)
 
 
 def _emitting_node(recorder: RolloutRecorder) -> str | None:

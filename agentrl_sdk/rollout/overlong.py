@@ -50,8 +50,8 @@ def add_overlong_penalties(
             value = overlong_penalty(len(call.response_ids), max_length, buffer, penalty)
             if value == 0.0:
                 continue
-            key = RewardComponent(name=OVERLONG, value=value, node=call.node, step=call.turn).key
-            traj.rewards[key] = traj.rewards.get(key, 0.0) + value
+            traj.components.append(
+                RewardComponent(name=OVERLONG, value=value, node=call.node, step=call.turn))
             traj.reward += value
             penalised += 1
     return penalised

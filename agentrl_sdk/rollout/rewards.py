@@ -46,7 +46,7 @@ async def score(
     grouped = (await _group_values(reward_fn, trajectories, rows)
                if isinstance(reward_fn, GroupReward) else None)
     for traj in trajectories:
-        emitted = sum(traj.rewards.values())
+        emitted = sum(c.value for c in traj.components)
         if traj.status != "ok":
             counts["rollouts_failed"] += 1
             traj.reward = failed_rollout_reward + emitted
@@ -65,8 +65,7 @@ async def score(
             traj.error = f"reward function failed: {type(exc).__name__}: {exc}"
             traj.reward = None if on_error == "drop" else emitted
             continue
-        for component in components:
-            traj.rewards[component.key] = traj.rewards.get(component.key, 0.0) + component.value
+        traj.components.extend(components)
         traj.reward = sum(c.value for c in components) + emitted
     return counts
 
@@ -116,7 +115,7 @@ def _components(value: Any) -> list[RewardComponent]:
     if isinstance(value, RewardComponent):
         return [value]
     if isinstance(value, Mapping):
-        return [RewardComponent.from_key(str(k), v) for k, v in value.items()]
+        return [RewardComponent(name=str(k), value=v) for k, v in value.items()]
     if isinstance(value, list | tuple) and all(isinstance(v, RewardComponent) for v in value):
         return list(value)
     return [RewardComponent(name="reward", value=value)]

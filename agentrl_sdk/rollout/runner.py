@@ -17,7 +17,7 @@ from agentrl_sdk.chat.turn import failure_status
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.rollout.agents import build_gateway, is_agent_fn, run_agent, uses_agent_fns
 from agentrl_sdk.tools import ToolSession, current_tool_session, tools_kwargs_of
-from agentrl_sdk.types import Trajectory, TrajectoryStatus
+from agentrl_sdk.types import RewardComponent, Trajectory, TrajectoryStatus
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines.base import Engine
@@ -204,7 +204,8 @@ async def _run_one(
         current_tool_session.reset(tools_token)
         current_recorder.reset(token)
         # Lifecycle tools are scored and released whatever happened to the rollout.
-        recorder.rewards.update(await tools.close())
+        recorder.components += [RewardComponent(name=name, value=value)
+                                for name, value in (await tools.close()).items()]
         recorder.metrics.update(tools.metrics)
     metrics = {k: float(v) for k, v in recorder.metrics.items()}
     return Trajectory(
@@ -214,7 +215,7 @@ async def _run_one(
         calls=recorder.ledger.calls,
         status=status,
         error=error,
-        rewards={k: float(v) for k, v in recorder.rewards.items()},
+        components=list(recorder.components),
         metrics=metrics,
         events=events.finish() if events is not None else [],
         final_state=state,

@@ -291,11 +291,12 @@ async def test_nodes_emit_named_rewards_crediting_nodes_and_calls(qwen_tokenizer
     engine = scripted(qwen_tokenizer, ["ok"])
     (traj,) = await sdk.arollout(g.compile(), ROW, engine, tokenizer=qwen_tokenizer)
     assert traj.status == "ok", traj.error
-    assert traj.rewards == {"solver@solver": 0.5, "format@solver#0": 0.5, "team": 1.0,
-                            "judged@solver": 1.0, "plain@judge": 0.125}
-    assert {(c.name, c.node, c.step) for c in traj.components} == {
-        ("solver", "solver", None), ("format", "solver", 0), ("team", None, None),
-        ("judged", "solver", None), ("plain", "judge", None)}
+    assert traj.rewards == {"solver": 0.5, "format": 0.5, "team": 1.0, "judged": 1.0,
+                            "plain": 0.125}  # totals by name
+    assert [(c.name, c.value, c.node, c.step) for c in traj.components] == [
+        ("solver", 0.25, "solver", None), ("format", 0.5, "solver", 0),
+        ("solver", 0.25, "solver", None), ("team", 1.0, None, None),
+        ("judged", 1.0, "solver", None), ("plain", 0.125, "judge", None)]
     sdk.emit_reward(1.0)  # outside a rollout: a no-op, graphs run unchanged in production
 
 
@@ -316,7 +317,8 @@ async def test_a_reward_in_a_subgraph_credits_the_node_path_its_calls_have(qwen_
                                  tokenizer=qwen_tokenizer)
     assert traj.status == "ok", traj.error
     assert [c.node for c in traj.calls] == ["researcher/agent"]
-    assert traj.rewards == {"done@researcher/agent": 1.0}
+    assert [(c.name, c.value, c.node) for c in traj.components] == [
+        ("done", 1.0, "researcher/agent")]
 
 
 async def test_emit_reward_refuses_non_numbers_and_calls_not_made(qwen_tokenizer, scripted):

@@ -54,7 +54,8 @@ def test_the_penalty_credits_the_node_that_wrote_the_long_response():
     ]
     penalised = add_overlong_penalties(trajs, max_length=16, buffer=4)
     assert penalised == 1  # the frozen judge's long call trains nothing and is not penalised
-    assert trajs[0].rewards == {"overlong@writer#1": -0.75}
+    assert [(c.name, c.value, c.node, c.step) for c in trajs[0].components] == [
+        ("overlong", -0.75, "writer", 1)]
     assert trajs[0].reward == 0.25 and trajs[1].reward == 1.0
     samples, _ = build_samples(trajs)
     assert [s.reward for s in samples if s.policy == "pw"] == [0.25, 0.25, 1.0]

@@ -7,7 +7,7 @@ import math
 
 from agentrl_sdk.rollout.rewards import score
 from agentrl_sdk.rollout.samples import build_samples
-from agentrl_sdk.types import Segment, Trajectory
+from agentrl_sdk.types import RewardComponent, Segment, Trajectory
 
 
 def _segment(node="solver", policy="default", trained=True, n=3) -> Segment:
@@ -24,7 +24,7 @@ def _traj(row="r", index=0, segments=None, status="ok", state=None) -> Trajector
 
 async def test_reward_values_components_and_failures_are_handled():
     trajs = [_traj(index=i) for i in range(6)] + [_traj(index=6, status="graph_error")]
-    trajs[0].rewards["solver"] = 0.5  # emitted inside a node
+    trajs[0].components.append(RewardComponent(name="solver", value=0.5))  # emitted in a node
 
     def reward(state, row, traj):
         i = state["answer"]

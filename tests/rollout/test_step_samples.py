@@ -46,7 +46,7 @@ def _two_call_rollout(index: int, outcome: float, first_call_bonus: float) -> Tr
         call(0, [3], [50], [-0.5], segment_index=1, node="judge", trained=False),
     ])
     bonus = RewardComponent(name="format", value=first_call_bonus, node="agent", step=0)
-    traj.rewards[bonus.key] = first_call_bonus
+    traj.components.append(bonus)
     traj.reward = outcome + first_call_bonus
     return traj
 

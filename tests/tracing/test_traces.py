@@ -28,7 +28,7 @@ from agentrl_sdk.tracing import (
     select_rollouts,
     trace_html,
 )
-from agentrl_sdk.types import GenerateResult, Sample, Trajectory
+from agentrl_sdk.types import GenerateResult, RewardComponent, Sample, Trajectory
 from examples.calculator.agent import build_graph, make_rows
 
 ROWS = make_rows(4, seed=7)
@@ -71,7 +71,8 @@ def rollouts(qwen_tokenizer):
         config=sdk.RolloutConfig(concurrency=32), record_events=True,
     ))
     for t in trajectories:
-        t.rewards = {"answer": float(t.sample_index % 2), "format": 0.0}
+        t.components = [RewardComponent(name="answer", value=t.sample_index % 2),
+                        RewardComponent(name="format", value=0.0)]
         t.reward = sum(t.rewards.values())
     return trajectories
 
