@@ -27,10 +27,10 @@ __all__ = [
     "MANIFEST",
     "PIPELINE_STATE",
     "CheckpointManifest",
+    "checkpoint_run_id",
     "finish",
     "maybe_resume",
     "prune_checkpoints",
-    "resumed_run_id",
     "save_checkpoint",
 ]
 
@@ -87,12 +87,21 @@ async def maybe_resume(job: Job, console: Console) -> tuple[int, Path | None]:
     return manifest.step, latest
 
 
-def resumed_run_id(config: TrainConfig) -> str | None:
-    """The MLflow run a resumed job continues: its newest complete checkpoint's, if any."""
+def checkpoint_run_id(config: TrainConfig) -> str | None:
+    """The MLflow run of the newest complete checkpoint in ``checkpoint.dir`` (None: none).
+
+    Raises:
+        CheckpointError: resuming, and no step folder there is complete.
+    """
     checkpoint = config.checkpoint
-    if not (checkpoint.resume and checkpoint.dir):
+    if not checkpoint.dir:
         return None
-    found = _latest_complete(Path(checkpoint.dir), warn=lambda _: None)
+    try:
+        found = _latest_complete(Path(checkpoint.dir), warn=lambda _: None)
+    except CheckpointError:
+        if checkpoint.resume:
+            raise
+        return None
     return found[1].run_id if found else None
 
 

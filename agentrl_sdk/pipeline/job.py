@@ -17,7 +17,7 @@ from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.data import RowLoader
 from agentrl_sdk.chat.recorder import SharedEngine
 from agentrl_sdk.engines import Engine
-from agentrl_sdk.pipeline.checkpoints import resumed_run_id
+from agentrl_sdk.pipeline.checkpoints import checkpoint_run_id
 from agentrl_sdk.pipeline.config import TrainConfig
 from agentrl_sdk.pipeline.metrics import rollout_metrics
 from agentrl_sdk.pipeline.policies import (
@@ -110,7 +110,7 @@ async def open_job(
     # An evaluation draws no batches: any batch size its rows allow will do.
     batch_size = data.batch_size if trainers else 1
     loader = RowLoader(spec.rows, batch_size, shuffle=data.shuffle, seed=data.seed)
-    run = await run_blocking(start_run, config, resumed_run_id(config) if trainers else None)
+    run = await run_blocking(open_run if trainers else start_run, config)
     status = "FAILED"
     policies: dict[str, Policy] = {}
     result = TrainResult(steps=0, run_id=run.run_id if run else None, skipped_rows=skipped_rows)
@@ -282,6 +282,17 @@ def rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
         return config.rollout
     seeded = sampling.model_copy(update={"seed": sampling.seed + step})
     return config.rollout.model_copy(update={"sampling": seeded})
+
+
+def open_run(config: TrainConfig) -> TrainingRun | None:
+    """A training job's MLflow run: its checkpoint's run again when resuming one. Starting over
+    instead, a run the checkpoint's driver left RUNNING (it was killed) is marked KILLED."""
+    previous = checkpoint_run_id(config)
+    resume = config.checkpoint.resume
+    run = start_run(config, previous if resume else None)
+    if run and previous and not resume:
+        run.end_abandoned(previous)
+    return run
 
 
 def start_run(config: TrainConfig, run_id: str | None = None) -> TrainingRun | None:

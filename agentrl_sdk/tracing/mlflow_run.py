@@ -158,6 +158,24 @@ class TrainingRun:
             self._submit(f"artifact {path}", self._client.log_artifact, self.run_id, str(path),
                          artifact_path)
 
+    def end_abandoned(self, run_id: str) -> None:
+        """Mark run ``run_id`` KILLED if it is still RUNNING (its driver died, and this job
+        starts over instead of resuming it); in the background, like every write."""
+
+        def end_if_running() -> None:
+            try:
+                status = self._client.get_run(run_id).info.status
+            except self._mlflow.exceptions.MlflowException as exc:
+                if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                    return  # kept in another store
+                raise
+            if status == "RUNNING" and run_id != self.run_id:
+                self._client.set_terminated(run_id, status="KILLED")
+                logger.warning("MLflow run %s was left running by a driver that died: marked "
+                               "KILLED (resume it with checkpoint.resume next time)", run_id)
+
+        self._submit(f"the end of abandoned run {run_id}", end_if_running)
+
     def health(self) -> dict[str, float]:
         """The ``tracking/...`` metrics: failed write attempts, dropped and pending writes."""
         return {

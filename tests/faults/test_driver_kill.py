@@ -1,6 +1,7 @@
 """A driver SIGKILLed while writing a fully-async checkpoint: the cut-short checkpoint is
 skipped, the resume continues the same MLflow run (every step logged once, the run FINISHED)
-and trains every group exactly once; a checkpoint whose parts disagree is refused."""
+and trains every group exactly once; a checkpoint whose parts disagree is refused; a job that
+starts over instead ends the run the killed driver left RUNNING."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import signal
 import mlflow
 import pytest
 
+import agentrl_sdk.pipeline.job as job_module
 from agentrl_sdk.errors import CheckpointError
-from agentrl_sdk.pipeline.checkpoints import MANIFEST, PIPELINE_STATE
+from agentrl_sdk.pipeline.checkpoints import MANIFEST, PIPELINE_STATE, CheckpointManifest
+from agentrl_sdk.tracing import TrainingRun
 from tests.faults import _driver
 from tests.pipeline.test_fully_async import _config, _train
 
@@ -74,3 +77,24 @@ def test_a_driver_killed_mid_checkpoint_resumes_its_run_and_loses_no_group(tmp_p
     again = resumed.model_copy(update={"max_steps": STEPS + 1})
     with pytest.raises(CheckpointError, match=f"{last} lacks {PIPELINE_STATE}"):
         _train(again)
+
+
+def test_starting_over_ends_the_run_a_killed_driver_left_running(tmp_path):
+    config = _job(tmp_path)
+    left = TrainingRun(config.tracking.uri, "driver-kill")  # its driver died: still RUNNING
+    (tmp_path / "ckpt" / "step_2").mkdir(parents=True)
+    manifest = CheckpointManifest(step=2, policies=["default"], run_id=left.run_id)
+    (tmp_path / "ckpt" / "step_2" / MANIFEST).write_text(manifest.model_dump_json())
+
+    run = job_module.open_run(config)  # checkpoint.resume is off: a new run
+    run.end()
+    client = mlflow.MlflowClient(config.tracking.uri)
+    assert run.run_id != left.run_id
+    assert client.get_run(left.run_id).info.status == "KILLED"
+    assert client.get_run(run.run_id).info.status == "FINISHED"
+
+    # Resuming from a folder of cut-short saves only is refused before anything starts.
+    (tmp_path / "ckpt" / "step_2" / MANIFEST).unlink()
+    config.checkpoint.resume = True
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        job_module.open_run(config)
