@@ -43,6 +43,9 @@ def test_sdk_train_with_lora(trained, tmp_path, caplog):
     assert result.steps == 2 and set(trained) == {0, 1}
     pushes = [r.getMessage() for r in caplog.records if "weight sync v" in r.getMessage()]
     assert pushes and all("(adapter)" in m for m in pushes)
+    full = sum(t.numel() * t.element_size() for t in _weights(config.model.path).values())
+    pushed = [m["weight_sync/bytes"] for m in result.history if "weight_sync/bytes" in m]
+    assert pushed and all(0 < b < 0.05 * full for b in pushed)  # the adapter, not the model
     saved = FileSystemReader(str(Path(result.checkpoint) / "dcp")).read_metadata()
     model_keys = [k for k in saved.state_dict_metadata if k.startswith("model.")]
     assert model_keys and all(".lora_" in k for k in model_keys)
