@@ -21,6 +21,7 @@ from agentrl_sdk.pipeline import (
 )
 from agentrl_sdk.rollout import default_input
 from agentrl_sdk.rollout.rewards import RewardFn
+from agentrl_sdk.threads import use_user_code_executor
 
 ConfigLike = TrainConfig | Mapping[str, Any] | str | Path | None
 NodeRules = Mapping[str, NodeRule | Mapping[str, Any]]
@@ -67,6 +68,7 @@ async def atrain(
 ) -> TrainResult:
     """Async `train`, for callers that already run an event loop."""
     resolved = with_node_rules(resolve_config(config), nodes)
+    use_user_code_executor(resolved.rollout.tool_threads)
     rows, skipped = _rows(graph, dataset, resolved, input_fn)
     if resolved.epochs is not None:
         steps = resolved.epochs * (len(rows) // resolved.data.batch_size)
@@ -154,6 +156,7 @@ async def aevaluate(
 ) -> EvalResult:
     """Async `evaluate`, for callers that already run an event loop."""
     resolved = with_node_rules(resolve_config(config), nodes)
+    use_user_code_executor(resolved.rollout.tool_threads)
     if model is not None:
         resolved = resolved.model_copy(deep=True)
         resolved.model.path = str(model)

@@ -75,6 +75,11 @@ class RolloutConfig(BaseModel):
         "decorated with @trainable/@frozen keep their decorator."
     )
     recursion_limit: int = Field(50, ge=1, description="LangGraph's step limit per rollout.")
+    tool_threads: int = Field(
+        32, ge=1, description="Threads for synchronous tools and agent functions during "
+        "sdk.train / sdk.evaluate (the loop's default executor): a tool stuck forever holds "
+        "one of them, never the trainer's or the weight sync's, and never delays the exit."
+    )
     configurable: dict[str, Any] = Field(
         default_factory=dict, description="Extra `configurable` keys of every graph run (read "
         "by your nodes). `thread_id` is set by the SDK: a fresh one per rollout, so a graph "

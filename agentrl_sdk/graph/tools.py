@@ -8,6 +8,7 @@ with the error counted.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -19,6 +20,7 @@ from langgraph.prebuilt import ToolNode as _LangGraphToolNode
 from langgraph.runtime import Runtime
 
 from agentrl_sdk.chat.context import current_recorder
+from agentrl_sdk.threads import UserCodeExecutor
 
 
 class ToolNode(_LangGraphToolNode):
@@ -30,6 +32,10 @@ class ToolNode(_LangGraphToolNode):
     ``StructuredTool``) that runs longer becomes an error message too (counted as
     ``tool_timeouts``); `agentrl_sdk.RLTool` has its own ``timeout_s``. Parallel calls of one
     AI message run concurrently under ``ainvoke``.
+
+    Synchronous function tools run on the node's own ``threads`` (not the event loop's
+    default executor, where LangGraph runs the graph's sync nodes and edges): a tool stuck
+    for good holds one of them and the rest of the graph, and other rollouts, go on.
     """
 
     def __init__(
@@ -38,10 +44,11 @@ class ToolNode(_LangGraphToolNode):
         *,
         handle_tool_errors: Any = True,
         timeout_s: float | None = None,
+        threads: int = 16,
         **kwargs: Any,
     ):
-        if timeout_s is not None:
-            tools = [_with_timeout(t, timeout_s) for t in tools]
+        pool = UserCodeExecutor(threads, thread_name_prefix="agentrl-toolnode")
+        tools = [_on_own_threads(t, pool, timeout_s) for t in tools]
         super().__init__(tools, handle_tool_errors=handle_tool_errors, **kwargs)
 
     # LangGraph injects config/runtime by annotation: keep the parent's exact types.
@@ -98,13 +105,11 @@ def _malformed_reply(call: dict[str, Any]) -> ToolMessage:
     )
 
 
-def _with_timeout(tool: Any, timeout_s: float) -> Any:
-    """A copy of a function tool whose calls fail with `ToolException` after ``timeout_s``.
-
-    A sync function runs in a worker thread; past the limit the rollout moves on (the thread
-    finishes on its own, as Python threads cannot be killed).
-    """
-    if not isinstance(tool, StructuredTool):
+def _on_own_threads(tool: Any, pool: UserCodeExecutor, timeout_s: float | None) -> Any:
+    """A copy of a function tool whose sync function runs on ``pool`` and whose calls fail
+    with `ToolException` after ``timeout_s`` (the thread of a stuck sync call stays busy, as
+    Python threads cannot be killed, but the rollout moves on)."""
+    if not isinstance(tool, StructuredTool) or (tool.coroutine is not None and timeout_s is None):
         return tool
     original = tool.coroutine
     function = tool.func
@@ -113,7 +118,8 @@ def _with_timeout(tool: Any, timeout_s: float) -> Any:
         if original is not None:
             call = original(*args, **kwargs)
         else:
-            call = asyncio.to_thread(function, *args, **kwargs)
+            run = functools.partial(contextvars.copy_context().run, function, *args, **kwargs)
+            call = asyncio.get_running_loop().run_in_executor(pool, run)
         try:
             return await asyncio.wait_for(call, timeout=timeout_s)
         except TimeoutError:
@@ -122,8 +128,7 @@ def _with_timeout(tool: Any, timeout_s: float) -> Any:
                 recorder.metrics["tool_timeouts"] += 1
             raise ToolException(f"tool {tool.name!r} timed out after {timeout_s} s") from None
 
-    if original is not None:
-        limited = functools.wraps(original)(limited)
+    limited = functools.wraps(original or function)(limited)
     return tool.model_copy(update={"coroutine": limited})
 
 
