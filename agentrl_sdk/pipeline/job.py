@@ -9,6 +9,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -19,6 +20,7 @@ from agentrl_sdk.chat.recorder import SharedEngine
 from agentrl_sdk.engines import Engine
 from agentrl_sdk.pipeline.checkpoints import checkpoint_run_id
 from agentrl_sdk.pipeline.config import TrainConfig
+from agentrl_sdk.pipeline.leftovers import forget_processes, note_processes, stop_leftovers
 from agentrl_sdk.pipeline.metrics import rollout_metrics
 from agentrl_sdk.pipeline.policies import (
     DEFAULT_POLICY,
@@ -114,8 +116,14 @@ async def open_job(
     status = "FAILED"
     policies: dict[str, Policy] = {}
     result = TrainResult(steps=0, run_id=run.run_id if run else None, skipped_rows=skipped_rows)
+    # A killed driver's Ray processes outlive it: the job's next start stops them.
+    noted = Path(config.checkpoint.dir) if trainers and config.checkpoint.dir else None
     try:
+        if noted:
+            await run_blocking(stop_leftovers, noted)
         policies = await start_policies(config, trainers=trainers)
+        if noted:
+            await run_blocking(note_processes, noted)
         job = Job(spec.graph, spec.reward_fn, spec.input_fn, config, tokenizer, loader, policies,
                   run, eval_rows=list(spec.eval_rows))
         if skipped_rows:
@@ -130,6 +138,8 @@ async def open_job(
     finally:
         try:
             await stop_policies(policies)
+            if noted:
+                forget_processes(noted)
         finally:
             if run:
                 timeout_s = config.tracking.end_timeout_s

@@ -62,6 +62,18 @@ def stop(driver: subprocess.Popen) -> None:
     driver.wait()
 
 
+def leftovers(driver: subprocess.Popen) -> list[str]:
+    """The names of the processes still running in the driver's session."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and os.getsid(int(pid)) == driver.pid:
+                found.append(Path(f"/proc/{pid}/comm").read_text().strip())
+        except (ProcessLookupError, FileNotFoundError, PermissionError):
+            continue
+    return found
+
+
 def trained_rows(folder: Path) -> dict[int, list[str]]:
     """The rows the driver updated on, by step (a step redone after a resume: the last time)."""
     lines = (folder / "trained.jsonl").read_text().splitlines()

@@ -1,12 +1,14 @@
 """A driver SIGKILLed while writing a fully-async checkpoint: the cut-short checkpoint is
 skipped, the resume continues the same MLflow run (every step logged once, the run FINISHED)
 and trains every group exactly once; a checkpoint whose parts disagree is refused; a job that
-starts over instead ends the run the killed driver left RUNNING."""
+starts over instead ends the run the killed driver left RUNNING; the Ray processes the killed
+driver left running are stopped by the next start."""
 
 from __future__ import annotations
 
 import json
 import signal
+import time
 
 import mlflow
 import pytest
@@ -40,8 +42,15 @@ def test_a_driver_killed_mid_checkpoint_resumes_its_run_and_loses_no_group(tmp_p
     driver = _driver.start(tmp_path, config, kill_step=KILL_STEP)
     try:
         assert driver.wait(timeout=600) == -signal.SIGKILL
+        time.sleep(10)  # Ray's workers notice their raylet is gone; its agents never do
+        assert _driver.leftovers(driver)
+        _resume_and_check(tmp_path, config, trained)
+        assert _driver.leftovers(driver) == []  # the resumed job stopped them
     finally:
-        _driver.stop(driver)  # what the killed driver started (Ray) goes too
+        _driver.stop(driver)
+
+
+def _resume_and_check(tmp_path, config, trained):
     killed = _driver.trained_rows(tmp_path)
     folder = tmp_path / "ckpt" / f"step_{KILL_STEP}"
     assert (folder / "trainer_state.json").exists() and not (folder / MANIFEST).exists()
@@ -69,7 +78,6 @@ def test_a_driver_killed_mid_checkpoint_resumes_its_run_and_loses_no_group(tmp_p
     assert len(set(before + after)) == len(before) + len(after)  # nothing trained twice
     queued = {g["row"]["id"] for g in state["queued"]}
     assert queued <= set(after)  # the groups the queue held were trained after the resume
-
 
     # A checkpoint whose parts disagree (its pipeline state gone) is refused, not half-resumed.
     last = tmp_path / "ckpt" / f"step_{STEPS}"
