@@ -103,13 +103,15 @@ class Gateway:
 
             from agentrl_sdk.gateway._uvicorn import InLoopServer
             from agentrl_sdk.gateway.app import create_app
+            from agentrl_sdk.gateway.disconnects import CancelOnDisconnect
         except ImportError as exc:
             raise AgentRLError(
                 f"the recording gateway needs FastAPI and uvicorn ({exc.name} is missing): "
                 "pip install 'agentrl-sdk[gateway]'"
             ) from exc
 
-        app = create_app(self.registry, self.config, self.api_key)
+        app = CancelOnDisconnect(create_app(self.registry, self.config, self.api_key),
+                                 self.stats)
         server = InLoopServer(uvicorn.Config(
             app, host=self.config.host, port=self.config.port, log_level="warning",
             access_log=False, lifespan="off",

@@ -17,6 +17,7 @@ class GatewayStats:
     client_rollouts_expired: int = 0
     client_rollouts_refused: int = 0
     requests_too_large: int = 0
+    client_disconnects: int = 0  # chat completions cancelled: the client hung up first
 
     def as_dict(self) -> dict[str, int]:
         """The counters by name."""
