@@ -147,6 +147,11 @@ class TrainerConfig(BaseModel):
     call_timeout_s: float = Field(
         1800.0, gt=0, description="Longest wait for one broadcast call (an update, a checkpoint)."
     )
+    max_restarts: int = Field(
+        2, ge=0, description="Times the group is rebuilt when a rank dies: new workers load the "
+        "last checkpoint (or the model) and replay the updates made since, then the failed "
+        "call runs again, so no update is lost or doubled. 0: a dead rank ends the run."
+    )
     collective_timeout_s: float = Field(
         1800.0, gt=0, description="Timeout of a torch.distributed collective inside the workers."
     )

@@ -6,9 +6,9 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
@@ -21,10 +21,12 @@ from agentrl_sdk.trainer.packing import FlatSamples
 from agentrl_sdk.trainer.worker import PolicyWorker
 from agentrl_sdk.types import Batch
 
+_T = TypeVar("_T")
+
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TrainerError", "TrainerGroup"]
+__all__ = ["RankDiedError", "TrainerError", "TrainerGroup"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,10 @@ DEFAULT_BUCKET_BYTES = 256 << 20
 
 class TrainerError(AgentRLError):
     """A policy worker failed or did not answer in time; the message names the rank."""
+
+
+class RankDiedError(TrainerError):
+    """A worker's process died (killed, out of memory): the group must be rebuilt."""
 
 
 class TrainerGroup:
@@ -71,12 +77,23 @@ class TrainerGroup:
         self.loss_config = loss_config or PolicyLossConfig()
         self._bucket_plans: dict[int, list[list[str]]] = {}
         self._owns_ray = init_ray(self.config)
-        cfg = self.config
+        # What a rebuilt group needs to reach the same state: the last checkpoint and the
+        # updates since (their batches; token ids, small next to the weights).
+        self._checkpoint: str | None = None
+        self._since_checkpoint: list[FlatSamples] = []
+        self.restarts = 0
         try:
-            _check_resources(cfg)
+            _check_resources(self.config)
         except TrainerError:
             self.shutdown()
             raise
+        self._start_workers()
+
+    def _start_workers(self) -> None:
+        """Start the ranks, rendezvous, and load the model in each."""
+        import ray
+
+        cfg = self.config
         actor_cls = ray.remote(PolicyWorker)
         self._actors = [
             actor_cls.options(
@@ -94,6 +111,8 @@ class TrainerGroup:
             self.info = ranks[0]
             self.node_ids: list[str | None] = [r["node_id"] for r in ranks]
             """The Ray node of each rank."""
+            self.pids: list[int] = [r["pid"] for r in ranks]
+            """The process of each rank."""
         except BaseException:
             self.shutdown()
             raise
@@ -107,18 +126,21 @@ class TrainerGroup:
         Returns:
             ``loss``, ``pg_loss``, ``clip_frac``, ``approx_kl``, ``ratio_mean``, ``entropy``
             (``kl``, ``dual_clip_frac`` when enabled), ``grad_norm``, ``lr``, ``tokens``,
-            ``trained_tokens``, ``samples``, ``optimizer_steps``, ``step``, ``time_s`` and
-            ``peak_rss_gb`` (the largest peak resident memory of any rank so far).
+            ``trained_tokens``, ``samples``, ``optimizer_steps``, ``step``, ``time_s``,
+            ``peak_rss_gb`` (the largest peak resident memory of any rank so far) and
+            ``restarts`` (times the group was rebuilt after a rank died).
         """
         import ray
 
         if not batch.samples:
             raise ValueError("update needs a batch with at least one sample")
         start = time.perf_counter()
-        ref = ray.put(FlatSamples.from_samples(batch.samples))
-        per_rank = self._call("update", ref)
+        flat = FlatSamples.from_samples(batch.samples)
+        per_rank = self._recovering(lambda: self._call("update", ray.put(flat)))
+        self._since_checkpoint.append(flat)
         peak = max(m.pop("peak_rss_gb") for m in per_rank)
-        return per_rank[0] | {"time_s": time.perf_counter() - start, "peak_rss_gb": peak}
+        return per_rank[0] | {"time_s": time.perf_counter() - start, "peak_rss_gb": peak,
+                              "restarts": float(self.restarts)}
 
     def compute_logprobs(self, batch: Batch) -> list[list[float]]:
         """Logprobs of every response token under the current weights, per sample.
@@ -131,7 +153,8 @@ class TrainerGroup:
         if not batch.samples:
             return []
         flat = FlatSamples.from_samples(batch.samples)
-        values: np.ndarray = self._call("compute_logprobs", ray.put(flat))[0]
+        values: np.ndarray = self._recovering(
+            lambda: self._call("compute_logprobs", ray.put(flat)))[0]
         return [values[flat.response_slice(i)].tolist() for i in range(len(flat))]
 
     def full_state_dict(
@@ -183,11 +206,47 @@ class TrainerGroup:
             json.dumps(extra)
         except TypeError as exc:
             raise TypeError(f"save_checkpoint: extra must be JSON-serialisable ({exc})") from exc
-        self._call("save_checkpoint", str(Path(path).resolve()), extra)
+        folder = str(Path(path).resolve())
+        self._recovering(lambda: self._call("save_checkpoint", folder, extra))
+        self._checkpoint, self._since_checkpoint = folder, []
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """Restores a checkpoint written by `save_checkpoint`; returns its ``extra`` dict."""
-        return self._call("load_checkpoint", str(Path(path).resolve()))[0]
+        folder = str(Path(path).resolve())
+        extra = self._call("load_checkpoint", folder)[0]
+        self._checkpoint, self._since_checkpoint = folder, []
+        return extra
+
+    def _recovering(self, call: Callable[[], _T]) -> _T:
+        """``call()``; when a rank dies, rebuild the group in the state before it (at most
+        ``max_restarts`` times in all) and call again."""
+        while True:
+            try:
+                return call()
+            except RankDiedError as exc:
+                if self.restarts >= self.config.max_restarts:
+                    raise TrainerError(
+                        f"{exc}; the group was already rebuilt {self.restarts} time(s) "
+                        f"(trainer.max_restarts): resume from the last checkpoint"
+                    ) from exc
+                logger.warning("%s: rebuilding the trainer group (restart %d of %d)", exc,
+                               self.restarts + 1, self.config.max_restarts)
+                self._rebuild()
+
+    def _rebuild(self) -> None:
+        """New workers in the state of the old ones: the last checkpoint (or the model), then
+        every update made since, replayed on the same batches."""
+        import ray
+
+        self.restarts += 1
+        self._stop_workers(graceful=False)  # survivors may be stuck in a collective
+        self._start_workers()
+        if self._checkpoint is not None:
+            self._call("load_checkpoint", self._checkpoint)
+        for flat in self._since_checkpoint:
+            self._call("update", ray.put(flat))
+        logger.warning("trainer group rebuilt: %s, %d update(s) replayed",
+                       self._checkpoint or "from the model", len(self._since_checkpoint))
 
     def export_pretrained(
         self, path: str | os.PathLike[str], form: Literal["merged", "adapter"] | None = None
@@ -206,15 +265,20 @@ class TrainerGroup:
         """Leaves the process group and kills the actors (and Ray, if this group started it)."""
         import ray
 
+        self._stop_workers()
+        if getattr(self, "_owns_ray", False) and ray.is_initialized():
+            ray.shutdown()
+            self._owns_ray = False
+
+    def _stop_workers(self, graceful: bool = True) -> None:
+        import ray
+
         actors, self._actors = getattr(self, "_actors", []), []
-        if actors:
+        if actors and graceful:
             refs = [a.close.remote() for a in actors]
             ray.wait(refs, num_returns=len(refs), timeout=30)
         for actor in actors:
             ray.kill(actor)
-        if getattr(self, "_owns_ray", False) and ray.is_initialized():
-            ray.shutdown()
-            self._owns_ray = False
 
     def __enter__(self) -> TrainerGroup:
         return self
@@ -263,9 +327,9 @@ class TrainerGroup:
                     + (f" (ranks {also} failed too)" if also else "")
                 ) from cause
             except RayActorError as exc:
-                raise TrainerError(
-                    f"trainer rank {rank} died during {method} ({exc}); shut the group down and "
-                    "start a new one from the last checkpoint"
+                raise RankDiedError(
+                    f"trainer rank {rank} died during {method} "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0]})"
                 ) from exc
         return results
 

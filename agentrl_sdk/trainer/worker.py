@@ -184,6 +184,7 @@ class PolicyWorker:
             "threads": torch.get_num_threads(),
             "nice": os.nice(0),
             "node_id": _ray_node_id(),
+            "pid": os.getpid(),
         }
 
     def _compute_dtype(self) -> torch.dtype:

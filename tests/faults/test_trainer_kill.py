@@ -1,0 +1,51 @@
+"""SIGKILL of a trainer rank in the middle of a run: the group is rebuilt from the last
+checkpoint, the updates since are replayed, the failed update runs again, and the run
+finishes with every update made exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+import agentrl_sdk as sdk
+import agentrl_sdk.pipeline.job as job_module
+from agentrl_sdk.entrypoints import resolve_entrypoints
+from agentrl_sdk.pipeline import TrainConfig
+from examples.tool_selection.agent import right_tool_reward
+from examples.tool_selection.train import HERE
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_killed_trainer_rank_is_rebuilt_and_nothing_is_lost_or_doubled(tmp_path, monkeypatch):
+    killed: list[int] = []
+    update = job_module.update_policy
+
+    async def kill_rank_1_before_update_3(policy, step, samples):
+        if step == 3 and not killed:
+            killed.append(policy.group.pids[1])
+            os.kill(killed[0], signal.SIGKILL)
+        return await update(policy, step, samples)
+
+    monkeypatch.setattr(job_module, "update_policy", kill_rank_1_before_update_3)
+    config = TrainConfig.from_yaml(HERE / "config.yaml")
+    config.max_steps = 4
+    config.evaluation.every = 0
+    config.data.batch_size = 2
+    config.rollout.n = 4
+    config.checkpoint.dir = str(tmp_path / "ckpt")
+    config.checkpoint.every = 2  # the rebuild loads step 2 and replays update 3's predecessor
+    config.tracking.enabled = False
+    config.trainer = config.trainer.model_copy(update={"world_size": 2})
+    job = resolve_entrypoints(config)
+
+    result = sdk.train(job.graph, job.dataset, reward=right_tool_reward, config=config,
+                       input_fn=job.input_fn)
+
+    assert killed and result.steps == 4
+    # The workers' own update count: the replay and the retry restored it exactly.
+    assert [m["train/step"] for m in result.history] == [1.0, 2.0, 3.0, 4.0]
+    assert [m["train/restarts"] for m in result.history] == [0.0, 0.0, 0.0, 1.0]
+    assert [m["policy_version"] for m in result.history] == [1.0, 2.0, 3.0, 4.0]
