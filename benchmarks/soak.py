@@ -1,28 +1,28 @@
 """Soak: 1,000 OpenAI-SDK agent rollouts through the recording gateway with ~1% injected faults.
 
-    python benchmarks/soak.py [--quick]
+    python benchmarks/soak.py [--quick] [--ray]
 
 The calculator task as a plain OpenAI-SDK tool loop (2-3 chat completions with calculator
 steps in between), 32 rollouts at a time, each run by `run_agent` exactly as `sdk.train` runs
 an agent function: the gateway served by uvicorn on 127.0.0.1 in front of an `EnginePool` of
-two in-process `TorchEngine` replicas of the tiny warm-started calculator policy of
-tests/gateway. Faults, drawn from a seeded generator:
+two replicas of the tiny warm-started calculator policy of tests/gateway: Ray engine actors
+(``--ray``) or in-process `TorchEngine`s. Faults, drawn from a seeded generator:
 
 - a calculator call raises (1% of tool steps): the agent raises, the rollout ends as
   ``graph_error``;
 - a chat-completion connection is dropped mid-request (1% of HTTP attempts, 0-30 ms after the
   request is sent, so some drops land while the engine generates): the OpenAI SDK retries once;
   a rollout whose retry is dropped too ends as ``graph_error``;
-- once, 40% of the way in, replica 0 is closed with requests in flight (an in-process
-  ``TorchEngine.close``, not a SIGKILLed Ray actor: Ray start-up on the shared 2 cores would
-  take most of the run); the pool drains it, moves its calls to the other replica, and rebuilds
-  it (``restart=``).
+- once, 40% of the way in, replica 0 dies with requests in flight: its Ray actor is
+  SIGKILLed (``--ray``), or the in-process ``TorchEngine`` is closed; the pool drains it, moves
+  its calls to the other replica, and rebuilds it (``restart=``).
 
 Figures: `lost` (rollouts started with no trajectory, goal 0), `duplicated` (rollout ids
-collected more than once, goal 0), `rss_growth_mb` (this process, which holds gateway, engines
-and clients: RSS at the end minus after warm-up, both after ``gc.collect()``), and the
-client-side latency of each LLM call (`llm_call_p50_ms`, `llm_call_p99_ms`; retries
-included). Also recorded: statuses, faults injected, calls the gateway recorded that no client
+collected more than once, goal 0), `rss_growth_mb` (this process, which holds gateway, clients
+and in-process engines: RSS at the end minus after warm-up, both after ``gc.collect()``; Ray
+engine actors are traced apart), and the client-side latency of each LLM call
+(`llm_call_p50_ms`, `llm_call_p99_ms`; retries included; the p99 of the calls clear of the
+engine kill beside it). Also recorded: statuses, faults injected, calls the gateway recorded that no client
 saw (a dropped request the engine still answered: `orphan_calls`), trajectories changed after
 their rollout closed, rollouts still open at the end, pool reroutes and restarts.
 """
@@ -31,13 +31,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
+import os
 import random
+import signal
 import statistics
 import sys
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +55,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 import agentrl_sdk as sdk  # noqa: E402
 from agentrl_sdk.chat import ChatTemplate  # noqa: E402
-from agentrl_sdk.engines import EnginePool, TorchEngine  # noqa: E402
+from agentrl_sdk.engines import Engine, EnginePool, TorchEngine  # noqa: E402
 from agentrl_sdk.models import load_pretrained_pair  # noqa: E402
 from agentrl_sdk.rollout.agents import AgentEndpoint, build_gateway, run_agent  # noqa: E402
 from agentrl_sdk.types import Trajectory  # noqa: E402
@@ -161,9 +165,15 @@ def _size(traj: Trajectory) -> tuple[int, int]:
     return len(traj.calls), sum(len(s.prompt_ids) + len(s.response_ids) for s in traj.segments)
 
 
-def _rss_mb() -> float:
+def _rss_mb(pool: EnginePool) -> tuple[float, float]:
+    """RSS of this process (gateway, clients, in-process engines), and of the engine actors
+    (none with in-process engines), after a ``gc.collect()``."""
     gc.collect()
-    return psutil.Process().memory_info().rss / 2**20
+    actors = 0
+    for pid in {r.pid for r in pool.replicas if hasattr(r, "pid")}:
+        with contextlib.suppress(psutil.Error):  # a killed actor has no RSS left
+            actors += psutil.Process(pid).memory_info().rss
+    return psutil.Process().memory_info().rss / 2**20, actors / 2**20
 
 
 class Tally:
@@ -198,29 +208,40 @@ class Tally:
         self.changed_after_close += _size(traj) != size
 
 
-async def soak(rollouts: int) -> dict[str, Any]:
+def _replicas(folder: Path, ray_actors: bool) -> tuple[Callable[[int], Engine], Callable]:
+    """How to build a replica and how to kill one: a Ray engine actor SIGKILLed, or an
+    in-process TorchEngine closed."""
+    if not ray_actors:
+        # The weights only: loading the tokenizer again (~2 s of Python) would stall the loop.
+        return (lambda _: TorchEngine(AutoModelForCausalLM.from_pretrained(folder)),
+                lambda engine: engine.close())  # fmt: skip
+    from agentrl_sdk.engines.ray_engine import RayEngine
+    from agentrl_sdk.trainer import TrainerConfig, init_ray
+
+    init_ray(TrainerConfig())
+    return (lambda _: RayEngine("torch", str(folder)),
+            lambda engine: os.kill(engine.pid, signal.SIGKILL))  # fmt: skip
+
+
+async def soak(rollouts: int, ray_actors: bool) -> dict[str, Any]:
     """Run the soak and return its counts."""
     folder = calc_model_dir()
-
-    def replica(_: int = 0) -> TorchEngine:
-        # The weights only: loading the tokenizer again (~2 s of Python) would stall the loop.
-        return TorchEngine(AutoModelForCausalLM.from_pretrained(folder))
-
-    model, tokenizer = load_pretrained_pair(folder)
-    pool = EnginePool([TorchEngine(model), replica()], restart=replica, max_restarts=1)
+    replica, kill_engine = _replicas(folder, ray_actors)
+    _, tokenizer = load_pretrained_pair(folder)
+    pool = EnginePool([replica(0), replica(1)], restart=replica, max_restarts=1)
     faults = Faults(FAULT_RATE)
     http = httpx.AsyncClient(transport=DroppingTransport(faults))
     agent = SoakAgent(http, faults)
     gateway = build_gateway(pool, ChatTemplate(tokenizer), CONFIG)
     tally = Tally()
-    rss: dict[str, float] = {"start": _rss_mb()}
+    rss: dict[str, tuple[float, float]] = {"start": _rss_mb(pool)}
     warmup = min(2 * CONCURRENCY, rollouts // 4)
     gate = asyncio.Semaphore(CONCURRENCY)
     kill: dict[str, float] = {}
 
     async def kill_replica_0() -> None:
         kill["start"] = time.perf_counter()
-        await asyncio.to_thread(pool.replicas[0].close)
+        await asyncio.to_thread(kill_engine, pool.replicas[0])
         while pool.restarts + pool.failed_restarts == 0:
             await asyncio.sleep(0.05)
         kill["end"] = time.perf_counter()  # rebuilt and serving again
@@ -237,13 +258,13 @@ async def soak(rollouts: int) -> dict[str, Any]:
             except Exception as exc:  # noqa: BLE001 - a rollout that raised is lost: count it
                 tally.raised.append(f"{row_id}: {exc!r}")
             if (i + 1) % max(1, rollouts // 10) == 0:
-                rss[f"at_{i + 1}"] = _rss_mb()
+                rss[f"at_{i + 1}"] = _rss_mb(pool)
 
     killing: list[asyncio.Task] = []
     begin = time.perf_counter()
     async with gateway:
         await asyncio.gather(*(one(i) for i in range(warmup)))
-        rss["after_warmup"] = _rss_mb()
+        rss["after_warmup"] = _rss_mb(pool)
         agent.calls.clear()  # steady state only
         await asyncio.gather(*(one(i) for i in range(warmup, rollouts)))
         await asyncio.gather(*killing)
@@ -251,8 +272,12 @@ async def soak(rollouts: int) -> dict[str, Any]:
     await http.aclose()
     wall = time.perf_counter() - begin
     tally.finish()
-    rss["end"] = _rss_mb()  # the engines still loaded: only what the rollouts left behind
+    rss["end"] = _rss_mb(pool)  # the engines still loaded: only what the rollouts left behind
     pool.close()
+    if ray_actors:
+        import ray
+
+        ray.shutdown()
     answered = sum(agent.answered.values())
     return {
         "rollouts": rollouts, "started": len(tally.started), "collected": tally.ids.total(),
@@ -265,7 +290,8 @@ async def soak(rollouts: int) -> dict[str, Any]:
         "pool": {"reroutes": pool.reroutes, "restarts": pool.restarts,
                  "failed_restarts": pool.failed_restarts, "healthy": len(pool.healthy)},
         "gateway": gateway.stats.as_dict(), "calls": agent.calls, "kill": kill, "rss_mb": rss,
-        "wall_s": wall,
+        "wall_s": wall, "engine_fault": "SIGKILL of a Ray engine actor" if ray_actors
+        else "in-process TorchEngine closed",
     }
 
 
@@ -281,22 +307,23 @@ def _latencies(out: dict[str, Any]) -> dict[str, float]:
     clear = sorted((end - start) * 1000 for start, end in out["calls"]
                    if not kill or end < kill["start"] or start > kill.get("end", 0.0))
     return {"p50": statistics.median(every), "p99": _percentile(every, 0.99),
-            "p99_clear_of_kill": _percentile(clear, 0.99), "calls": len(every),
+            "p99_clear_of_kill": _percentile(clear, 0.99) if clear else float("nan"),
+            "calls": len(every),
             "kill_window_s": round(kill["end"] - kill["start"], 2) if "end" in kill else None}
 
 
 def _last_half(rss: dict[str, float], rollouts: int) -> float:
     """RSS growth over the second half of the rollouts (past the warm-up and the rebuild)."""
-    samples = sorted((int(k[3:]), v) for k, v in rss.items() if k.startswith("at_"))
+    samples = sorted((int(k[3:]), v[0]) for k, v in rss.items() if k.startswith("at_"))
     half = min(samples, key=lambda s: abs(s[0] - rollouts // 2))
     return samples[-1][1] - half[1]
 
 
-def main(quick: bool) -> None:
-    out = asyncio.run(soak(100 if quick else 1000))
+def main(quick: bool, ray_actors: bool) -> None:
+    out = asyncio.run(soak(100 if quick else 1000, ray_actors))
     lat = _latencies(out)
     rss = out["rss_mb"]
-    growth = rss["end"] - rss["after_warmup"]
+    growth = rss["end"][0] - rss["after_warmup"][0]
 
     table = Table(title=f"Soak: {out['rollouts']} rollouts, {FAULT_RATE:.0%} faults, "
                         f"{CONCURRENCY} at a time ({out['wall_s']:.0f} s)")  # fmt: skip
@@ -308,12 +335,13 @@ def main(quick: bool) -> None:
                   f"{growth:+.1f} MB ({_last_half(rss, out['rollouts']):+.1f} in 2nd half)",
                   f"{lat['p50']:.0f} / {lat['p99']:.0f} ms", f"{lat['p99_clear_of_kill']:.0f} ms")
     Console().print(table)
-    Console().print({k: out[k] for k in ("faults", "pool", "gateway", "open_at_end",
+    Console().print({k: out[k] for k in ("engine_fault", "faults", "pool", "gateway", "open_at_end",
                                          "changed_after_close", "raised", "rss_mb")})
 
     counts = {k: out[k] for k in ("rollouts", "collected", "statuses", "faults", "pool",
                                   "gateway", "open_at_end", "changed_after_close",
-                                  "orphan_calls", "calls_answered", "calls_recorded")}
+                                  "orphan_calls", "calls_answered", "calls_recorded",
+                                  "engine_fault")}
 
     def count(value: int) -> dict:
         return {"value": value, "baseline": out["started"],
@@ -325,12 +353,15 @@ def main(quick: bool) -> None:
     write_result("soak", {
         "lost": count(out["lost"]),
         "duplicated": count(out["duplicated"]),
-        "rss_growth_mb": {"value": round(growth, 1), "baseline": round(rss["after_warmup"], 1),
-                          "ratio": round(growth / rss["after_warmup"], 4), "goal": None,
-                          "unit": "MB of process RSS, end (engines loaded) - after warm-up; "
-                                  "includes the rebuilt replica",
+        "rss_growth_mb": {"value": round(growth, 1),
+                          "baseline": round(rss["after_warmup"][0], 1),
+                          "ratio": round(growth / rss["after_warmup"][0], 4), "goal": None,
+                          "unit": "MB of RSS of the gateway's process, end (engines loaded) - "
+                                  "after warm-up; in-process engines (the rebuilt one too) "
+                                  "included, Ray engine actors not (engine_actors_mb)",
                           "growth_over_last_half_mb": round(_last_half(rss, out["rollouts"]), 1),
-                          "rss_mb": {k: round(v, 1) for k, v in rss.items()}},
+                          "rss_mb": {k: round(v[0], 1) for k, v in rss.items()},
+                          "engine_actors_mb": {k: round(v[1], 1) for k, v in rss.items()}},
         "llm_call_p50_ms": {"value": round(lat["p50"], 1), "baseline": None, "ratio": None,
                             "goal": None, "unit": unit, "calls": lat["calls"]},
         "llm_call_p99_ms": {"value": round(lat["p99"], 1), "baseline": round(lat["p50"], 1),
@@ -344,4 +375,8 @@ def main(quick: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 rollouts instead of 1,000")
-    main(parser.parse_args().quick)
+    parser.add_argument("--ray", action="store_true",
+                        help="replicas as Ray engine actors, one SIGKILLed (default: in-process "
+                             "TorchEngines, one closed)")
+    args = parser.parse_args()
+    main(args.quick, args.ray)
