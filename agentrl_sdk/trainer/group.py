@@ -65,8 +65,6 @@ class TrainerGroup:
         trainer_config: TrainerConfig | None = None,
         loss_config: PolicyLossConfig | None = None,
     ) -> None:
-        import ray
-
         self.model_path = Path(model_path).resolve()
         if not self.model_path.is_dir():
             raise FileNotFoundError(
