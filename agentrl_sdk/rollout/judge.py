@@ -45,7 +45,23 @@ class GroupReward(Protocol):
 
 
 class Judge:
-    """Scores a row's rollouts relative to each other with a judge model (see `judge`)."""
+    """A reward that has ``model`` score each row's rollouts against each other.
+
+    Pass it as the ``reward`` of ``sdk.train`` / ``sdk.evaluate`` (``sdk.rewards.judge(model,
+    rubric)``). Each rollout gets the component ``name`` (0 to 1). A judge that fails, times out
+    or answers without a usable list of scores makes that row's rollouts counted reward errors
+    (``reward.on_error``).
+
+    Args:
+        model: Any LangChain chat model; a frozen local one is a `TokenChatModel` with its own
+            ``engine`` and ``tokenizer``.
+        rubric: What a good attempt does, in words.
+        name: The reward component's name.
+        task: Row -> the task as the judge reads it (default: the row's last user message).
+        answer: (final state, trajectory) -> an attempt as the judge reads it (default: the
+            last AI message's text).
+        timeout_s: Longest wait for the judge's reply.
+    """
 
     def __init__(
         self,
@@ -99,32 +115,8 @@ class Judge:
         return [{self.name: s} for s in scores]
 
 
-def judge(
-    model: BaseChatModel,
-    rubric: str,
-    *,
-    name: str = "judge",
-    task: Callable[[Mapping[str, Any]], str] | None = None,
-    answer: Callable[[Any, Trajectory], str] | None = None,
-    timeout_s: float = 120.0,
-) -> Judge:
-    """A reward that has ``model`` score each row's rollouts against each other.
-
-    Pass it as the ``reward`` of ``sdk.train`` / ``sdk.evaluate``. Each rollout gets the
-    component ``name`` (0 to 1). A judge that fails, times out or answers without a usable
-    list of scores makes that row's rollouts counted reward errors (``reward.on_error``).
-
-    Args:
-        model: Any LangChain chat model; a frozen local one is a `TokenChatModel` with its own
-            ``engine`` and ``tokenizer``.
-        rubric: What a good attempt does, in words.
-        name: The reward component's name.
-        task: Row -> the task as the judge reads it (default: the row's last user message).
-        answer: (final state, trajectory) -> an attempt as the judge reads it (default: the
-            last AI message's text).
-        timeout_s: Longest wait for the judge's reply.
-    """
-    return Judge(model, rubric, name=name, task=task, answer=answer, timeout_s=timeout_s)
+judge = Judge
+"""``sdk.rewards.judge(model, rubric, ...)``: a `Judge`."""
 
 
 def default_task(row: Mapping[str, Any]) -> str:

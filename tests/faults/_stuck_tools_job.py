@@ -22,7 +22,13 @@ from langgraph.prebuilt import InjectedState
 
 import agentrl_sdk as sdk
 from agentrl_sdk.pipeline import TrainConfig
-from examples.tool_selection.agent import State, divide, make_rows, multiply, right_tool_reward
+from examples.tool_selection.agent import (
+    State,
+    divide,
+    make_rows,
+    multiply,
+    right_tool_reward,
+)
 from examples.tool_selection.model import model_path
 from examples.tool_selection.train import HERE
 

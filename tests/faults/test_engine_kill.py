@@ -11,13 +11,9 @@ from collections import defaultdict
 
 import pytest
 
-import agentrl_sdk as sdk
 import agentrl_sdk.pipeline.job as job_module
 from agentrl_sdk.engines.ray_engine import RayEngine
-from agentrl_sdk.entrypoints import resolve_entrypoints
-from agentrl_sdk.pipeline import TrainConfig
-from examples.tool_selection.agent import right_tool_reward
-from examples.tool_selection.train import HERE
+from tests.pipeline._demo import demo_config, train_demo
 
 pytestmark = pytest.mark.slow
 
@@ -55,19 +51,11 @@ def test_a_killed_engine_actor_is_survived_and_replaced(monkeypatch, replicas):
     monkeypatch.setattr(job_module, "update_policy", spy_update)
     monkeypatch.setattr(RayEngine, "generate", kill_first_replica_in_step_1)
     monkeypatch.setattr(RayEngine, "__init__", record)
-    config = TrainConfig.from_yaml(HERE / "config.yaml")
-    config.max_steps = 4
-    config.evaluation.every = 0
-    config.data.batch_size = 2
-    config.rollout.n = 4
-    config.checkpoint.dir = None
-    config.tracking.enabled = False
+    config = demo_config(4)
     config.engine.ray_actors = True
     config.engine.replicas = replicas
-    job = resolve_entrypoints(config)
 
-    result = sdk.train(job.graph, job.dataset, reward=right_tool_reward, config=config,
-                       input_fn=job.input_fn)
+    result = train_demo(config)
 
     assert killed and result.steps == 4
     assert [m["policy_version"] for m in result.history] == [1.0, 2.0, 3.0, 4.0]

@@ -9,12 +9,8 @@ import signal
 
 import pytest
 
-import agentrl_sdk as sdk
 import agentrl_sdk.pipeline.job as job_module
-from agentrl_sdk.entrypoints import resolve_entrypoints
-from agentrl_sdk.pipeline import TrainConfig
-from examples.tool_selection.agent import right_tool_reward
-from examples.tool_selection.train import HERE
+from tests.pipeline._demo import demo_config, train_demo
 
 pytestmark = pytest.mark.slow
 
@@ -30,19 +26,12 @@ def test_a_killed_trainer_rank_is_rebuilt_and_nothing_is_lost_or_doubled(tmp_pat
         return await update(policy, step, samples)
 
     monkeypatch.setattr(job_module, "update_policy", kill_rank_1_before_update_3)
-    config = TrainConfig.from_yaml(HERE / "config.yaml")
-    config.max_steps = 4
-    config.evaluation.every = 0
-    config.data.batch_size = 2
-    config.rollout.n = 4
+    config = demo_config(4)
     config.checkpoint.dir = str(tmp_path / "ckpt")
     config.checkpoint.every = 2  # the rebuild loads step 2 and replays update 3's predecessor
-    config.tracking.enabled = False
     config.trainer = config.trainer.model_copy(update={"world_size": 2})
-    job = resolve_entrypoints(config)
 
-    result = sdk.train(job.graph, job.dataset, reward=right_tool_reward, config=config,
-                       input_fn=job.input_fn)
+    result = train_demo(config)
 
     assert killed and result.steps == 4
     # The workers' own update count: the replay and the retry restored it exactly.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import random
+import signal
 
 import pytest
 from langgraph.graph import START, StateGraph
@@ -17,28 +17,20 @@ import agentrl_sdk.pipeline.job as job_module
 from agentrl_sdk.entrypoints import resolve_entrypoints
 from agentrl_sdk.pipeline import TrainConfig
 from examples.tool_selection.agent import TOOLS, State, right_tool_reward, solver
-from examples.tool_selection.train import HERE
+from tests.pipeline._demo import demo_config, train_demo
 
 pytestmark = pytest.mark.slow
 
 
 def _config(tmp_path, steps: int, **async_options) -> TrainConfig:
-    config = TrainConfig.from_yaml(HERE / "config.yaml")
-    config.max_steps = steps
-    config.evaluation.every = 0  # no held-out rows here
-    config.data.batch_size = 3
-    config.rollout.n = 4
-    config.checkpoint.dir = None
-    config.tracking.enabled = False
+    config = demo_config(steps, batch_size=3)
     if async_options:
         config.pipeline = "fully_async"
         config.fully_async = config.fully_async.model_copy(update=async_options)
     return config
 
 
-def _train(config: TrainConfig, reward=right_tool_reward):
-    job = resolve_entrypoints(config)
-    return sdk.train(job.graph, job.dataset, reward=reward, config=config, input_fn=job.input_fn)
+_train = train_demo
 
 
 def test_max_staleness_zero_reproduces_the_sync_pipeline(tmp_path, trained):

@@ -13,9 +13,8 @@ from transformers import AutoModelForCausalLM
 
 import agentrl_sdk as sdk
 from agentrl_sdk.entrypoints import resolve_entrypoints
-from agentrl_sdk.pipeline import TrainConfig
 from agentrl_sdk.trainer import LoraConfig
-from examples.tool_selection.train import HERE
+from tests.pipeline._demo import demo_config
 
 pytestmark = pytest.mark.slow
 
@@ -25,13 +24,8 @@ def _weights(path) -> dict[str, torch.Tensor]:
 
 
 def test_sdk_train_with_lora(trained, tmp_path, caplog):
-    config = TrainConfig.from_yaml(HERE / "config.yaml")
-    config.max_steps = 2
-    config.evaluation.every = 0
-    config.data.batch_size = 2
-    config.rollout.n = 4
+    config = demo_config(2)
     config.checkpoint.dir = str(tmp_path / "checkpoints")
-    config.tracking.enabled = False
     lora = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj"], sync="adapter")
     config.trainer = config.trainer.model_copy(update={"lora": lora, "lr": 1e-2})
     job = resolve_entrypoints(config)

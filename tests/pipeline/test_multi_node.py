@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-import agentrl_sdk as sdk
 from agentrl_sdk.engines.ray_engine import RayEngine
-from agentrl_sdk.entrypoints import resolve_entrypoints
-from agentrl_sdk.pipeline import TrainConfig
 from agentrl_sdk.trainer.group import TrainerGroup
-from examples.tool_selection.agent import right_tool_reward
-from examples.tool_selection.train import HERE
+from tests.pipeline._demo import demo_config, train_demo
 
 pytestmark = pytest.mark.slow
 
@@ -49,22 +45,14 @@ def _spy_on(monkeypatch, cls) -> list:
 def test_trainer_and_engines_on_their_own_nodes(two_nodes, monkeypatch):
     address, trainer_node, engine_node = two_nodes
     groups, engines = _spy_on(monkeypatch, TrainerGroup), _spy_on(monkeypatch, RayEngine)
-    config = TrainConfig.from_yaml(HERE / "config.yaml")
-    config.max_steps = 2
-    config.evaluation.every = 0
-    config.data.batch_size = 2
-    config.rollout.n = 4
-    config.checkpoint.dir = None
-    config.tracking.enabled = False
+    config = demo_config(2)
     config.trainer = config.trainer.model_copy(
         update={"ray_address": address, "resources": {"trainer_node": 1}})
     config.engine.ray_actors = True
     config.engine.options = config.engine.options.model_copy(
         update={"actor_options": {"resources": {"engine_node": 1}}})
-    job = resolve_entrypoints(config)
 
-    result = sdk.train(job.graph, job.dataset, reward=right_tool_reward, config=config,
-                       input_fn=job.input_fn)
+    result = train_demo(config)
 
     assert [m["policy_version"] for m in result.history] == [1.0, 2.0]  # pushed to the engine
     assert all(m["train/trained_tokens"] > 0 for m in result.history)

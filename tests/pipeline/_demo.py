@@ -1,0 +1,28 @@
+"""The tool-selection demo cut to a short job, for tests that need a real `sdk.train` run."""
+
+from __future__ import annotations
+
+import agentrl_sdk as sdk
+from agentrl_sdk.entrypoints import resolve_entrypoints
+from agentrl_sdk.pipeline import TrainConfig, TrainResult
+from examples.tool_selection.agent import right_tool_reward
+from examples.tool_selection.train import HERE
+
+
+def demo_config(steps: int, *, batch_size: int = 2, n: int = 4) -> TrainConfig:
+    """The demo's config for ``steps`` updates of ``batch_size`` rows x ``n`` samples, with
+    no evaluation, checkpoints or tracking (a test turns on what it checks)."""
+    config = TrainConfig.from_yaml(HERE / "config.yaml")
+    config.max_steps = steps
+    config.evaluation.every = 0  # no held-out rows here
+    config.data.batch_size = batch_size
+    config.rollout.n = n
+    config.checkpoint.dir = None
+    config.tracking.enabled = False
+    return config
+
+
+def train_demo(config: TrainConfig, reward=right_tool_reward) -> TrainResult:
+    """``sdk.train`` on the demo's graph and rows under ``config``."""
+    job = resolve_entrypoints(config)
+    return sdk.train(job.graph, job.dataset, reward=reward, config=config, input_fn=job.input_fn)
