@@ -18,7 +18,7 @@ from pathlib import Path
 import agentrl_sdk.pipeline.checkpoints as checkpoints
 import agentrl_sdk.pipeline.job as job_module
 from agentrl_sdk.pipeline import TrainConfig
-from tests.pipeline.test_fully_async import _train
+from tests.pipeline._demo import train_demo
 
 
 def main(config_path: str, trained_path: str, kill_step: int | None = None) -> None:
@@ -38,7 +38,7 @@ def main(config_path: str, trained_path: str, kill_step: int | None = None) -> N
 
     job_module.update_policy = record_rows
     checkpoints._write_atomic = write_or_die
-    _train(config)
+    train_demo(config)
 
 
 def start(folder: Path, config: TrainConfig, kill_step: int | None = None) -> subprocess.Popen:

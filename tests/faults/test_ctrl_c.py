@@ -16,7 +16,8 @@ import agentrl_sdk.pipeline.sync as sync_module
 from agentrl_sdk.pipeline.checkpoints import MANIFEST, PIPELINE_STATE
 from agentrl_sdk.pipeline.trajectory_queue import GroupQueue
 from tests.faults import _driver
-from tests.pipeline.test_fully_async import _config, _train
+from tests.pipeline._demo import train_demo
+from tests.pipeline.test_fully_async import _config
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ def _ctrl_c_later(sent: list[float], delay_s: float) -> None:
 def _resume(config, steps: int):
     resumed = config.model_copy(update={"max_steps": steps}, deep=True)
     resumed.checkpoint.resume = True
-    return _train(resumed)
+    return train_demo(resumed)
 
 
 def test_ctrl_c_during_sync_rollouts_stops_fast_and_resume_redoes_that_step(
@@ -60,7 +61,7 @@ def test_ctrl_c_during_sync_rollouts_stops_fast_and_resume_redoes_that_step(
         return await rollout_batch(graph, rows, *args, **kwargs)
 
     monkeypatch.setattr(sync_module, "arollout_batch", ctrl_c_during_step_2)
-    result = _train(config)
+    result = train_demo(config)
     stopped_s = time.monotonic() - sent[0]
     print(f"stopped {stopped_s:.1f}s after Ctrl-C")
     assert stopped_s < STOP_WITHIN_S, stopped_s
@@ -94,7 +95,7 @@ def test_ctrl_c_during_fully_async_stops_fast_and_resume_trains_every_group_once
         return group
 
     monkeypatch.setattr(GroupQueue, "get", ctrl_c_while_taking_step_2)
-    result = _train(config)
+    result = train_demo(config)
     stopped_s = time.monotonic() - sent[0]
     print(f"stopped {stopped_s:.1f}s after Ctrl-C")
     assert stopped_s < STOP_WITHIN_S, stopped_s

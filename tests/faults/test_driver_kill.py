@@ -18,7 +18,8 @@ from agentrl_sdk.errors import CheckpointError
 from agentrl_sdk.pipeline.checkpoints import MANIFEST, PIPELINE_STATE, CheckpointManifest
 from agentrl_sdk.tracing import TrainingRun
 from tests.faults import _driver
-from tests.pipeline.test_fully_async import _config, _train
+from tests.pipeline._demo import train_demo
+from tests.pipeline.test_fully_async import _config
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def _resume_and_check(tmp_path, config, trained):
 
     resumed = config.model_copy(deep=True)
     resumed.checkpoint.resume = True
-    result = _train(resumed)
+    result = train_demo(resumed)
 
     assert result.run_id == run.info.run_id and len(result.history) == STEPS - (KILL_STEP - 1)
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
@@ -84,7 +85,7 @@ def _resume_and_check(tmp_path, config, trained):
     (last / PIPELINE_STATE).unlink()
     again = resumed.model_copy(update={"max_steps": STEPS + 1})
     with pytest.raises(CheckpointError, match=f"{last} lacks {PIPELINE_STATE}"):
-        _train(again)
+        train_demo(again)
 
 
 def test_starting_over_ends_the_run_a_killed_driver_left_running(tmp_path):

@@ -18,7 +18,8 @@ from agentrl_sdk.errors import TrackingError
 from agentrl_sdk.tracing import MlflowServer, TrainingRun
 from agentrl_sdk.tracing.server import free_port
 from examples.tool_selection.agent import right_tool_reward
-from tests.pipeline.test_fully_async import _config, _train
+from tests.pipeline._demo import train_demo
+from tests.pipeline.test_fully_async import _config
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +32,7 @@ def test_an_unreachable_tracking_uri_fails_in_seconds_before_any_engine(tmp_path
     config.tracking.uri = uri = f"http://127.0.0.1:{free_port()}"
     began = time.monotonic()
     with pytest.raises(TrackingError, match=f"tracking.uri '{uri}'.*tracking server up"):
-        _train(config)
+        train_demo(config)
     assert time.monotonic() - began < 15  # MLflow's own retries took ~4 minutes
     assert not started
 
@@ -92,7 +93,7 @@ def test_a_vanishing_tracking_server_is_counted_and_training_finishes(
     with server:
         config.tracking.uri = server.url
         with caplog.at_level(logging.WARNING, logger="agentrl_sdk.tracing"):
-            result = _train(config, reward=reward_then_kill_server)
+            result = train_demo(config, reward=reward_then_kill_server)
     assert killed and result.steps == 3 and len(result.history) == 3
     assert result.run_id == killed[0]
     assert result.history[-1]["tracking/failed_writes"] >= 1
