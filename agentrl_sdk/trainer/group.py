@@ -391,6 +391,9 @@ def init_ray(config: TrainerConfig) -> bool:
     # main work: niced, an update got ~20% of a core while the driver sampled the next batch.
     os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(
+        # "local": a private cluster even when another one runs on this machine (ray.init()
+        # would join the newest `ray start` cluster it finds, and refuse num_cpus there).
+        address="local",
         num_cpus=os.cpu_count() or 1,
         include_dashboard=False,
         logging_level=logging.WARNING,
