@@ -29,7 +29,8 @@ def test_replicas_build_a_pool_of_engines() -> None:
 def test_engine_config_defaults_to_one_torch_engine() -> None:
     config = TrainConfig().engine
     assert (config.backend, config.replicas) == ("torch", 1)
-    assert config.create_kwargs() == {"replicas": 1, "ray_actors": False, "max_batch_size": 64}
+    assert config.create_kwargs() == {"replicas": 1, "ray_actors": False, "max_restarts": 3,
+                                      "max_batch_size": 64}
     server = EngineConfig(backend="vllm-server", url="http://127.0.0.1:8000",
                           options={"start_timeout_s": 60})  # fmt: skip
     assert server.create_kwargs()["url"] == "http://127.0.0.1:8000"
@@ -66,8 +67,9 @@ def test_engine_options_are_typed_per_backend() -> None:
     assert isinstance(TrainConfig().engine.options, TorchOptions)
     vllm = EngineConfig(backend="vllm", options={"dtype": "bfloat16", "cpu_threads": 2})
     assert isinstance(vllm.options, VLLMOptions)
-    assert vllm.create_kwargs() == {"replicas": 1, "ray_actors": False, "max_batch_size": 64,
-                                    "dtype": "bfloat16", "cpu_threads": 2}  # fmt: skip
+    assert vllm.create_kwargs() == {"replicas": 1, "ray_actors": False, "max_restarts": 3,
+                                    "max_batch_size": 64, "dtype": "bfloat16",
+                                    "cpu_threads": 2}  # fmt: skip
     server = EngineConfig(backend="vllm-server", options={"server_args": ["--seed", "1"]})
     assert isinstance(server.options, VLLMServerOptions)
     # A YAML round trip keeps them typed and passes only what was set.
