@@ -128,13 +128,15 @@ class TrainerGroup:
             ``peak_rss_gb`` (the largest peak resident memory of any rank so far) and
             ``restarts`` (times the group was rebuilt after a rank died).
         """
-        import ray
 
         if not batch.samples:
             raise ValueError("update needs a batch with at least one sample")
         start = time.perf_counter()
         flat = FlatSamples.from_samples(batch.samples)
-        per_rank = self._recovering(lambda: self._call("update", ray.put(flat)))
+        # The batch goes as a plain argument: Ray inlines small ones and stores large ones
+        # itself. (An explicit ray.put from the SDK's threads once crashed Ray's driver on
+        # an object-id check in CI, with two trainer groups putting at once.)
+        per_rank = self._recovering(lambda: self._call("update", flat))
         self._since_checkpoint.append(flat)
         peak = max(m.pop("peak_rss_gb") for m in per_rank)
         return per_rank[0] | {"time_s": time.perf_counter() - start, "peak_rss_gb": peak,
@@ -146,13 +148,12 @@ class TrainerGroup:
         Each list aligns with the sample's ``response_ids``; mask-0 positions hold 0.0, as in
         ``Sample.old_logprobs``. Logits are divided by ``TrainerConfig.temperature``.
         """
-        import ray
 
         if not batch.samples:
             return []
         flat = FlatSamples.from_samples(batch.samples)
         values: np.ndarray = self._recovering(
-            lambda: self._call("compute_logprobs", ray.put(flat)))[0]
+            lambda: self._call("compute_logprobs", flat))[0]
         return [values[flat.response_slice(i)].tolist() for i in range(len(flat))]
 
     def full_state_dict(
@@ -234,7 +235,6 @@ class TrainerGroup:
     def _rebuild(self) -> None:
         """New workers in the state of the old ones: the last checkpoint (or the model), then
         every update made since, replayed on the same batches."""
-        import ray
 
         self.restarts += 1
         self._stop_workers(graceful=False)  # survivors may be stuck in a collective
@@ -242,7 +242,7 @@ class TrainerGroup:
         if self._checkpoint is not None:
             self._call("load_checkpoint", self._checkpoint)
         for flat in self._since_checkpoint:
-            self._call("update", ray.put(flat))
+            self._call("update", flat)
         logger.warning("trainer group rebuilt: %s, %d update(s) replayed",
                        self._checkpoint or "from the model", len(self._since_checkpoint))
 
