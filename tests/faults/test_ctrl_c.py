@@ -57,7 +57,7 @@ def test_ctrl_c_during_sync_rollouts_stops_fast_and_resume_redoes_that_step(
     async def ctrl_c_during_step_2(graph, rows, *args, **kwargs):
         batches.append(sorted(r["id"] for r in rows))
         if len(batches) == 2:
-            _ctrl_c_later(sent, 1.0)
+            _ctrl_c_later(sent, 0.05)  # while they run, on any machine
         return await rollout_batch(graph, rows, *args, **kwargs)
 
     monkeypatch.setattr(sync_module, "arollout_batch", ctrl_c_during_step_2)
