@@ -56,6 +56,11 @@ class SamplingParams(BaseModel):
         "the token completing it is kept as sampled (finish reason 'stop').",
     )
     seed: int | None = Field(None, description="Per-request seed for reproducible sampling.")
+    adapter: str | None = Field(
+        None,
+        description="The named LoRA adapter that serves the request (several policies as "
+        "adapters of one base, see `AdapterView`); None: the engine's own weights.",
+    )
 
 
 class GenerateResult(BaseModel):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from agentrl_sdk.engines._row_adapters import RowAdapters
 from agentrl_sdk.engines._running_batch import RunningBatch, SequenceState
 from agentrl_sdk.engines._sampling import sample_next
 from agentrl_sdk.errors import EngineError
@@ -20,7 +21,9 @@ from agentrl_sdk.types import GenerateResult
 if TYPE_CHECKING:
     from transformers import DynamicCache, PreTrainedModel
 
-__all__ = ["STOP", "Control", "Request", "Scheduler", "WeightUpdate"]
+    from agentrl_sdk.engines.lora_weights import AdapterWeights
+
+__all__ = ["STOP", "AdapterUpdate", "Control", "Request", "Scheduler", "WeightUpdate"]
 
 STOP = object()
 """Put in the inbox to make `Scheduler.run` return."""
@@ -59,6 +62,15 @@ class WeightUpdate:
     partial: bool = False
 
 
+@dataclass(eq=False)
+class AdapterUpdate:
+    """A named adapter to serve from the next forward on (see `RowAdapters`)."""
+
+    adapter: AdapterWeights  # its ``name`` is set
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[int]
+
+
 class Scheduler:
     """Admits, prefills, decodes and answers requests; touched only by the engine thread.
 
@@ -70,7 +82,12 @@ class Scheduler:
     While paused the loop only takes inbox items: requests in flight keep their partial
     output and wait. New weights send every running request back to prefill its prompt plus
     partial output on the new weights (its KV cache came from the old ones); each token
-    records the version that sampled it.
+    records the version that sampled it. A named adapter's update sends back only the rows
+    that use it; the others keep their cache and their version.
+
+    Versions: one counter per engine, bumped by every update; a request's version is the
+    counter's value at the last update of what serves it (the base, or its adapter), so a
+    policy's tokens carry the versions its own pushes returned.
 
     Args:
         model: The causal LM to run.
@@ -88,6 +105,14 @@ class Scheduler:
         self._waiting: deque[Request] = deque()
         self._prefilling: list[Request] = []
         self._batch = RunningBatch.empty()
+        self.adapters = RowAdapters(model)
+        self._base_version = 0  # the version of the last change to the base weights
+        self._adapter_versions: dict[str, int] = {}
+
+    def served_version(self, adapter: str | None) -> int:
+        """The version of the weights that serve requests of ``adapter`` (None: the base)."""
+        own = self._adapter_versions.get(adapter, 0) if adapter is not None else 0
+        return max(self._base_version, own)
 
     def run(self) -> None:
         """Serve until `STOP` arrives; a failing step fails only the requests in flight."""
@@ -108,7 +133,7 @@ class Scheduler:
         for item in _drain(self.inbox):
             if isinstance(item, Request):
                 self._waiting.append(item)
-            elif isinstance(item, WeightUpdate):
+            elif isinstance(item, (WeightUpdate, AdapterUpdate)):
                 error = EngineError("update_weights aborted: the TorchEngine closed")
                 deliver(item.loop, item.future, error=error)
             elif isinstance(item, Control):
@@ -125,9 +150,18 @@ class Scheduler:
                 return False
             if isinstance(item, WeightUpdate):
                 self._apply_weights(item)
+            elif isinstance(item, AdapterUpdate):
+                self._apply_adapter(item)
             elif isinstance(item, Control):
                 self.paused = item.pause
                 deliver(item.loop, item.future, result=None)
+            elif item.sampling.adapter is not None and item.sampling.adapter not in self.adapters:
+                error = EngineError(
+                    f"request {item.request_id!r} names adapter {item.sampling.adapter!r}, which "
+                    f"this engine does not hold (it holds {self.adapters.names}); push it with "
+                    "update_adapter first"
+                )
+                deliver(item.loop, item.future, error=error)
             else:
                 self._waiting.append(item)
         return True
@@ -142,10 +176,30 @@ class Scheduler:
             deliver(update.loop, update.future, error=error)
             return
         self.version += 1
+        self._base_version = self.version
         # The running rows' KV cache holds the old weights' keys: prefill them again, first.
         rows = [r for r in self._batch.rows if not r.cancelled]
         self._batch = RunningBatch.empty()
         self._waiting.extendleft(reversed(rows))
+        deliver(update.loop, update.future, result=self.version)
+
+    def _apply_adapter(self, update: AdapterUpdate) -> None:
+        name = update.adapter.name
+        assert name is not None  # unnamed adapters are merged: a WeightUpdate
+        try:
+            self.adapters.set(name, update.adapter)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, serving goes on
+            error = EngineError(f"update_adapter {name!r} failed, adapter unchanged: {exc}")
+            error.__cause__ = exc
+            deliver(update.loop, update.future, error=error)
+            return
+        self.version += 1
+        self._adapter_versions[name] = self.version
+        # Only the adapter's rows hold keys of the old adapter: they alone prefill again.
+        rows = self._batch.rows
+        stale = [r for r in rows if r.sampling.adapter == name and not r.cancelled]
+        self._batch.keep([i for i, r in enumerate(rows) if r.sampling.adapter != name])
+        self._waiting.extendleft(reversed(stale))
         deliver(update.loop, update.future, result=self.version)
 
     def _drop_cancelled(self) -> None:
@@ -160,7 +214,7 @@ class Scheduler:
             return
         self._prefilling = [self._waiting.popleft() for _ in range(room)]
         inputs = RunningBatch.prefill_inputs(self._prefilling)
-        logits, cache = self._forward(**inputs, logits_to_keep=1)
+        logits, cache = self._forward(self._prefilling, **inputs, logits_to_keep=1)
         lengths = torch.tensor([len(r.context) for r in self._prefilling])
         fresh = RunningBatch(self._prefilling, cache, inputs["attention_mask"], lengths, lengths)
         noise = fresh.noise(logits.shape[-1])
@@ -175,15 +229,17 @@ class Scheduler:
         if not batch.rows:
             return
         inputs = batch.decode_inputs()
-        logits, cache = self._forward(**inputs)
+        logits, cache = self._forward(batch.rows, **inputs)
         noise = batch.noise(logits.shape[-1])
         tokens, logprobs = sample_next(logits, batch.temperature, batch.top_k, batch.top_p, noise)
         batch.advance(cache, inputs["attention_mask"], tokens)
         self._record(batch, tokens, logprobs)
 
-    def _forward(self, **inputs: Any) -> tuple[torch.Tensor, DynamicCache]:
-        """Last-position logits ``(B, V)`` and the grown cache."""
-        with torch.inference_mode():
+    def _forward(
+        self, rows: list[Request], **inputs: Any
+    ) -> tuple[torch.Tensor, DynamicCache]:
+        """Last-position logits ``(B, V)`` of ``rows`` (each with its adapter) and the grown cache."""
+        with torch.inference_mode(), self.adapters.rows([r.sampling.adapter for r in rows]):
             out = self.model(**inputs, use_cache=True)
         return out.logits[:, -1, :], out.past_key_values
 
@@ -192,16 +248,17 @@ class Scheduler:
         survivors = []
         rows = zip(batch.rows, tokens.tolist(), logprobs.tolist(), strict=True)
         for i, (row, token, logprob) in enumerate(rows):
-            reason = row.append(token, logprob, self.version)
+            version = self.served_version(row.sampling.adapter)
+            reason = row.append(token, logprob, version)
             if reason is None:
                 survivors.append(i)
                 continue
-            mixed = any(v != self.version for v in row.versions)
+            mixed = any(v != version for v in row.versions)
             result = GenerateResult(
                 token_ids=row.token_ids,
                 logprobs=row.logprobs,
                 finish_reason=reason,
-                policy_version=self.version,
+                policy_version=version,
                 token_versions=row.versions if mixed else None,
             )
             deliver(row.loop, row.future, result=result)

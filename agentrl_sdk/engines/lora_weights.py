@@ -41,6 +41,9 @@ class AdapterWeights:
     tensors: Mapping[str, torch.Tensor]
     scaling: float  # alpha / rank
     fan_in_fan_out: frozenset[str] = field(default_factory=frozenset)  # engine keys stored (in, out)
+    # None: the engine merges the adapter into the weights it serves. A name: the engine keeps
+    # it apart and applies it to the requests whose ``SamplingParams.adapter`` names it.
+    name: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -116,5 +119,6 @@ class AdapterEngine(Protocol):
         ...
 
     async def update_adapter(self, adapter: AdapterWeights) -> int:
-        """Serve ``base + adapter`` from now on; returns the new policy version."""
+        """Serve ``base + adapter`` from now on (to the requests naming ``adapter.name``, when
+        it has one); returns the new policy version."""
         ...

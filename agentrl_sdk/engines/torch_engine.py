@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import DynamicCache
 
-from agentrl_sdk.engines._scheduler import STOP, Control, Request, Scheduler, WeightUpdate
+from agentrl_sdk.engines._scheduler import (
+    STOP,
+    AdapterUpdate,
+    Control,
+    Request,
+    Scheduler,
+    WeightUpdate,
+)
 from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
 from agentrl_sdk.errors import EngineError
@@ -202,11 +209,18 @@ class TorchEngine:
 
     @property
     def takes_adapters(self) -> bool:
-        """Always: the engine merges adapters into its own copy of the base (`update_adapter`)."""
+        """Always: the engine merges unnamed adapters into its own copy of the base and serves
+        named ones per request (`update_adapter`)."""
         return True
 
     async def update_adapter(self, adapter: AdapterWeights) -> int:
-        """Serve base + ``adapter``: only the adapter tensors travel; the engine merges them.
+        """Serve base + ``adapter``: only the adapter tensors travel.
+
+        A named adapter (``adapter.name``) is kept apart and applied, row by row, to the
+        requests whose ``SamplingParams.adapter`` names it, in the same continuous batch as
+        the base's and other adapters' requests (`RowAdapters`); it replaces the adapter of
+        that name, and only its requests in flight prefill again. An unnamed one is merged into
+        the served weights.
 
         The base is the weights served when the first adapter arrived (or the last
         `update_weights`): the engine keeps a copy of each adapted base weight, so every
@@ -231,6 +245,11 @@ class TorchEngine:
 
     def _merge_adapter(self, adapter: AdapterWeights) -> dict[str, torch.Tensor]:
         served = self.model.state_dict()
+        if adapter.name is not None:
+            loop = asyncio.get_running_loop()
+            named = AdapterUpdate(adapter, loop, loop.create_future())
+            self._submit(named)
+            return await named.future
         merged = {}
         for key, (lora_a, lora_b) in adapter.by_weight().items():
             if key not in served:
