@@ -47,9 +47,11 @@ class _EngineActor:
     def takes_adapters(self) -> bool:
         return bool(getattr(self.engine, "takes_adapters", False))
 
-    async def update_adapter(self, packed: PackedTensors, scaling: float, fifo: list[str]) -> int:
+    async def update_adapter(
+        self, packed: PackedTensors, scaling: float, fifo: list[str], name: str | None = None
+    ) -> int:
         return await self.engine.update_adapter(
-            AdapterWeights(packed.unpack(), scaling, frozenset(fifo))
+            AdapterWeights(packed.unpack(), scaling, frozenset(fifo), name)
         )
 
     async def pause(self) -> None:
@@ -172,7 +174,9 @@ class RayEngine:
         """Ship the adapter tensors through the object store; the engine inside serves them."""
         packed = PackedTensors.pack(adapter.tensors)
         fifo = sorted(adapter.fan_in_fan_out)
-        self._version = await self._call("update_adapter", packed, adapter.scaling, fifo)
+        self._version = await self._call(
+            "update_adapter", packed, adapter.scaling, fifo, adapter.name
+        )
         return self._version
 
     async def pause(self) -> None:
