@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.engines._vllm_weights import WeightFiles
+from agentrl_sdk.engines.shared_weights import SharedWeights, host_id
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
@@ -43,6 +44,7 @@ class VLLMBackend:
     _closed: bool
     _tokenizer_path: str | None = None
     _tokenizer: Any = None
+    _local_workers: bool = True  # vLLM's workers share this host's /dev/shm
 
     async def generate(
         self,
@@ -114,6 +116,16 @@ class VLLMBackend:
             return await self._loop.call(self._reload(files.paths))
         finally:
             files.close()
+
+    @property
+    def shared_weights_host(self) -> str | None:
+        """This host when vLLM's workers run here (they read the staged files), else None."""
+        return host_id() if self._local_workers else None
+
+    async def update_shared_weights(self, weights: SharedWeights) -> int:
+        """`update_weights` from files the trainer staged: the workers read them directly."""
+        self._check_open()
+        return await self._loop.call(self._reload(list(weights.paths)))
 
     async def _reload(self, paths: list[str]) -> int:
         return await self._held(self._load(paths))

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
+
+from agentrl_sdk.engines.shared_weights import (
+    make_stage_folder,
+    remove_stage_folder,
+    write_bucket_file,
+)
 
 __all__ = ["WeightFiles", "WorkerWeightLoader", "write_buckets"]
 
@@ -24,11 +27,6 @@ WORKER_EXTENSION = "agentrl_sdk.engines._vllm_weights.WorkerWeightLoader"
 """The ``worker_extension_cls`` our vLLM engines start with."""
 
 RPC_METHOD = "agentrl_load_weights"
-
-
-def shm_root() -> str | None:
-    """Where update files go: /dev/shm (memory) when writable, else the temp folder."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def write_buckets(
@@ -42,26 +40,19 @@ def write_buckets(
     Returns:
         The file paths, in write order.
     """
-    from safetensors.torch import save_file
-
     paths: list[str] = []
     bucket: dict[str, torch.Tensor] = {}
     size = 0
-    seen: set[int] = set()
 
     def flush() -> None:
         nonlocal bucket, size
         if bucket:
             path = folder / f"bucket-{len(paths):05d}.safetensors"
-            save_file(bucket, str(path))
+            write_bucket_file(bucket, path)
             paths.append(str(path))
         bucket, size = {}, 0
 
     for name, tensor in state_dict.items():
-        tensor = tensor.detach().to("cpu")
-        ptr = tensor.untyped_storage().data_ptr()
-        tensor = tensor.clone() if ptr in seen else tensor.contiguous()
-        seen.add(ptr)
         nbytes = tensor.numel() * tensor.element_size()
         if bucket and size + nbytes > bucket_bytes:
             flush()
@@ -78,7 +69,7 @@ class WeightFiles:
     """
 
     def __init__(self, state_dict: Mapping[str, torch.Tensor], bucket_bytes: int) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=shm_root()))
+        self.folder = Path(make_stage_folder())
         try:
             self.paths = write_buckets(state_dict, self.folder, bucket_bytes)
         except BaseException:
@@ -87,7 +78,7 @@ class WeightFiles:
 
     def close(self) -> None:
         """Delete the files."""
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_stage_folder(self.folder)
 
     def __enter__(self) -> WeightFiles:
         return self

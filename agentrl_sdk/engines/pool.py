@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import torch
 
     from agentrl_sdk.engines.lora_weights import AdapterWeights
+    from agentrl_sdk.engines.shared_weights import SharedWeights
 
 __all__ = ["EnginePool"]
 
@@ -273,6 +274,20 @@ class EnginePool:
             EngineError: No replica took the weights, or they report different versions.
         """
         return await self._update(lambda replica: replica.update_weights(state_dict), "weights")
+
+    @property
+    def shared_weights_host(self) -> str | None:
+        """The host every replica maps staged weight files from (None: they differ or cannot)."""
+        hosts = {
+            getattr(replica, "shared_weights_host", None) for replica in self.replicas
+        }
+        return hosts.pop() if len(hosts) == 1 else None
+
+    async def update_shared_weights(self, weights: SharedWeights) -> int:
+        """`update_weights` from staged files: each replica maps them itself."""
+        return await self._update(
+            lambda replica: replica.update_shared_weights(weights), "weights"
+        )
 
     @property
     def takes_adapters(self) -> bool:

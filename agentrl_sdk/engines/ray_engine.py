@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.shared_weights import SharedWeights
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
@@ -53,6 +54,12 @@ class _EngineActor:
         return await self.engine.update_adapter(
             AdapterWeights(packed.unpack(), scaling, frozenset(fifo), name)
         )
+
+    def shared_weights_host(self) -> str | None:
+        return getattr(self.engine, "shared_weights_host", None)
+
+    async def update_shared_weights(self, weights: SharedWeights) -> int:
+        return await self.engine.update_shared_weights(weights)
 
     async def pause(self) -> None:
         await self.engine.pause()
@@ -114,9 +121,11 @@ class RayEngine:
         self._actor = actor.remote(backend, model_path, options)
         self._timeout = call_timeout_s
         try:
-            self._version, (self.node_id, self.pid), self._takes_adapters = ray.get(
+            (
+                self._version, (self.node_id, self.pid), self._takes_adapters, self._shm_host
+            ) = ray.get(
                 [self._actor.policy_version.remote(), self._actor.where.remote(),
-                 self._actor.takes_adapters.remote()],
+                 self._actor.takes_adapters.remote(), self._actor.shared_weights_host.remote()],
                 timeout=start_timeout_s,
             )  # fmt: skip
         except Exception as exc:
@@ -163,6 +172,16 @@ class RayEngine:
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
         """Ship ``state_dict`` through the object store (as arrays: no copies) and load it."""
         self._version = await self._call("update_weights", PackedTensors.pack(state_dict))
+        return self._version
+
+    @property
+    def shared_weights_host(self) -> str | None:
+        """The host whose staged weight files the engine inside reads (None: it cannot)."""
+        return self._shm_host
+
+    async def update_shared_weights(self, weights: SharedWeights) -> int:
+        """Hand the files' description to the actor, which maps them: no tensor travels."""
+        self._version = await self._call("update_shared_weights", weights)
         return self._version
 
     @property

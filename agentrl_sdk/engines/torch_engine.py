@@ -21,6 +21,7 @@ from agentrl_sdk.engines._scheduler import (
 )
 from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
+from agentrl_sdk.engines.shared_weights import SharedWeights, host_id
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import GenerateResult, SamplingParams
@@ -208,6 +209,16 @@ class TorchEngine:
         return await update.future
 
     @property
+    def shared_weights_host(self) -> str:
+        """This host: the engine maps staged weight files (`SharedWeights`) from here."""
+        return host_id()
+
+    async def update_shared_weights(self, weights: SharedWeights) -> int:
+        """`update_weights` from files the trainer staged, memory-mapped (no copy before the
+        load into the model's parameters)."""
+        return await self.update_weights(await run_blocking(weights.state_dict))
+
+    @property
     def takes_adapters(self) -> bool:
         """Always: the engine merges unnamed adapters into its own copy of the base and serves
         named ones per request (`update_adapter`)."""
@@ -234,6 +245,11 @@ class TorchEngine:
             EngineError: The adapter does not fit the model (weights unchanged), or the
                 engine closed first.
         """
+        if adapter.name is not None:
+            loop = asyncio.get_running_loop()
+            named = AdapterUpdate(adapter, loop, loop.create_future())
+            self._submit(named)
+            return await named.future
         try:
             merged = await run_blocking(self._merge_adapter, adapter)
         except (KeyError, ValueError, RuntimeError) as exc:
@@ -245,11 +261,6 @@ class TorchEngine:
 
     def _merge_adapter(self, adapter: AdapterWeights) -> dict[str, torch.Tensor]:
         served = self.model.state_dict()
-        if adapter.name is not None:
-            loop = asyncio.get_running_loop()
-            named = AdapterUpdate(adapter, loop, loop.create_future())
-            self._submit(named)
-            return await named.future
         merged = {}
         for key, (lora_a, lora_b) in adapter.by_weight().items():
             if key not in served:

@@ -21,8 +21,9 @@ from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
 from agentrl_sdk.engines._vllm_cpu_env import vllm_cpu_env
-from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION, shm_root
+from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.engines.lora_weights import AdapterWeights, write_adapter_folder
+from agentrl_sdk.engines.shared_weights import shm_root
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, SamplingParams

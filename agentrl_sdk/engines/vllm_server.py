@@ -97,6 +97,7 @@ class VLLMServerEngine(VLLMBackend):
         self._closed = False
         self._process: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
+        self._local_workers = url is None  # a server we started shares this host's /dev/shm
         if url is None:
             assert path is not None
             url = self._spawn(path, dtype, max_batch_size, max_model_len, list(server_args))

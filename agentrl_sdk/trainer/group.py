@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from agentrl_sdk.algorithms import PolicyLossConfig
 from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.shared_weights import SharedWeights
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.errors import AgentRLError
 from agentrl_sdk.trainer.config import TrainerConfig
@@ -53,19 +55,30 @@ class TrainerGroup:
         model_path: Local ``save_pretrained`` folder of the policy (also the KL reference).
         trainer_config: Trainer options; defaults when None.
         loss_config: Loss options; defaults when None.
+        adapters: With ``trainer.lora``, several named LoRA adapters on the one base (several
+            policies as adapters of one base): each trains with its own optimizer, through
+            the ``adapter`` argument of the calls (see `AdapterGroup`); empty: one adapter.
 
     Raises:
         FileNotFoundError: ``model_path`` is not a folder.
         TrainerError: A worker failed to start.
     """
 
+    worker_cls: type[PolicyWorker] = PolicyWorker
+    """The class of the ranks (`agentrl_sdk.trainer.critic.CriticGroup` runs value workers)."""
+
     def __init__(
         self,
         model_path: str | os.PathLike[str],
         trainer_config: TrainerConfig | None = None,
         loss_config: PolicyLossConfig | None = None,
+        adapters: Sequence[str] = (),
     ) -> None:
         self.model_path = Path(model_path).resolve()
+        self.adapters = tuple(adapters)
+        # Views of one adapter each (`AdapterGroup`) call from several threads at once: their
+        # calls must reach every rank in the same order.
+        self.lock = threading.RLock()
         if not self.model_path.is_dir():
             raise FileNotFoundError(
                 f"{self.model_path} is not a local model folder; the trainer never downloads, "
@@ -77,8 +90,9 @@ class TrainerGroup:
         self._owns_ray = init_ray(self.config)
         # What a rebuilt group needs to reach the same state: the last checkpoint and the
         # updates since (their batches; token ids, small next to the weights).
-        self._checkpoint: str | None = None
-        self._since_checkpoint: list[FlatSamples] = []
+        # Per adapter (None: the group's only or first one).
+        self._checkpoints: dict[str | None, str] = {}
+        self._since_checkpoint: list[tuple[str | None, FlatSamples]] = []
         self.restarts = 0
         try:
             _check_resources(self.config)
@@ -92,12 +106,13 @@ class TrainerGroup:
         import ray
 
         cfg = self.config
-        actor_cls = ray.remote(PolicyWorker)
+        actor_cls = ray.remote(self.worker_cls)
         self._actors = [
             actor_cls.options(
                 num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker,
                 resources=dict(cfg.resources) or None,
-            ).remote(rank, cfg.world_size, str(self.model_path), cfg, self.loss_config)
+            ).remote(rank, cfg.world_size, str(self.model_path), cfg, self.loss_config,
+                     self.adapters)
             for rank in range(cfg.world_size)
         ]
         try:
@@ -118,8 +133,9 @@ class TrainerGroup:
 
     # ------------------------------------------------------------------ public API
 
-    def update(self, batch: Batch) -> dict[str, float]:
-        """One policy update on ``batch`` (``ppo_epochs`` x ``num_mini_batches`` optimizer steps).
+    def update(self, batch: Batch, adapter: str | None = None) -> dict[str, float]:
+        """One policy update on ``batch`` (``ppo_epochs`` x ``num_mini_batches`` optimizer steps),
+        of LoRA adapter ``adapter`` when the group holds several.
 
         Returns:
             ``loss``, ``pg_loss``, ``clip_frac``, ``approx_kl``, ``ratio_mean``, ``entropy``
@@ -136,13 +152,13 @@ class TrainerGroup:
         # The batch goes as a plain argument: Ray inlines small ones and stores large ones
         # itself. (An explicit ray.put from the SDK's threads once crashed Ray's driver on
         # an object-id check in CI, with two trainer groups putting at once.)
-        per_rank = self._recovering(lambda: self._call("update", flat))
-        self._since_checkpoint.append(flat)
+        per_rank = self._recovering(lambda: self._call(*_on(adapter, "update", flat)))
+        self._since_checkpoint.append((adapter, flat))
         peak = max(m.pop("peak_rss_gb") for m in per_rank)
         return per_rank[0] | {"time_s": time.perf_counter() - start, "peak_rss_gb": peak,
                               "restarts": float(self.restarts)}
 
-    def compute_logprobs(self, batch: Batch) -> list[list[float]]:
+    def compute_logprobs(self, batch: Batch, adapter: str | None = None) -> list[list[float]]:
         """Logprobs of every response token under the current weights, per sample.
 
         Each list aligns with the sample's ``response_ids``; mask-0 positions hold 0.0, as in
@@ -153,7 +169,7 @@ class TrainerGroup:
             return []
         flat = FlatSamples.from_samples(batch.samples)
         values: np.ndarray = self._recovering(
-            lambda: self._call("compute_logprobs", flat))[0]
+            lambda: self._call(*_on(adapter, "compute_logprobs", flat)))[0]
         return [values[flat.response_slice(i)].tolist() for i in range(len(flat))]
 
     def full_state_dict(
@@ -176,23 +192,74 @@ class TrainerGroup:
             packed: PackedTensors = self._wait(current, method, self.config.call_timeout_s)[0]
             yield packed.unpack()
 
-    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+    @property
+    def staging_host(self) -> str:
+        """The host (`host_id`) whose shared memory `stage_weights` writes to: rank 0's."""
+        return self.info["host"]
+
+    def stage_weights(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> SharedWeights:
+        """Writes the full weights as bucket files in rank 0's shared memory; none pass here.
+
+        Every rank gathers each bucket (a collective) and rank 0 writes it; all buckets are
+        queued at once, so gathering and writing never wait on this process. Delete the
+        files with `release_weights` once the engines loaded them.
+        """
+        plan = self._bucket_plans.get(bucket_bytes)
+        if plan is None:  # the keys and shapes never change: plan once per bucket size
+            plan = self._bucket_plans[bucket_bytes] = self._call(
+                "state_dict_plan", bucket_bytes
+            )[0]
+        folder: str = self._call("make_stage_folder")[0]
+        try:
+            pending = [
+                self._submit("stage_bucket", keys, folder, i)
+                for i, keys in enumerate(plan)
+            ]
+            files = [
+                self._wait(refs, "stage_bucket", self.config.call_timeout_s)[0]
+                for refs in pending
+            ]
+        except BaseException:
+            self.release_weights(folder)
+            raise
+        return SharedWeights(
+            host=self.staging_host,
+            folder=folder,
+            paths=tuple(path for path, _, _ in files),
+            tensors=sum(count for _, count, _ in files),
+            nbytes=sum(nbytes for _, _, nbytes in files),
+        )
+
+    def release_weights(self, weights: SharedWeights | str) -> None:
+        """Deletes staged files (`stage_weights`); never raises (a leftover is only logged)."""
+        folder = weights if isinstance(weights, str) else weights.folder
+        try:
+            self._call("remove_stage_folder", folder)
+        except Exception as exc:  # noqa: BLE001 - the push itself succeeded or failed already
+            logger.warning("could not delete the staged weights in %s: %r", folder, exc)
+
+    def adapter_state_dict(self, adapter: str | None = None) -> dict[str, torch.Tensor]:
         """The full LoRA tensors (``trainer.lora`` only), by the keys of PEFT's
         ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight``)."""
-        packed: PackedTensors = self._call("gather_packed_adapter")[0]
+        packed: PackedTensors = self._call(*_on(adapter, "gather_packed_adapter"))[0]
         return packed.unpack()
 
-    def adapter_weights(self) -> AdapterWeights | None:
+    def adapter_weights(self, adapter: str | None = None) -> AdapterWeights | None:
         """The adapter as a push carries it when ``trainer.lora.sync`` is 'adapter' (see
-        `WeightSync`); None otherwise (a push sends merged weights)."""
+        `WeightSync`); None otherwise (a push sends merged weights). A named ``adapter`` (one
+        of several) always goes as itself, named: the engine serves it beside the others."""
         lora = self.config.lora
-        if lora is None or lora.sync != "adapter":
+        if lora is None or (lora.sync != "adapter" and adapter is None):
             return None
         transposed = frozenset(self.info.get("lora_fan_in_fan_out", ()))
-        return AdapterWeights(self.adapter_state_dict(), lora.scaling, transposed)
+        tensors = self.adapter_state_dict(adapter)
+        return AdapterWeights(tensors, lora.scaling, transposed, name=adapter)
 
     def save_checkpoint(
-        self, path: str | os.PathLike[str], extra: dict[str, Any] | None = None
+        self,
+        path: str | os.PathLike[str],
+        extra: dict[str, Any] | None = None,
+        adapter: str | None = None,
     ) -> None:
         """Saves model, optimizer, schedule, step, RNG states and ``extra`` to folder ``path``.
 
@@ -206,15 +273,23 @@ class TrainerGroup:
         except TypeError as exc:
             raise TypeError(f"save_checkpoint: extra must be JSON-serialisable ({exc})") from exc
         folder = str(Path(path).resolve())
-        self._recovering(lambda: self._call("save_checkpoint", folder, extra))
-        self._checkpoint, self._since_checkpoint = folder, []
+        self._recovering(lambda: self._call(*_on(adapter, "save_checkpoint", folder, extra)))
+        self._checkpointed(adapter, folder)
 
-    def load_checkpoint(self, path: str | os.PathLike[str]) -> dict[str, Any]:
-        """Restores a checkpoint written by `save_checkpoint`; returns its ``extra`` dict."""
+    def load_checkpoint(
+        self, path: str | os.PathLike[str], adapter: str | None = None
+    ) -> dict[str, Any]:
+        """Restores a checkpoint written by `save_checkpoint` (of the same ``adapter``);
+        returns its ``extra`` dict."""
         folder = str(Path(path).resolve())
-        extra = self._call("load_checkpoint", folder)[0]
-        self._checkpoint, self._since_checkpoint = folder, []
+        extra = self._call(*_on(adapter, "load_checkpoint", folder))[0]
+        self._checkpointed(adapter, folder)
         return extra
+
+    def _checkpointed(self, adapter: str | None, folder: str) -> None:
+        """``adapter``'s state is ``folder`` now: its earlier updates need no replay."""
+        self._checkpoints[adapter] = folder
+        self._since_checkpoint = [(a, f) for a, f in self._since_checkpoint if a != adapter]
 
     def _recovering(self, call: Callable[[], _T]) -> _T:
         """``call()``; when a rank dies, rebuild the group in the state before it (at most
@@ -239,15 +314,19 @@ class TrainerGroup:
         self.restarts += 1
         self._stop_workers(graceful=False)  # survivors may be stuck in a collective
         self._start_workers()
-        if self._checkpoint is not None:
-            self._call("load_checkpoint", self._checkpoint)
-        for flat in self._since_checkpoint:
-            self._call("update", flat)
+        for adapter, folder in self._checkpoints.items():
+            self._call(*_on(adapter, "load_checkpoint", folder))
+        for adapter, flat in self._since_checkpoint:
+            self._call(*_on(adapter, "update", flat))
         logger.warning("trainer group rebuilt: %s, %d update(s) replayed",
-                       self._checkpoint or "from the model", len(self._since_checkpoint))
+                       sorted(self._checkpoints.values()) or "from the model",
+                       len(self._since_checkpoint))
 
     def export_pretrained(
-        self, path: str | os.PathLike[str], form: Literal["merged", "adapter"] | None = None
+        self,
+        path: str | os.PathLike[str],
+        form: Literal["merged", "adapter"] | None = None,
+        adapter: str | None = None,
     ) -> Path:
         """Writes the current policy as a ``save_pretrained`` folder with the tokenizer of
         ``model_path``, loadable by ``TorchEngine.from_pretrained``. Returns the folder.
@@ -256,7 +335,7 @@ class TrainerGroup:
         PEFT adapter folder (``PeftModel.from_pretrained(base, path)``; vLLM's LoRA loader).
         """
         path = Path(path).resolve()
-        self._call("export_pretrained", str(path), form)
+        self._call(*_on(adapter, "export_pretrained", str(path), form))
         return path
 
     def shutdown(self) -> None:
@@ -330,6 +409,13 @@ class TrainerGroup:
                     f"({type(exc).__name__}: {str(exc).splitlines()[0]})"
                 ) from exc
         return results
+
+
+def _on(adapter: str | None, method: str, *args: Any) -> tuple[Any, ...]:
+    """`TrainerGroup._call` arguments of ``method(*args)``, for LoRA ``adapter`` if named."""
+    if adapter is None:
+        return (method, *args)
+    return ("for_adapter", adapter, method, *args)
 
 
 def _failed_ranks(refs: list[Any], rank_of: dict[Any, int], wait_s: float = 1.0) -> list[int]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from agentrl_sdk.engines.lora_weights import AdapterEngine, AdapterWeights
+from agentrl_sdk.engines.shared_weights import SharedWeightsEngine
 from agentrl_sdk.errors import AgentRLError
 from agentrl_sdk.threads import run_blocking
 
@@ -52,6 +53,7 @@ class SyncStats:
     load_s: float  # the engines' update_weights, concurrently
     total_s: float
     adapter: bool = False  # only LoRA adapter tensors moved (the engines merged them)
+    shared: bool = False  # the trainer staged files the engines mapped: no tensor crossed here
 
     def as_metrics(self, prefix: str = "weight_sync/") -> dict[str, float]:
         """Flat metrics for a tracker."""
@@ -65,22 +67,35 @@ class SyncStats:
 class WeightSync:
     """Streams the trainer's weights in buckets and loads them into every engine.
 
-    Engines of the `Engine` protocol take a full state dict, so the buckets are assembled into
-    one mapping (tied keys keep sharing a tensor) and handed to all engines concurrently. A
-    LoRA trainer with ``lora.sync='adapter'`` sends its adapter alone instead, when every
-    engine takes adapters; else merged weights as above. The push is a version barrier: every
-    engine must report the same new version.
+    Three ways, the first that applies:
+
+    - A LoRA trainer with ``lora.sync='adapter'`` sends its adapter alone when every engine
+      takes adapters.
+    - Shared memory (``shared``, default): when every engine maps files on the host of the
+      trainer's rank 0 (`SharedWeightsEngine`: torch engines here or in Ray actors on this
+      machine, vLLM), rank 0 writes the buckets to /dev/shm as it gathers them and each
+      engine loads them from there. Only file names pass through this process: its memory
+      does not grow with the model, and the engines read one copy.
+    - Else the buckets are assembled here into one mapping (tied keys keep sharing a tensor)
+      and handed to every engine (engines on other machines, other `WeightSource`s).
+
+    The push is a version barrier, the only thing this process orders: every engine must
+    report the same new version.
 
     Args:
         bucket_bytes: Size of one bucket streamed from the trainer.
         timeout_s: Longest wait for all engines to load the weights.
+        shared: Allow the shared-memory path (False: always through this process).
     """
 
-    def __init__(self, bucket_bytes: int = 256 << 20, timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, bucket_bytes: int = 256 << 20, timeout_s: float = 600.0, *, shared: bool = True
+    ) -> None:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
+        self.shared = shared
         self.last_stats: SyncStats | None = None
         self._warned_adapter = False
 
@@ -97,11 +112,18 @@ class WeightSync:
             raise ValueError("push needs at least one engine")
         start = time.perf_counter()
         adapter = await self._adapter(group, engines)
+        staged = None
         if adapter is not None:
-            state, buckets = adapter.tensors, 1
+            tensors, nbytes, buckets = len(adapter.tensors), adapter.nbytes, 1
             loads = [engine.update_adapter(adapter) for engine in engines]
+        elif self._stages(group, engines):
+            staged = await run_blocking(group.stage_weights, self.bucket_bytes)
+            tensors, nbytes, buckets = staged.tensors, staged.nbytes, len(staged.paths)
+            loads = [engine.update_shared_weights(staged) for engine in engines]
         else:
             state, buckets = await self._collect(group)
+            unique = {id(t): t for t in state.values()}.values()
+            tensors, nbytes = len(state), sum(t.numel() * t.element_size() for t in unique)
             loads = [engine.update_weights(state) for engine in engines]
         gathered = time.perf_counter()
         try:
@@ -112,28 +134,32 @@ class WeightSync:
             ) from exc
         except Exception as exc:
             raise WeightSyncError(f"an engine failed to load the new weights: {exc}") from exc
+        finally:
+            if staged is not None:
+                await run_blocking(group.release_weights, staged)
         if len(set(versions)) != 1:
             raise WeightSyncError(
                 f"engines report different policy versions after the sync: {list(versions)}; "
                 "they must start from the same version (restart the lagging ones)"
             )
         done = time.perf_counter()
-        unique = {id(t): t for t in state.values()}.values()
         self.last_stats = SyncStats(
             version=versions[0],
             engines=len(engines),
-            tensors=len(state),
-            bytes=sum(t.numel() * t.element_size() for t in unique),
+            tensors=tensors,
+            bytes=nbytes,
             buckets=buckets,
             gather_s=gathered - start,
             load_s=done - gathered,
             total_s=done - start,
             adapter=adapter is not None,
+            shared=staged is not None,
         )
+        what = "adapter" if adapter else "full, shared memory" if staged else "full"
         logger.info(
             "weight sync v%d: %.1f MB (%s) in %d buckets to %d engines in %.3fs "
             "(gather %.3fs, load %.3fs)",
-            versions[0], self.last_stats.bytes / 1e6, "adapter" if adapter else "full", buckets,
+            versions[0], self.last_stats.bytes / 1e6, what, buckets,
             len(engines),
             self.last_stats.total_s, self.last_stats.gather_s, self.last_stats.load_s,
         )  # fmt: skip
@@ -154,6 +180,15 @@ class WeightSync:
                 "lora.sync='adapter' but %s take no adapters: pushing merged weights", kinds
             )
         return None
+
+    def _stages(self, group: WeightSource, engines: Sequence[Engine]) -> bool:
+        """Whether the push goes through files the trainer stages: when ``shared`` allows it,
+        the source can stage (`TrainerGroup`) and every engine maps files where it writes."""
+        host = getattr(group, "staging_host", None) if self.shared else None
+        return host is not None and all(
+            isinstance(engine, SharedWeightsEngine) and engine.shared_weights_host == host
+            for engine in engines
+        )
 
     async def _collect(self, group: WeightSource) -> tuple[Mapping[str, torch.Tensor], int]:
         """Drains the bucket stream off the event loop (each bucket is a blocking Ray get)."""

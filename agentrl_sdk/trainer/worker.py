@@ -27,13 +27,22 @@ from agentrl_sdk.algorithms import (
     sequence_mass,
 )
 from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
+from agentrl_sdk.engines.shared_weights import (
+    host_id,
+    make_stage_folder,
+    remove_stage_folder,
+    write_bucket_file,
+)
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.export import save_adapter_folder, save_merged_folder
 from agentrl_sdk.trainer.lora import (
+    ADAPTER,
     AdaptedWeight,
+    activate_adapter,
     adapter_file_key,
+    adapted_weights,
     adapters_disabled,
     engine_key,
     inject_lora,
@@ -61,6 +70,24 @@ class _Normalisers:
     padded_length: int  # longest response (the T of seq-mean-token-sum-norm)
 
 
+@dataclass
+class _AdapterState:
+    """What one LoRA adapter trains with, while another adapter is active."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    step: int
+    updates: int
+    adapted: dict[str, AdaptedWeight]
+
+
+_PER_ADAPTER = frozenset({
+    "update", "compute_logprobs", "gather_packed_adapter", "export_pretrained",
+    "save_checkpoint", "load_checkpoint",
+})  # fmt: skip
+"""The calls `PolicyWorker.for_adapter` makes for one adapter."""
+
+
 class PolicyWorker:
     """One rank: loads the model from a local folder, shards it with FSDP2, trains it with AdamW.
 
@@ -78,6 +105,9 @@ class PolicyWorker:
         model_path: Local ``save_pretrained`` folder of the causal LM.
         config: Trainer options.
         loss_config: Loss options.
+        adapters: With ``config.lora``, the names of the LoRA adapters to hold (several
+            policies as adapters of one base: one PEFT adapter and one optimizer each, see
+            `for_adapter`); empty: one adapter, ``"default"``.
     """
 
     def __init__(
@@ -87,6 +117,7 @@ class PolicyWorker:
         model_path: str,
         config: TrainerConfig,
         loss_config: PolicyLossConfig,
+        adapters: Sequence[str] = (),
     ) -> None:
         self.rank = rank
         self.world_size = world_size
@@ -100,6 +131,11 @@ class PolicyWorker:
         self.ref_model: nn.Module | None = None
         self._adapted: dict[str, AdaptedWeight] = {}  # engine key -> its LoRA pieces
         self._trainer_keys: dict[str, str] = {}  # engine key -> trainer key (LoRA renames)
+        if adapters and config.lora is None:
+            raise ValueError(f"adapters {list(adapters)} need trainer.lora")
+        self.adapters = tuple(adapters) or (ADAPTER,)
+        self._active = self.adapters[0]  # its optimizer, schedule and counters are self's
+        self._inactive: dict[str, _AdapterState] = {}
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This node's IP and a free TCP port on it, for rank 0 to host the rendezvous."""
@@ -153,20 +189,14 @@ class PolicyWorker:
         self._trainer_keys = {
             name: key for key in self.model.state_dict() if (name := engine_key(key)) is not None
         }
-        if self.loss_config.kl_coef > 0 and not self._adapted:
+        if self._wants_reference() and not self._adapted:
             # With LoRA the reference is the policy's own frozen base (adapters disabled).
             self.ref_model = self._load_sharded(trainable=False)
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad],
-            lr=cfg.lr,
-            betas=cfg.betas,
-            eps=cfg.adam_eps,
-            weight_decay=cfg.weight_decay,
-        )
-        # A plain lambda (not a bound method) keeps the scheduler's state_dict JSON-friendly.
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: cfg.lr_factor(step)
-        )
+        self.optimizer, self.scheduler = self._new_optimizer(self._active)
+        for name in self.adapters[1:]:
+            optimizer, scheduler = self._new_optimizer(name)
+            adapted = adapted_weights(self.model, name)
+            self._inactive[name] = _AdapterState(optimizer, scheduler, 0, 0, adapted)
         self.pad_id = int(getattr(self.model.config, "pad_token_id", None) or 0)
         self._placeholder = FlatSamples.placeholder(self.pad_id)
         num_params = sum(p.numel() for p in self.model.parameters())
@@ -184,8 +214,58 @@ class PolicyWorker:
             "threads": torch.get_num_threads(),
             "nice": os.nice(0),
             "node_id": _ray_node_id(),
+            "host": host_id(),
             "pid": os.getpid(),
         }
+
+    def _new_optimizer(
+        self, adapter: str
+    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+        """AdamW and its schedule over the trained parameters (``adapter``'s alone when the
+        model holds several adapters)."""
+        cfg = self.config
+        several = len(self.adapters) > 1
+        params = [
+            p for name, p in self.model.named_parameters()
+            if p.requires_grad and (not several or _adapter_of(name) == adapter)
+        ]  # fmt: skip
+        optimizer = torch.optim.AdamW(
+            params, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay
+        )
+        # A plain lambda (not a bound method) keeps the scheduler's state_dict JSON-friendly.
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: cfg.lr_factor(step))
+        return optimizer, scheduler
+
+    def for_adapter(self, adapter: str, method: str, *args: Any) -> Any:
+        """``method(*args)`` for LoRA adapter ``adapter``: with it active in the forward and
+        its own optimizer, schedule and counters (the first adapter is active again after).
+
+        Raises:
+            ValueError: The worker holds no such adapter, or ``method`` is not per adapter.
+        """
+        if adapter not in self.adapters or method not in _PER_ADAPTER:
+            raise ValueError(
+                f"for_adapter({adapter!r}, {method!r}): adapters are {list(self.adapters)}, "
+                f"methods {sorted(_PER_ADAPTER)}"
+            )
+        previous = self._active
+        self._switch(adapter)
+        try:
+            return getattr(self, method)(*args)
+        finally:
+            self._switch(previous)
+
+    def _switch(self, adapter: str) -> None:
+        if adapter == self._active:
+            return
+        self._inactive[self._active] = _AdapterState(
+            self.optimizer, self.scheduler, self.step, self.updates, self._adapted
+        )
+        state = self._inactive.pop(adapter)
+        self.optimizer, self.scheduler = state.optimizer, state.scheduler
+        self.step, self.updates, self._adapted = state.step, state.updates, state.adapted
+        activate_adapter(self.model, adapter)
+        self._active = adapter
 
     def _compute_dtype(self) -> torch.dtype:
         if self.config.dtype == "float32":
@@ -198,11 +278,8 @@ class PolicyWorker:
     def _load_sharded(self, *, trainable: bool) -> nn.Module:
         """Loads the model in float32 and shards each decoder layer, then the root, with FSDP2."""
         from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-        from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(
-            self.model_path, local_files_only=True, dtype=torch.float32
-        ).to(self.device)
+        model = self._from_pretrained().to(self.device)
         layer_classes = set(getattr(model, "_no_split_modules", None) or ())
         layers = [m for m in model.modules() if type(m).__name__ in layer_classes]
         if not layers:
@@ -211,9 +288,9 @@ class PolicyWorker:
                 f"is {sorted(layer_classes)}); FSDP2 shards one unit per decoder layer"
             )
         if trainable and self.config.lora is not None:
-            self._adapted = inject_lora(model, self.config.lora, self.config.seed)
+            self._adapted = inject_lora(model, self.config.lora, self.config.seed, self.adapters)
         elif trainable:
-            freeze_all_but_last(model, layers, self.config.trainable_layers)
+            self._freeze(model, layers)
         if self.config.activation_checkpointing:
             for layer in layers:
                 checkpoint_activations(layer)
@@ -235,6 +312,22 @@ class PolicyWorker:
         else:
             model.requires_grad_(False)
         return model
+
+    def _from_pretrained(self) -> nn.Module:
+        """The model of ``model_path`` in float32 (a subclass may load another head)."""
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(
+            self.model_path, local_files_only=True, dtype=torch.float32
+        )
+
+    def _freeze(self, model: nn.Module, layers: Sequence[nn.Module]) -> None:
+        """Freezes what ``trainable_layers`` leaves out."""
+        freeze_all_but_last(model, layers, self.config.trainable_layers)
+
+    def _wants_reference(self) -> bool:
+        """Whether a frozen KL reference model is needed."""
+        return self.loss_config.kl_coef > 0
 
     # ---------------------------------------------------------------- logprobs
 
@@ -297,11 +390,7 @@ class PolicyWorker:
         cfg = self.config
         if len(flat) == 0:
             raise ValueError("update got an empty batch")
-        correction: dict[str, float] = {}
-        if self.loss_config.correction != "none":
-            flat, correction = self._corrected(flat)
-        elif cfg.recompute_old_logprobs:
-            flat = flat.with_old_logprobs(self.compute_logprobs(flat))
+        flat, correction = self._prepared(flat)
         steps = [
             self._optimizer_step(flat, mini)
             for _ in range(cfg.ppo_epochs)
@@ -319,6 +408,15 @@ class PolicyWorker:
             "peak_rss_gb": _peak_rss_gb(),
         }
         return metrics | correction
+
+    def _prepared(self, flat: FlatSamples) -> tuple[FlatSamples, dict[str, float]]:
+        """The batch as the optimizer steps use it (recomputed or corrected old logprobs), and
+        the metrics of that preparation."""
+        if self.loss_config.correction != "none":
+            return self._corrected(flat)
+        if self.config.recompute_old_logprobs:
+            return flat.with_old_logprobs(self.compute_logprobs(flat)), {}
+        return flat, {}
 
     def _corrected(self, flat: FlatSamples) -> tuple[FlatSamples, dict[str, float]]:
         """The batch with proximal old logprobs (recomputed here) and the off-policy weights
@@ -387,13 +485,7 @@ class PolicyWorker:
         lc = self.loss_config
         batch = self._packed(flat, indices)
         mask, weights = batch.response_mask, batch.weights
-        # share * (S_mb / d_mb) = S_mb / D: the micro-batch's part of the whole-batch loss.
-        share = 0.0
-        if indices and norm.loss_denominator:
-            share = self._denominator(flat, indices) / norm.loss_denominator
-        if lc.agg == "seq-mean-token-sum-norm":
-            share *= mask.shape[1] / norm.padded_length  # its T is the batch's longest response
-        token_share = float(mask.sum()) / norm.trained_tokens if norm.trained_tokens else 0.0
+        share, token_share = self._shares(flat, indices, norm, mask)
 
         logp, scaled = self._logprobs(self.model, batch)
         if lc.entropy_coef > 0:
@@ -422,6 +514,20 @@ class PolicyWorker:
             if key in sums:
                 sums[key] += metrics[key] * token_share
 
+    def _shares(
+        self, flat: FlatSamples, indices: list[int], norm: _Normalisers, mask: torch.Tensor
+    ) -> tuple[float, float]:
+        """A micro-batch's share of the step's loss and of its trained tokens (the weight of
+        its token-mean metrics)."""
+        # share * (S_mb / d_mb) = S_mb / D: the micro-batch's part of the whole-batch loss.
+        share = 0.0
+        if indices and norm.loss_denominator:
+            share = self._denominator(flat, indices) / norm.loss_denominator
+        if self.loss_config.agg == "seq-mean-token-sum-norm":
+            share *= mask.shape[1] / norm.padded_length  # its T is the batch's longest response
+        token_share = float(mask.sum()) / norm.trained_tokens if norm.trained_tokens else 0.0
+        return share, token_share
+
     def _reference_logprobs(self, batch: PackedBatch) -> torch.Tensor:
         """Logprobs under the KL reference: the initial weights, or the base under LoRA."""
         if self.ref_model is not None:
@@ -431,7 +537,7 @@ class PolicyWorker:
 
     def _clip_gradients(self) -> float:
         max_norm = self.config.max_grad_norm or float("inf")
-        trained = [p for p in self.model.parameters() if p.requires_grad]
+        trained = [p for group in self.optimizer.param_groups for p in group["params"]]
         norm = torch.nn.utils.clip_grad_norm_(trained, max_norm)
         full = getattr(norm, "full_tensor", None)
         return float(full() if full is not None else norm)
@@ -507,13 +613,36 @@ class PolicyWorker:
             raise ValueError("gather_adapter needs trainer.lora (this trainer trains every weight)")
         state = self.model.state_dict(keep_vars=True)
         keys = [k for a in self._adapted.values() for k in (a.lora_a, a.lora_b)]
-        out = {adapter_file_key(k): self._full(state[k]) for k in keys}
+        out = {adapter_file_key(k, self._active): self._full(state[k]) for k in keys}
         return out if self.rank == 0 else None
 
     def gather_packed_adapter(self) -> PackedTensors | None:
         """`gather_adapter` as numpy arrays (rank 0)."""
         state = self.gather_adapter()
         return None if state is None else PackedTensors.pack(state)
+
+    def make_stage_folder(self) -> str | None:
+        """A fresh folder in this host's shared memory for one push's files (rank 0)."""
+        return make_stage_folder() if self.rank == 0 else None
+
+    def stage_bucket(
+        self, keys: Sequence[str], folder: str, index: int
+    ) -> tuple[str, int, int] | None:
+        """`gather_bucket` written by rank 0 as file ``index`` of ``folder`` (a collective).
+
+        Returns:
+            On rank 0, the file's path, its tensor count and bytes; else None.
+        """
+        state = self.gather_bucket(keys)
+        if state is None:
+            return None
+        path = f"{folder}/bucket-{index:05d}.safetensors"
+        return path, len(state), write_bucket_file(state, path)
+
+    def remove_stage_folder(self, folder: str) -> None:
+        """Delete a push's files once every engine loaded them (rank 0)."""
+        if self.rank == 0:
+            remove_stage_folder(folder)
 
     def gather_packed_bucket(self, keys: Sequence[str]) -> PackedTensors | None:
         """`gather_bucket` as numpy arrays, which leave the actor without a copy (rank 0)."""
@@ -609,6 +738,15 @@ def checkpoint_activations(layer: nn.Module) -> None:
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
     layer.forward = recomputed  # type: ignore[method-assign]
+
+
+def _adapter_of(name: str) -> str | None:
+    """The LoRA adapter a parameter belongs to (``...lora_A.<adapter>.weight``), or None."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part in ("lora_A", "lora_B"):
+            return parts[i + 1]
+    return None
 
 
 def _tensors_by_identity(model: nn.Module) -> list[tuple[list[str], torch.Tensor]]:

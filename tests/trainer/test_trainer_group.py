@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import random
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -329,6 +331,7 @@ async def test_weight_sync_to_engines_and_export(scenario_a, model_path, tmp_pat
               f"{stats.total_s * 1e3:.1f} ms (gather {stats.gather_s * 1e3:.1f} ms, "
               f"load {stats.load_s * 1e3:.1f} ms)")  # fmt: skip
         assert stats.buckets > 1
+        assert stats.shared  # rank 0 staged the buckets in /dev/shm; the engines mapped them
         for engine in engines:
             served = engine.model.state_dict()
             assert served.keys() == trained.keys()
@@ -358,6 +361,40 @@ async def test_weight_sync_to_engines_and_export(scenario_a, model_path, tmp_pat
             exported.close()
     finally:
         for engine in engines:
+            engine.close()
+
+
+async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_path(
+    scenario_a, model_path
+):
+    from agentrl_sdk.engines.ray_engine import RayEngine
+    from agentrl_sdk.engines.shared_weights import shm_root
+
+    group = scenario_a["group"]
+    trained = full_state(group)
+    prompt = [17, 300, 42, 9, 512]
+    greedy = SamplingParams(temperature=0.0, max_tokens=6, stop_token_ids=())
+    staging = Path(shm_root() or tempfile.gettempdir())
+    leftovers = set(staging.glob("agentrl-weights-*"))
+    actor = RayEngine("torch", str(model_path))
+    by_driver, fresh = TorchEngine.from_pretrained(model_path), TorchEngine.from_pretrained(model_path)
+    try:
+        shared = WeightSync(bucket_bytes=64 << 10)
+        assert await shared.push(group, [actor]) == [1]
+        assert shared.last_stats.shared and shared.last_stats.buckets > 1
+        assert set(staging.glob("agentrl-weights-*")) == leftovers  # deleted after the load
+        driver = WeightSync(bucket_bytes=64 << 10, shared=False)
+        assert await driver.push(group, [by_driver]) == [1]
+        assert not driver.last_stats.shared
+        assert driver.last_stats.bytes == shared.last_stats.bytes
+        assert all(torch.equal(by_driver.model.state_dict()[k], trained[k]) for k in trained)
+        want = await by_driver.generate(prompt, greedy, "driver")
+        got = await actor.generate(prompt, greedy, "actor")
+        assert (got.token_ids, got.logprobs) == (want.token_ids, want.logprobs)
+        untrained = await fresh.generate(prompt, greedy, "fresh")
+        assert untrained.logprobs != want.logprobs  # the push did change the actor's weights
+    finally:
+        for engine in (actor, by_driver, fresh):
             engine.close()
 
 

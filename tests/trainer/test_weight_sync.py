@@ -105,3 +105,62 @@ async def test_adapter_push_only_when_every_engine_takes_adapters(caplog):
     assert not sync.last_stats.adapter and mixed[0].adapter is None
     assert sorted(mixed[0].loaded) == ["a", "b", "emb", "head"]
     assert "take no adapters" in caplog.text
+
+
+class StagingSource(FakeSource):
+    """A source that can stage files, on a host of the test's choosing."""
+
+    def __init__(self, host):
+        super().__init__()
+        self.staging_host = host
+        self.staged = 0
+
+    def stage_weights(self, bucket_bytes=0):
+        self.staged += 1
+        raise AssertionError("the engines cannot map this host's files: no staging expected")
+
+
+class MappingEngine(FakeEngine):
+    shared_weights_host = "host-a"
+
+    async def update_shared_weights(self, weights):
+        raise AssertionError("not called in this test")
+
+
+async def test_push_goes_through_this_process_when_an_engine_cannot_map_the_files():
+    source = StagingSource("host-b")  # rank 0 writes on another machine than the engines map
+    engines = [MappingEngine(), FakeEngine()]
+    sync = WeightSync(bucket_bytes=1234)
+    assert await sync.push(source, engines) == [1, 1]
+    assert source.staged == 0 and not sync.last_stats.shared
+    assert sorted(engines[0].loaded) == ["a", "b", "emb", "head"]
+
+
+def test_shared_weights_round_trip_with_tied_tensors(tmp_path):
+    from agentrl_sdk.engines.shared_weights import (
+        SharedWeights,
+        host_id,
+        make_stage_folder,
+        remove_stage_folder,
+        write_bucket_file,
+    )
+
+    tied = torch.arange(6.0).reshape(2, 3)
+    folder = make_stage_folder()
+    try:
+        first = f"{folder}/bucket-00000.safetensors"
+        second = f"{folder}/bucket-00001.safetensors"
+        assert write_bucket_file({"emb": tied, "head": tied}, first) == 6 * 4  # tied: once
+        assert write_bucket_file({"b": torch.ones(4, dtype=torch.bfloat16)}, second) == 8
+        weights = SharedWeights(host_id(), folder, (first, second), tensors=3, nbytes=32)
+        state = weights.state_dict()
+        assert sorted(state) == ["b", "emb", "head"]
+        assert torch.equal(state["emb"], tied) and torch.equal(state["head"], tied)
+        assert state["b"].dtype == torch.bfloat16
+        with pytest.raises(RuntimeError, match="cannot be mapped"):
+            SharedWeights("elsewhere/0", folder, (first,), 2, 48).state_dict()
+    finally:
+        remove_stage_folder(folder)
+    assert not (tmp_path / folder).exists()
+    with pytest.raises(ValueError, match="not a weight staging folder"):
+        remove_stage_folder(tmp_path)

@@ -1,0 +1,146 @@
+"""`SharedWeights`: one full set of weights staged as safetensors files in a host's shared memory.
+
+The trainer's rank 0 writes them bucket by bucket while it gathers (`write_bucket_file`);
+every engine on the same host maps the files (safetensors reads by mmap: nothing is copied
+until the engine loads its parameters). Only this small description crosses the driver, never
+a tensor, so the driver's memory does not grow with the model, and N engines read one copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import torch
+
+__all__ = [
+    "SharedWeights",
+    "SharedWeightsEngine",
+    "host_id",
+    "make_stage_folder",
+    "remove_stage_folder",
+    "shm_root",
+    "write_bucket_file",
+]
+
+_STAGE_PREFIX = "agentrl-weights-"
+
+
+@functools.cache
+def host_id() -> str:
+    """This machine: its host name and boot id (two Ray nodes on one machine share it, as
+    they share its /dev/shm)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
+def shm_root() -> str | None:
+    """Where weight files go: /dev/shm (memory) when writable, else the temp folder."""
+    return (
+        "/dev/shm"
+        if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
+        else None
+    )
+
+
+def make_stage_folder() -> str:
+    """A fresh folder for one push's files (in /dev/shm when it exists)."""
+    return tempfile.mkdtemp(prefix=_STAGE_PREFIX, dir=shm_root())
+
+
+def remove_stage_folder(folder: str | os.PathLike[str]) -> None:
+    """Delete a push's files (only folders `make_stage_folder` made)."""
+    path = Path(folder)
+    if not path.name.startswith(_STAGE_PREFIX):
+        raise ValueError(f"{path} is not a weight staging folder")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_bucket_file(
+    tensors: Mapping[str, torch.Tensor], path: str | os.PathLike[str]
+) -> int:
+    """Write ``tensors`` as one safetensors file; returns the bytes of the distinct tensors
+    (a tied tensor counts once, as the model holds it).
+
+    Tied tensors (one storage under two names) are written under each name: safetensors
+    refuses shared storage, and a model's loader skips the names it does not want.
+    """
+    from safetensors.torch import save_file
+
+    seen: set[int] = set()
+    out: dict[str, torch.Tensor] = {}
+    nbytes = 0
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().to("cpu")
+        ptr = tensor.untyped_storage().data_ptr()
+        if ptr in seen:
+            out[name] = tensor.clone()
+        else:
+            out[name] = tensor.contiguous()
+            nbytes += tensor.numel() * tensor.element_size()
+        seen.add(ptr)
+    save_file(out, str(path))
+    return nbytes
+
+
+@dataclass(frozen=True)
+class SharedWeights:
+    """A push's weights as files on ``host`` (see the module docstring).
+
+    Attributes:
+        host: `host_id` of the machine whose shared memory holds the files.
+        folder: The staging folder (deleted by whoever staged it once every engine loaded).
+        paths: The bucket files, in order.
+        tensors: How many tensors the files hold.
+        nbytes: Their bytes.
+    """
+
+    host: str
+    folder: str
+    paths: tuple[str, ...]
+    tensors: int
+    nbytes: int
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The tensors by key, memory-mapped from the files (read where ``host`` is this one)."""
+        from safetensors import safe_open
+
+        if self.host != host_id():
+            raise RuntimeError(
+                f"weights staged on {self.host!r} cannot be mapped on {host_id()!r}"
+            )
+        state: dict[str, torch.Tensor] = {}
+        for path in self.paths:
+            with safe_open(path, framework="pt") as f:
+                for key in f.keys():  # noqa: SIM118 - safe_open is not a Mapping
+                    state[key] = f.get_tensor(key)
+        return state
+
+
+@runtime_checkable
+class SharedWeightsEngine(Protocol):
+    """An engine that loads `SharedWeights` itself: the push moves no tensor through the caller.
+
+    ``shared_weights_host`` is the `host_id` whose shared memory the engine reads (None: it
+    cannot, e.g. a remote server); a push stages files only when every engine reads them
+    where the trainer writes them.
+    """
+
+    @property
+    def shared_weights_host(self) -> str | None:
+        """Where the engine maps staged files from, or None."""
+        ...
+
+    async def update_shared_weights(self, weights: SharedWeights) -> int:
+        """Load ``weights`` as `update_weights` would; returns the new policy version."""
+        ...
