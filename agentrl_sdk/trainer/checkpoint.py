@@ -129,7 +129,7 @@ def load_checkpoint(
 def _state_dicts(
     model: nn.Module, optimizer: torch.optim.Optimizer, trained_only: bool
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Model and optimizer state dicts; with ``trained_only``, the model's trainable keys only.
+    """Model and optimizer state dicts; with ``trained_only``, the keys the optimizer trains only.
 
     Filtered here rather than with ``StateDictOptions(ignore_frozen_params=True)``, which keeps
     a tied frozen weight's second name (``lm_head.weight``: the whole embedding again).
@@ -138,7 +138,10 @@ def _state_dicts(
 
     model_sd, optim_sd = get_state_dict(model, optimizer)
     if trained_only:
-        trained = {name for name, p in model.named_parameters() if p.requires_grad}
+        # The optimizer's parameters: with several LoRA adapters, one adapter's (each has its
+        # own optimizer and checkpoint).
+        mine = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        trained = {name for name, p in model.named_parameters() if id(p) in mine}
         model_sd = {k: v for k, v in model_sd.items() if k in trained}
     return model_sd, optim_sd
 

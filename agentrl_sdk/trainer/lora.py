@@ -11,7 +11,7 @@ get gradients. The engines never see PEFT names: their keys are the base model's
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ADAPTER",
     "AdaptedWeight",
+    "activate_adapter",
     "adapted_weights",
     "adapter_file_key",
     "adapters_disabled",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 ADAPTER = "default"
-"""PEFT's name of the one adapter the trainer holds."""
+"""PEFT's name of the trainer's first (or only) adapter: the default policy's."""
 
 
 @dataclass(frozen=True)
@@ -63,15 +64,19 @@ def peft_config(config: LoraConfig) -> PeftLoraConfig:
     )
 
 
-def inject_lora(model: nn.Module, config: LoraConfig, seed: int) -> dict[str, AdaptedWeight]:
+def inject_lora(
+    model: nn.Module, config: LoraConfig, seed: int, names: Sequence[str] = (ADAPTER,)
+) -> dict[str, AdaptedWeight]:
     """Adds adapters to ``model`` in place and freezes everything else.
 
     The adapters are initialised from ``seed`` alone, so every rank builds the same ones before
     FSDP2 keeps its shard of them (and PEFT's own ``get_peft_model`` after ``manual_seed(seed)``
-    builds them too). The caller's RNG state is left as it was.
+    builds them too). The caller's RNG state is left as it was. With several ``names``
+    (several policies as adapters of one base) each is a PEFT adapter of its own, initialised
+    from ``seed`` the same way; the first is active (`activate_adapter`).
 
     Returns:
-        The adapted weights, by their engine key (see `adapted_weights`).
+        The first adapter's adapted weights, by their engine key (see `adapted_weights`).
 
     Raises:
         ValueError: A target module is not a linear layer (only those are merged here), or
@@ -86,23 +91,25 @@ def inject_lora(model: nn.Module, config: LoraConfig, seed: int) -> dict[str, Ad
 
     model.requires_grad_(False)
     training = model.training
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        inject_adapter_in_model(peft_config(config), model, adapter_name=ADAPTER)
+    for adapter in names:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            inject_adapter_in_model(peft_config(config), model, adapter_name=adapter)
     model.train(training)  # new modules start in train mode: their dropout would be on
     for name, param in model.named_parameters():
         param.requires_grad_(".lora_" in name)
-    return adapted_weights(model)
+    activate_adapter(model, names[0])
+    return adapted_weights(model, names[0])
 
 
-def adapted_weights(model: nn.Module) -> dict[str, AdaptedWeight]:
-    """Every LoRA-adapted weight of ``model`` by its engine key (``...q_proj.weight``)."""
+def adapted_weights(model: nn.Module, adapter: str = ADAPTER) -> dict[str, AdaptedWeight]:
+    """Every weight LoRA ``adapter`` adapts in ``model``, by its engine key (``...q_proj.weight``)."""
     from peft.tuners.lora import Linear as LoraLinear
     from peft.tuners.lora import LoraLayer
 
     found: dict[str, AdaptedWeight] = {}
     for name, module in model.named_modules():
-        if not isinstance(module, LoraLayer):
+        if not isinstance(module, LoraLayer) or adapter not in module.lora_A:
             continue
         if not isinstance(module, LoraLinear):
             raise ValueError(
@@ -111,8 +118,8 @@ def adapted_weights(model: nn.Module) -> dict[str, AdaptedWeight]:
             )
         found[f"{name}.weight"] = AdaptedWeight(
             base=f"{name}.base_layer.weight",
-            lora_a=f"{name}.lora_A.{ADAPTER}.weight",
-            lora_b=f"{name}.lora_B.{ADAPTER}.weight",
+            lora_a=f"{name}.lora_A.{adapter}.weight",
+            lora_b=f"{name}.lora_B.{adapter}.weight",
             fan_in_fan_out=bool(module.fan_in_fan_out),
         )
     return found
@@ -125,9 +132,23 @@ def engine_key(key: str) -> str | None:
     return key.replace(".base_layer.", ".")
 
 
-def adapter_file_key(key: str) -> str:
-    """The key PEFT's ``adapter_model.safetensors`` uses for a trainer adapter key."""
-    return "base_model.model." + key.replace(f".{ADAPTER}.", ".")
+def adapter_file_key(key: str, adapter: str = ADAPTER) -> str:
+    """The key PEFT's ``adapter_model.safetensors`` uses for a trainer key of ``adapter``."""
+    return "base_model.model." + key.replace(f".{adapter}.", ".")
+
+
+def activate_adapter(model: nn.Module, adapter: str) -> None:
+    """Makes ``adapter`` the one PEFT's LoRA layers apply in the forward.
+
+    Sets the attribute PEFT's forward reads rather than calling ``set_adapter``, which also
+    freezes the other adapters (see `adapters_disabled` for why ``requires_grad`` must not
+    flip under FSDP2): an inactive adapter gets no gradient because its modules do not run.
+    """
+    from peft.tuners.lora import LoraLayer
+
+    for module in model.modules():
+        if isinstance(module, LoraLayer):
+            module._active_adapter = [adapter]
 
 
 @contextlib.contextmanager
