@@ -201,42 +201,23 @@ class TrainerGroup:
         """Writes the full weights as bucket files in rank 0's shared memory; none pass here.
 
         Every rank gathers each bucket (a collective) and rank 0 writes it; all buckets are
-        queued at once, so gathering and writing never wait on this process. Delete the
-        files with `release_weights` once the engines loaded them.
+        queued at once, so gathering and writing never wait on this process. The files stay
+        (overwritten in place by the next call) until the group shuts down: the engines
+        must have loaded them before the next call.
         """
         plan = self._bucket_plans.get(bucket_bytes)
         if plan is None:  # the keys and shapes never change: plan once per bucket size
-            plan = self._bucket_plans[bucket_bytes] = self._call(
-                "state_dict_plan", bucket_bytes
-            )[0]
-        folder: str = self._call("make_stage_folder")[0]
-        try:
-            pending = [
-                self._submit("stage_bucket", keys, folder, i)
-                for i, keys in enumerate(plan)
-            ]
-            files = [
-                self._wait(refs, "stage_bucket", self.config.call_timeout_s)[0]
-                for refs in pending
-            ]
-        except BaseException:
-            self.release_weights(folder)
-            raise
+            plan = self._bucket_plans[bucket_bytes] = self._call("state_dict_plan", bucket_bytes)[0]
+        pending = [self._submit("stage_bucket", keys, i) for i, keys in enumerate(plan)]
+        timeout = self.config.call_timeout_s
+        files = [self._wait(refs, "stage_bucket", timeout)[0] for refs in pending]
         return SharedWeights(
             host=self.staging_host,
-            folder=folder,
+            folder=os.path.dirname(files[0][0]),
             paths=tuple(path for path, _, _ in files),
             tensors=sum(count for _, count, _ in files),
             nbytes=sum(nbytes for _, _, nbytes in files),
         )
-
-    def release_weights(self, weights: SharedWeights | str) -> None:
-        """Deletes staged files (`stage_weights`); never raises (a leftover is only logged)."""
-        folder = weights if isinstance(weights, str) else weights.folder
-        try:
-            self._call("remove_stage_folder", folder)
-        except Exception as exc:  # noqa: BLE001 - the push itself succeeded or failed already
-            logger.warning("could not delete the staged weights in %s: %r", folder, exc)
 
     def adapter_state_dict(self, adapter: str | None = None) -> dict[str, torch.Tensor]:
         """The full LoRA tensors (``trainer.lora`` only), by the keys of PEFT's

@@ -134,9 +134,6 @@ class WeightSync:
             ) from exc
         except Exception as exc:
             raise WeightSyncError(f"an engine failed to load the new weights: {exc}") from exc
-        finally:
-            if staged is not None:
-                await run_blocking(group.release_weights, staged)
         if len(set(versions)) != 1:
             raise WeightSyncError(
                 f"engines report different policy versions after the sync: {list(versions)}; "

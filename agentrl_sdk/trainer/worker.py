@@ -28,10 +28,10 @@ from agentrl_sdk.algorithms import (
 )
 from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
 from agentrl_sdk.engines.shared_weights import (
+    StagedFile,
     host_id,
     make_stage_folder,
     remove_stage_folder,
-    write_bucket_file,
 )
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
@@ -130,6 +130,8 @@ class PolicyWorker:
         self.model: nn.Module | None = None
         self.ref_model: nn.Module | None = None
         self._adapted: dict[str, AdaptedWeight] = {}  # engine key -> its LoRA pieces
+        self._stage_folder: str | None = None  # rank 0's staged weights (`stage_bucket`)
+        self._staged: dict[str, StagedFile] = {}
         self._trainer_keys: dict[str, str] = {}  # engine key -> trainer key (LoRA renames)
         if adapters and config.lora is None:
             raise ValueError(f"adapters {list(adapters)} need trainer.lora")
@@ -621,14 +623,12 @@ class PolicyWorker:
         state = self.gather_adapter()
         return None if state is None else PackedTensors.pack(state)
 
-    def make_stage_folder(self) -> str | None:
-        """A fresh folder in this host's shared memory for one push's files (rank 0)."""
-        return make_stage_folder() if self.rank == 0 else None
+    def stage_bucket(self, keys: Sequence[str], index: int) -> tuple[str, int, int] | None:
+        """`gather_bucket` written by rank 0 as staged file ``index`` (a collective).
 
-    def stage_bucket(
-        self, keys: Sequence[str], folder: str, index: int
-    ) -> tuple[str, int, int] | None:
-        """`gather_bucket` written by rank 0 as file ``index`` of ``folder`` (a collective).
+        The files live in one folder of this host's shared memory for the worker's life:
+        the first push writes them, later pushes overwrite their tensors in place
+        (`StagedFile`). The caller orders the pushes, so no engine is reading meanwhile.
 
         Returns:
             On rank 0, the file's path, its tensor count and bytes; else None.
@@ -636,13 +636,14 @@ class PolicyWorker:
         state = self.gather_bucket(keys)
         if state is None:
             return None
-        path = f"{folder}/bucket-{index:05d}.safetensors"
-        return path, len(state), write_bucket_file(state, path)
-
-    def remove_stage_folder(self, folder: str) -> None:
-        """Delete a push's files once every engine loaded them (rank 0)."""
-        if self.rank == 0:
-            remove_stage_folder(folder)
+        if self._stage_folder is None:
+            self._stage_folder = make_stage_folder()
+        path = f"{self._stage_folder}/bucket-{index:05d}.safetensors"
+        staged = self._staged.get(path)
+        if staged is None:
+            staged = self._staged[path] = StagedFile(path, state)
+            return path, len(state), staged.nbytes
+        return path, len(state), staged.overwrite(state)
 
     def gather_packed_bucket(self, keys: Sequence[str]) -> PackedTensors | None:
         """`gather_bucket` as numpy arrays, which leave the actor without a copy (rank 0)."""
@@ -697,7 +698,11 @@ class PolicyWorker:
         return state["extra"]
 
     def close(self) -> None:
-        """Leaves the process group."""
+        """Deletes the staged weights and leaves the process group."""
+        if self._stage_folder is not None:
+            self._staged.clear()
+            remove_stage_folder(self._stage_folder)
+            self._stage_folder = None
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 import torch
@@ -164,3 +165,51 @@ def test_shared_weights_round_trip_with_tied_tensors(tmp_path):
     assert not (tmp_path / folder).exists()
     with pytest.raises(ValueError, match="not a weight staging folder"):
         remove_stage_folder(tmp_path)
+
+
+def test_staged_file_is_overwritten_in_place_and_read_afresh():
+    from agentrl_sdk.engines.shared_weights import (
+        SharedWeights,
+        StagedFile,
+        host_id,
+        make_stage_folder,
+        remove_stage_folder,
+    )
+
+    tied = torch.zeros(2, 3)
+    folder = make_stage_folder()
+    try:
+        path = f"{folder}/bucket-00000.safetensors"
+        staged = StagedFile(path, {"emb": tied, "head": tied, "b": torch.zeros(3, dtype=torch.bfloat16)})
+        weights = SharedWeights(host_id(), folder, (path,), tensors=3, nbytes=staged.nbytes)
+        assert torch.equal(weights.state_dict()["emb"], tied)
+        new = torch.arange(6.0).reshape(2, 3)
+        nbytes = staged.overwrite({"emb": new, "head": new, "b": torch.ones(3, dtype=torch.bfloat16)})
+        assert nbytes == 6 * 4 + 3 * 2
+        state = weights.state_dict()  # a reader maps the same file again: the new values
+        assert torch.equal(state["emb"], new) and torch.equal(state["head"], new)
+        assert torch.equal(state["b"], torch.ones(3, dtype=torch.bfloat16))
+        with pytest.raises(ValueError, match="other tensors"):
+            staged.overwrite({"emb": new})
+    finally:
+        remove_stage_folder(folder)
+
+
+def test_stage_folders_of_dead_processes_are_swept():
+    import subprocess
+    from pathlib import Path
+
+    from agentrl_sdk.engines.shared_weights import make_stage_folder, remove_stage_folder, shm_root
+
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    stale = Path(shm_root() or "/tmp") / f"agentrl-weights-{exited.pid}-x"
+    stale.mkdir()
+    first = make_stage_folder()
+    second = make_stage_folder()  # a live process's folder is never swept
+    try:
+        assert not stale.exists()
+        assert Path(first).is_dir() and Path(first).name.startswith(f"agentrl-weights-{os.getpid()}-")
+    finally:
+        remove_stage_folder(first)
+        remove_stage_folder(second)
