@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 FinishReason = Literal["stop", "length", "abort"]
 """Why generation ended: a stop/EOS token, the token budget, or an abort (pause, shutdown)."""
@@ -100,13 +100,24 @@ class GenerateResult(BaseModel):
 
 
 class LLMCall(BaseModel):
-    """One call of a chat model inside a rollout, exactly as the engine saw and answered it."""
+    """One call of a chat model inside a rollout, exactly as the engine saw and answered it.
+
+    The prompt is not copied into each call (that would be quadratic in turns): it is the
+    first ``prompt_length`` tokens of the call's segment (the segment's prompt, then its
+    response ids), which the ledger only ever appends to. `prompt_ids` reads them from the
+    segment the call is attached to: the ledger attaches its calls, and a `Trajectory`
+    attaches each call to ``segments[segment_index]`` (also after JSON). A call built with
+    ``prompt_ids=[...]`` keeps that list as its own prompt.
+    """
 
     node: str = Field(description="Graph node the call was made from.")
     policy: str = Field("default", description="Policy (set of weights) that serves the node.")
     turn: int = Field(description="How many calls this node made before this one in the rollout.")
     trained: bool = Field(description="False for calls made in @frozen nodes.")
-    prompt_ids: list[int] = Field(description="The full prompt sent to the engine.")
+    prompt_length: int = Field(
+        ge=0, description="Tokens of the prompt sent to the engine: the first "
+        "``prompt_length`` tokens of the call's segment (its prompt, then its response ids)."
+    )
     forced_ids: list[int] = Field(
         default_factory=list, description="The end of ``prompt_ids`` the SDK wrote as the "
         "reply's opening to force a tool call (``tool_choice``); mask 0 in the segment."
@@ -117,6 +128,54 @@ class LLMCall(BaseModel):
     policy_version: int
     segment_index: int = Field(description="Index of the trajectory segment the call belongs to.")
     request_id: str
+    _segment: Segment | None = PrivateAttr(None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _own_prompt(cls, data: Any, handler: Any) -> LLMCall:
+        # ``prompt_ids`` given (tests, JSON written before ``prompt_length``): kept as the
+        # call's own one-call segment, so `prompt_ids` reads back exactly that list.
+        prompt = data.get("prompt_ids") if isinstance(data, dict) else None
+        if prompt is None:
+            return handler(data)
+        fields = {k: v for k, v in data.items() if k != "prompt_ids"}
+        if fields.setdefault("prompt_length", len(prompt)) != len(prompt):
+            raise ValueError(
+                f"prompt_length {fields['prompt_length']} but {len(prompt)} prompt_ids given"
+            )
+        call = handler(fields)
+        call._segment = Segment(node=call.node, prompt_ids=list(prompt))
+        return call
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The full prompt sent to the engine (a new list, read from the call's segment).
+
+        Raises:
+            ValueError: The call is attached to no segment (see `attach`).
+        """
+        return self.prompt_slice(0, self.prompt_length)
+
+    def prompt_slice(self, start: int, stop: int | None = None) -> list[int]:
+        """``prompt_ids[start:stop]``, without building the whole prompt first."""
+        segment = self._segment
+        if segment is None:
+            raise ValueError(
+                f"LLMCall {self.request_id!r} is attached to no segment, so its prompt cannot "
+                "be read: read calls from a Trajectory (it attaches each call to "
+                "segments[segment_index]) or call attach(segment)"
+            )
+        stop = self.prompt_length if stop is None else min(stop, self.prompt_length)
+        return segment.token_slice(start, stop)
+
+    def attach(self, segment: Segment) -> None:
+        """Read the prompt from ``segment``: its first ``prompt_length`` tokens."""
+        self._segment = segment
+
+    @property
+    def attached(self) -> bool:
+        """Whether the call has a segment to read its prompt from."""
+        return self._segment is not None
 
 
 class Segment(BaseModel):
@@ -146,6 +205,16 @@ class Segment(BaseModel):
     def length(self) -> int:
         """Prompt plus response tokens."""
         return len(self.prompt_ids) + len(self.response_ids)
+
+    def token_slice(self, start: int, stop: int) -> list[int]:
+        """``(prompt_ids + response_ids)[start:stop]`` for ``0 <= start``, without the concatenation."""
+        prompt = self.prompt_ids
+        split = len(prompt)
+        if stop <= split:
+            return prompt[start:stop]
+        if start >= split:
+            return self.response_ids[start - split : stop - split]
+        return prompt[start:] + self.response_ids[: stop - split]
 
 
 EventKind = Literal["graph", "node", "llm", "engine", "tool", "reward"]
@@ -244,6 +313,14 @@ class Trajectory(BaseModel):
         default_factory=list, description="Timed nodes, LLM/engine calls and tools, for traces."
     )
     final_state: Any = Field(None, exclude=True, description="The graph's output state.")
+
+    @model_validator(mode="after")
+    def _attach_calls(self) -> Trajectory:
+        # Calls read their prompts from their segments (after JSON, from these).
+        for call in self.calls:
+            if not call.attached and 0 <= call.segment_index < len(self.segments):
+                call.attach(self.segments[call.segment_index])
+        return self
 
     @property
     def trained_segments(self) -> list[Segment]:

@@ -9,10 +9,12 @@ template would rewrite it, the ledger starts a new segment and records why.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.delta import HistoryCheck
 from agentrl_sdk.chat.messages import tools_key
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.types import GenerateResult, LLMCall, Segment, SegmentStart
@@ -26,6 +28,7 @@ class _Conversation:
     messages: list[dict[str, Any]]
     tools_key: str
     busy: bool = False
+    check: HistoryCheck = field(default_factory=HistoryCheck)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class TokenLedger:
         self.segments: list[Segment] = []
         self.calls: list[LLMCall] = []
         self._conversations: list[_Conversation] = []
+        self._turns: Counter[str] = Counter()
 
     def plan(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, node: NodeTag
@@ -124,12 +128,13 @@ class TokenLedger:
         conv.messages = [*plan.messages, reply]
         conv.tools_key = plan.tools_key
         conv.busy = False
+        # The call's prompt is the segment's first tokens: stored as their count, not copied.
         call = LLMCall(
             node=plan.node.name,
             policy=plan.node.policy,
-            turn=sum(c.node == plan.node.name for c in self.calls),
+            turn=self._turns[plan.node.name],
             trained=plan.node.trained,
-            prompt_ids=list(plan.engine_prompt),
+            prompt_length=len(plan.prompt_ids) + len(plan.forced_ids),
             forced_ids=list(plan.forced_ids),
             response_ids=list(result.token_ids),
             response_logprobs=list(result.logprobs),
@@ -138,6 +143,8 @@ class TokenLedger:
             segment_index=index,
             request_id=request_id,
         )
+        call.attach(segment)
+        self._turns[plan.node.name] += 1
         self.calls.append(call)
         return call
 
@@ -176,14 +183,15 @@ class TokenLedger:
         tools: list[dict[str, Any]] | None,
         key: str,
     ) -> str | None:
-        """Text the template adds for the new messages, or None if it rewrites history."""
+        """Text the template adds for the new messages, or None if it rewrites history.
+
+        Rendered from a window of the history, checked against full renders
+        (`agentrl_sdk.chat.delta`): the same text a full render gives, at the cost of the
+        new messages rather than the whole conversation.
+        """
         if key != conv.tools_key:
             return None
-        before = self.template.render(conv.messages, tools, add_generation_prompt=False)
-        after = self.template.render(messages, tools, add_generation_prompt=True)
-        if not after.startswith(before):
-            return None
-        return after[len(before) :]
+        return self.template.deltas.delta(conv.messages, messages, tools, conv.check)
 
 
 def _append(

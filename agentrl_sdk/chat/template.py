@@ -8,6 +8,7 @@ from typing import Any
 
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
+from agentrl_sdk.chat.delta import DeltaRenderer
 from agentrl_sdk.chat.tool_prompt import hermes_messages, renders_tools, resolve_tool_prompt
 from agentrl_sdk.config import ToolPromptMode
 
@@ -98,6 +99,13 @@ class ChatTemplate:
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids``, special tokens included."""
         return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    @cached_property
+    def deltas(self) -> DeltaRenderer:
+        """Renders what new messages add to a conversation from a window of it, checked
+        against full renders (`agentrl_sdk.chat.delta`); shared by every ledger of the
+        template, so its probes run once."""
+        return DeltaRenderer(lambda m, t, g: self.render(m, t, add_generation_prompt=g))
 
     @cached_property
     def special_token_ids(self) -> dict[str, int]:

@@ -99,8 +99,8 @@ def call_anchors(traj: Trajectory) -> dict[int, tuple[str, tuple[int, ...]]]:
     last: dict[int, LLMCall] = {}  # the latest call of each segment
     for call in traj.calls:
         previous = last.get(call.segment_index)
-        seen = 0 if previous is None else len(previous.prompt_ids) + len(previous.response_ids)
-        out[id(call)] = (call.node, tuple(call.prompt_ids[seen:]))
+        seen = 0 if previous is None else previous.prompt_length + len(previous.response_ids)
+        out[id(call)] = (call.node, tuple(call.prompt_slice(seen)))
         last[call.segment_index] = call
     return out
 

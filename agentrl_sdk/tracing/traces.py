@@ -265,7 +265,7 @@ def _call_attributes(traj: Trajectory, index: int) -> dict[str, Any]:
     """Token-level attributes of LLM call ``index``, located in its segment."""
     call = traj.calls[index]
     seg = traj.segments[call.segment_index]
-    offset = len(call.prompt_ids) - len(seg.prompt_ids)
+    offset = call.prompt_length - len(seg.prompt_ids)
     stop = offset + len(call.response_ids)
     return {
         ATTR + "node": call.node, ATTR + "policy": call.policy, ATTR + "turn": call.turn,
