@@ -1,9 +1,11 @@
 """`SharedWeights`: one full set of weights staged as safetensors files in a host's shared memory.
 
-The trainer's rank 0 writes them bucket by bucket while it gathers (`write_bucket_file`);
-every engine on the same host maps the files (safetensors reads by mmap: nothing is copied
-until the engine loads its parameters). Only this small description crosses the driver, never
-a tensor, so the driver's memory does not grow with the model, and N engines read one copy.
+The trainer's rank 0 writes them bucket by bucket while it gathers: safetensors files
+written once, then overwritten in place by every push (`StagedFile`). Every engine on the
+same host maps the files and keeps the mappings (nothing is copied until the engine loads
+its parameters). Only this small description crosses the driver, never a tensor, so the
+driver's memory does not grow with the model, and N engines read one copy. The price: one
+copy of the weights in /dev/shm per trained policy for the trainer's life.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import shutil
 import socket
 import struct
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,32 +88,37 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _mapped_views(path: str, like: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+    """Views of a safetensors file's tensors on one shared mapping of it (dtypes and shapes of
+    ``like``; offsets from the file's header: 8-byte length, then JSON). Writes through the
+    views change the file; reads see whoever overwrote it. None when a tensor is not aligned
+    to its element size (a view cannot start there)."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    mapped = torch.from_file(path, shared=True, size=os.path.getsize(path), dtype=torch.uint8)
+    start = 8 + length
+    views = {}
+    try:
+        for key, tensor in like.items():
+            begin, end = header[key]["data_offsets"]
+            views[key] = mapped[start + begin : start + end].view(tensor.dtype).view(tensor.shape)
+    except RuntimeError:
+        return None
+    return views
+
+
 class StagedFile:
     """A bucket file kept mapped by its writer, so later pushes overwrite its tensors in
     place: one memory copy at memory speed, where writing a new file first faults in every
     page of shared memory (measured here: ~14 GB/s in place vs ~1-2 GB/s for a new file).
-
-    The file is written the first time by safetensors; its header (8-byte length, JSON)
-    gives each tensor's offset. Readers map it afresh on every load.
+    The file is written the first time by safetensors.
     """
 
     def __init__(self, path: str, tensors: Mapping[str, torch.Tensor]) -> None:
         self.path = path
         self.nbytes = write_bucket_file(tensors, path)
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-        mapped = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
-        start = 8 + length
-        self._views: dict[str, torch.Tensor] | None = {}
-        try:
-            for key, tensor in tensors.items():
-                begin, end = header[key]["data_offsets"]
-                view = mapped[start + begin : start + end].view(tensor.dtype).view(tensor.shape)
-                self._views[key] = view
-        except RuntimeError:  # a tensor not aligned to its element size: rewrite every time
-            self._views = None
+        self._views = _mapped_views(path, tensors)  # None: rewrite the file every time
 
     def overwrite(self, tensors: Mapping[str, torch.Tensor]) -> int:
         """Write new values of the same tensors in place; returns their distinct bytes."""
@@ -121,6 +129,41 @@ class StagedFile:
         for key, tensor in tensors.items():
             self._views[key].copy_(tensor)
         return self.nbytes
+
+
+class _ReadMappings:
+    """A reader's mappings of the staged files it last loaded, kept between pushes: the
+    writer overwrites the same files in place, so a kept mapping reads the new weights
+    without faulting its pages in again. Files of another folder replace them (a folder's
+    files are only ever rewritten in place, never resized)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._folder: str | None = None
+        self._views: dict[str, dict[str, torch.Tensor] | None] = {}
+
+    def state_dict(self, weights: SharedWeights) -> dict[str, torch.Tensor]:
+        state: dict[str, torch.Tensor] = {}
+        with self._lock:
+            if weights.folder != self._folder:  # let go of the previous folder's mappings
+                self._folder, self._views = weights.folder, {}
+            for path in weights.paths:
+                if path not in self._views:
+                    self._views[path] = _mapped_views(path, _read(path))
+                views = self._views[path]
+                state.update(views if views is not None else _read(path))
+        return state
+
+
+def _read(path: str) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors through safetensors (memory-mapped, copy on write)."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        return {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 - not a Mapping
+
+
+_READER = _ReadMappings()
 
 
 def write_bucket_file(
@@ -156,7 +199,7 @@ class SharedWeights:
 
     Attributes:
         host: `host_id` of the machine whose shared memory holds the files.
-        folder: The staging folder (deleted by whoever staged it once every engine loaded).
+        folder: The staging folder (the trainer rank's, rewritten in place by every push).
         paths: The bucket files, in order.
         tensors: How many tensors the files hold.
         nbytes: Their bytes.
@@ -170,18 +213,11 @@ class SharedWeights:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The tensors by key, memory-mapped from the files (read where ``host`` is this one)."""
-        from safetensors import safe_open
-
         if self.host != host_id():
             raise RuntimeError(
                 f"weights staged on {self.host!r} cannot be mapped on {host_id()!r}"
             )
-        state: dict[str, torch.Tensor] = {}
-        for path in self.paths:
-            with safe_open(path, framework="pt") as f:
-                for key in f.keys():  # noqa: SIM118 - safe_open is not a Mapping
-                    state[key] = f.get_tensor(key)
-        return state
+        return _READER.state_dict(self)
 
 
 @runtime_checkable

@@ -602,10 +602,12 @@ class PolicyWorker:
         return out if self.rank == 0 else None
 
     def _full(self, tensor: torch.Tensor) -> torch.Tensor:
-        """The unsharded tensor (a collective for a DTensor); on CPU on rank 0."""
+        """The unsharded tensor (a collective for a DTensor); on CPU on rank 0. Alone, the
+        local shard is the whole tensor: a view of it, not a copy (callers copy it out)."""
         full = tensor.detach()
         if hasattr(full, "full_tensor"):
-            full = full.full_tensor()
+            local = full.to_local()
+            full = local if local.shape == full.shape else full.full_tensor()
         return full.cpu() if self.rank == 0 else full
 
     def gather_adapter(self) -> dict[str, torch.Tensor] | None:

@@ -1,0 +1,210 @@
+"""Weight sync from the trainer to engines in other processes: speed against memory bandwidth,
+and what it costs the driver.
+
+    python benchmarks/weight_sync.py [--quick] [--rounds N]
+
+A `TrainerGroup` (one rank) pushes its weights to 1 and to 2 torch engines, each in its own
+Ray actor, two ways, alternating round by round:
+
+- ``shared`` (the default path): rank 0 writes each gathered bucket into files it keeps in
+  /dev/shm and overwrites in place; every engine maps them and loads its parameters from
+  them. Only file names cross the driver.
+- ``driver`` (``WeightSync(shared=False)``, the path engines on other machines take): the
+  buckets are assembled in the driver and shipped to each engine through Ray's object store.
+
+Figures (``benchmarks/results/weight_sync.json``):
+
+- ``bandwidth_fraction``: model bytes / median push wall time (trainer's gather to the last
+  engine's new version), divided by this machine's memcpy bandwidth measured in the same run
+  (copy between two touched 256 MB buffers); for the >= 100M model, the worse of 1 and 2
+  engines (goal >= 0.5). Each engine must receive the bytes, so 2 engines move twice as much
+  data in the same wall time budget.
+- ``driver_peak_buckets``: the driver's peak RSS growth during a shared push, in buckets
+  (sampled every millisecond from /proc; goal < 2). The driver path's growth is reported
+  beside it.
+
+Run it on a quiet machine: both figures are ratios, but the pushes share 2 cores with the
+engines' and the trainer's processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
+import torch  # noqa: E402
+from _results import write_result  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from agentrl_sdk.engines.ray_engine import RayEngine  # noqa: E402
+from agentrl_sdk.models import build_small_tokenizer, build_tiny_model, save_pretrained_pair  # noqa: E402
+from agentrl_sdk.trainer import TrainerConfig, TrainerGroup, WeightSync, init_ray  # noqa: E402
+
+BUCKET_BYTES = 256 << 20  # the default of WeightSync and TrainerGroup
+GOAL_FRACTION = 0.5
+GOAL_BUCKETS = 2.0
+
+
+def memcpy_gbps(nbytes: int = 256 << 20, repeats: int = 7) -> float:
+    """This machine's copy bandwidth: bytes copied per second between two touched buffers."""
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    dst = torch.zeros_like(src)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - start)
+    return nbytes / statistics.median(times) / 1e9
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+class PeakRss:
+    """The driver's peak resident memory while the block runs, sampled every millisecond."""
+
+    def __enter__(self) -> PeakRss:
+        self.before = self.peak = rss_bytes()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.001):
+            self.peak = max(self.peak, rss_bytes())
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.before
+
+
+def models(quick: bool, root: Path) -> list[tuple[str, str]]:
+    """(name, folder): a tiny model and (unless quick) SmolLM2-135M."""
+    tok = build_small_tokenizer()
+    tiny = build_tiny_model(tok, hidden_size=256, num_layers=4)
+    out = [("tiny", str(save_pretrained_pair(tiny, tok, root / "tiny")))]
+    if not quick:
+        from agentrl_sdk.models.real import smollm2_path
+
+        out.append(("smollm2-135m", str(smollm2_path())))
+    return out
+
+
+async def push_rounds(
+    group: TrainerGroup, engines: list[RayEngine], rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Alternating shared and driver pushes (after one warm-up of each): medians and peaks."""
+    ways = {"shared": WeightSync(BUCKET_BYTES), "driver": WeightSync(BUCKET_BYTES, shared=False)}
+    seconds: dict[str, list[float]] = {way: [] for way in ways}
+    growth: dict[str, list[int]] = {way: [] for way in ways}
+    for i in range(rounds + 1):
+        for way, sync in ways.items():
+            with PeakRss() as rss:
+                await sync.push(group, engines)
+            stats = sync.last_stats
+            assert stats is not None and stats.shared == (way == "shared")
+            if i:  # round 0 warms up: the first shared push writes the files
+                seconds[way].append(stats.total_s)
+                growth[way].append(rss.growth)
+    nbytes = ways["shared"].last_stats.bytes
+    return {
+        way: {
+            "bytes": nbytes,
+            "buckets": ways[way].last_stats.buckets,
+            "median_s": statistics.median(seconds[way]),
+            "gbps": nbytes / statistics.median(seconds[way]) / 1e9,
+            "driver_peak_growth_bytes": max(growth[way]),
+            "driver_peak_buckets": max(growth[way]) / BUCKET_BYTES,
+        }
+        for way in ways
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny model only, 2 rounds")
+    parser.add_argument("--rounds", type=int, default=None, help="measured rounds per way")
+    args = parser.parse_args()
+    rounds = args.rounds or (2 if args.quick else 7)
+    console = Console()
+    init_ray(TrainerConfig())
+    bandwidth = memcpy_gbps()
+    console.print(f"memcpy: {bandwidth:.1f} GB/s")
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, path in models(args.quick, Path(tmp)):
+            group = TrainerGroup(path, TrainerConfig(world_size=1))
+            try:
+                for count in (1, 2):
+                    engines = [RayEngine("torch", path) for _ in range(count)]  # at version 0
+                    key = f"{name}/{count}_engines"
+                    try:
+                        results[key] = asyncio.run(push_rounds(group, engines, rounds))
+                    finally:
+                        for engine in engines:
+                            engine.close()
+                    for way, row in results[key].items():
+                        row["bandwidth_fraction"] = row["gbps"] / bandwidth
+                        console.print(f"{key} {way}: {row['median_s'] * 1e3:.0f} ms, "
+                                      f"{row['gbps']:.2f} GB/s = {row['bandwidth_fraction']:.2f} "
+                                      f"of memcpy, driver +{row['driver_peak_buckets']:.2f} "
+                                      "buckets")  # fmt: skip
+            finally:
+                group.shutdown()
+    report(console, results, bandwidth, args.quick)
+
+
+def report(console: Console, results: dict[str, dict[str, Any]], bandwidth: float, quick: bool) -> None:
+    table = Table(title=f"weight sync (memcpy {bandwidth:.1f} GB/s, buckets {BUCKET_BYTES >> 20} MB)")
+    for column in ("model / engines", "way", "MB", "median ms", "GB/s", "of memcpy", "driver +buckets"):
+        table.add_column(column)
+    for key, ways in results.items():
+        for way, row in ways.items():
+            table.add_row(key, way, f"{row['bytes'] / 1e6:.0f}", f"{row['median_s'] * 1e3:.0f}",
+                          f"{row['gbps']:.2f}", f"{row['bandwidth_fraction']:.2f}",
+                          f"{row['driver_peak_buckets']:.2f}")  # fmt: skip
+    console.print(table)
+    large = [k for k in results if not k.startswith("tiny/")] or list(results)
+    fraction = min(results[k]["shared"]["bandwidth_fraction"] for k in large)
+    driver = max(results[k]["shared"]["driver_peak_buckets"] for k in results)
+    old_driver = max(results[k]["driver"]["driver_peak_buckets"] for k in results)
+    old_fraction = min(results[k]["driver"]["bandwidth_fraction"] for k in large)
+    figures = {
+        "bandwidth_fraction": {
+            "value": round(fraction, 3), "baseline": round(bandwidth, 2), "ratio": round(fraction, 3),
+            "goal": GOAL_FRACTION,
+            "unit": "model bytes/s of a shared push over memcpy GB/s (baseline), worse of 1 and 2 "
+                    "engines, largest model",
+            "driver_path": round(old_fraction, 3),
+        },
+        "driver_peak_buckets": {
+            "value": round(driver, 3), "baseline": round(old_driver, 3), "ratio": None,
+            "goal": GOAL_BUCKETS,
+            "unit": "driver peak RSS growth during a shared push, in buckets (baseline: the "
+                    "driver path)",
+        },
+        "runs": {"value": results, "quick": quick, "bucket_bytes": BUCKET_BYTES},
+    }  # fmt: skip
+    console.print(f"wrote {write_result('weight_sync', figures)}")
+
+
+if __name__ == "__main__":
+    main()
