@@ -203,3 +203,32 @@ async def test_weight_updates_change_outputs_to_the_new_weights(
     assert result.token_ids[k:] == greedy(models[0], prompt + result.token_ids[:k], 400 - k)
     restored = await vllm_engine.generate(prompts[5], GREEDY, "restored")
     assert restored.token_ids == before.token_ids
+
+
+async def test_shared_weights_staged_in_place_reach_the_workers(vllm_engine, models, prompts):
+    """Files a trainer stages in /dev/shm (written once, then overwritten in place) are what
+    vLLM's workers load: the greedy ids follow each overwrite."""
+    from agentrl_sdk.engines.shared_weights import (
+        SharedWeights,
+        StagedFile,
+        host_id,
+        make_stage_folder,
+        remove_stage_folder,
+    )
+
+    assert vllm_engine.shared_weights_host == host_id()
+    folder = make_stage_folder()
+    path = f"{folder}/bucket-00000.safetensors"
+    try:
+        staged = StagedFile(path, models[1].state_dict())
+        weights = SharedWeights(host_id(), folder, (path,), 0, staged.nbytes)
+        v0 = vllm_engine.policy_version
+        assert await vllm_engine.update_shared_weights(weights) == v0 + 1
+        got = await vllm_engine.generate(prompts[5], GREEDY, "shared-1")
+        assert got.token_ids == greedy(models[1], prompts[5], 48)
+        staged.overwrite(models[0].state_dict())
+        assert await vllm_engine.update_shared_weights(weights) == v0 + 2
+        got = await vllm_engine.generate(prompts[5], GREEDY, "shared-0")
+        assert got.token_ids == greedy(models[0], prompts[5], 48)
+    finally:
+        remove_stage_folder(folder)
