@@ -46,6 +46,22 @@ class PolicyConfig(ModelConfig):
     trained: bool = Field(
         True, description="Train this policy; False serves it frozen (its weights never change)."
     )
+    adapter_of: Literal["default"] | None = Field(
+        None, description="Make this policy a LoRA adapter (trainer.lora) of the default "
+        "policy's base model instead of a model of its own: one engine serves the base and "
+        "every adapter (per request), one trainer holds the base once and one adapter and "
+        "optimizer per trained adapter policy; the default policy is then an adapter too. A "
+        "frozen adapter (trained: false) is a fresh adapter, i.e. it serves the bare base."
+    )
+
+    @model_validator(mode="after")
+    def _adapter_has_no_weights(self) -> PolicyConfig:
+        if self.adapter_of is not None and (self.path or self.builder):
+            raise ValueError(
+                f"a policy with adapter_of: {self.adapter_of} shares that policy's base model: "
+                "set no path or builder"
+            )
+        return self
 
 
 class EntrypointConfig(_Section):
@@ -435,3 +451,18 @@ class TrainConfig(_Section):
     def to_yaml(self, path: str | Path) -> None:
         """Write the full config (defaults included) as YAML."""
         Path(path).write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
+    @model_validator(mode="after")
+    def _adapters_need_lora(self) -> TrainConfig:
+        adapters = sorted(name for name, p in self.policies.items() if p.adapter_of)
+        if adapters and self.trainer.lora is None:
+            raise ValueError(
+                f"policies {adapters} set adapter_of, which needs trainer.lora (the adapters' "
+                "rank, alpha and target modules)"
+            )
+        return self
+
+    @property
+    def adapter_policies(self) -> list[str]:
+        """The policies that are LoRA adapters of the default policy's base (``adapter_of``)."""
+        return [name for name, p in self.policies.items() if p.adapter_of is not None]
+

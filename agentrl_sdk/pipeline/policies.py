@@ -1,4 +1,9 @@
-"""The policies a job serves: per policy an engine behind a `WeightGate`, and a trainer if trained."""
+"""The policies a job serves: per policy an engine behind a `WeightGate`, and a trainer if trained.
+
+Policies with ``adapter_of`` are LoRA adapters of the default policy's base: they and the
+default policy share its engine and one trainer group, each through a view of its own
+(`AdapterView`, `AdapterGroup`), so the pipelines treat them as any other policy.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrl_sdk.engines import Engine, EnginePool, create_engine
+from agentrl_sdk.engines.adapter_view import AdapterView
 from agentrl_sdk.pipeline.config import ModelConfig, TrainConfig
 from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer import TrainerGroup, WeightSync, init_ray
+from agentrl_sdk.trainer.adapter_group import AdapterGroup
 
 DEFAULT_POLICY = "default"
 """The policy ``model`` configures; ``@trainable`` nodes use it unless they name another."""
@@ -24,9 +31,9 @@ class Policy:
 
     name: str
     path: str
-    engine: Engine
+    engine: Engine  # an `AdapterView` of the shared engine for an adapter policy
     gate: WeightGate
-    group: TrainerGroup | None = None  # None: served but never trained (a frozen policy)
+    group: TrainerGroup | AdapterGroup | None = None  # None: served, never trained (frozen)
     weight_sync: WeightSync = field(default_factory=WeightSync)
     owns_ray: bool = False  # Ray was started for this job's engine actors: shut it down after
 
@@ -36,8 +43,9 @@ class Policy:
 
     def engine_metrics(self) -> dict[str, float]:
         """The engine pool's failure counts (``engine/reroutes``, ...); none for one engine."""
-        if not isinstance(self.engine, EnginePool):
-            return {}
+        engine = self.engine.engine if isinstance(self.engine, AdapterView) else self.engine
+        if not isinstance(engine, EnginePool) or self.engine.adapter not in (None, DEFAULT_POLICY):
+            return {}  # a shared pool's counts are reported once, by the default policy
         return {f"{self.prefix('engine')}{k}": v for k, v in self.engine.stats().items()}
 
     def checkpoint_dir(self, root: str | Path) -> Path:
@@ -60,17 +68,23 @@ def model_path(model: ModelConfig, name: str = DEFAULT_POLICY) -> str:
 async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[str, Policy]:
     """Engines for every policy, then trainers for the trained ones (none without
     ``trainers``: an evaluation only serves); all torn down on failure."""
+    adapters = config.adapter_policies
     specs = {DEFAULT_POLICY: (config.model, True)}
     specs |= {name: (spec, spec.trained) for name, spec in config.policies.items()}
     policies: dict[str, Policy] = {}
     owns_ray = config.engine.ray_actors and await run_blocking(init_ray, config.trainer)
     try:
         for name, (spec, _) in specs.items():
+            if name in adapters:
+                continue  # served by the default policy's engine
             path = model_path(spec, name)
             engine = create_engine(config.engine.backend, path, **config.engine.create_kwargs())
             policies[name] = Policy(name, path, engine, WeightGate(engine), owns_ray=owns_ray)
+        shared = {DEFAULT_POLICY, *adapters} if adapters else set()
+        if adapters:
+            policies |= await _adapter_policies(config, policies[DEFAULT_POLICY], trainers)
         for name, (_, trained) in specs.items():
-            if trained and trainers:
+            if trained and trainers and name not in shared:
                 policy = policies[name]
                 policy.group = await run_blocking(
                     TrainerGroup, policy.path, config.trainer, config.algorithm.loss
@@ -79,6 +93,42 @@ async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[
         await stop_policies(policies)
         if owns_ray and not policies:
             await run_blocking(_shutdown_ray)
+        raise
+    return policies
+
+
+async def _adapter_policies(
+    config: TrainConfig, base: Policy, trainers: bool
+) -> dict[str, Policy]:
+    """The default policy and the ``adapter_of`` policies as adapters of ``base``'s model:
+    one engine (``base.engine``) and one trainer group with an adapter per trained policy.
+
+    A trained adapter's engine view serves its named adapter, pushed once here so that the
+    engine holds it before the first request; a frozen one (or any, without ``trainers``)
+    serves the bare base: an adapter that never trains is PEFT's identity.
+    """
+    trained = [DEFAULT_POLICY] + [
+        name for name in config.adapter_policies if config.policies[name].trained
+    ]
+    served = [DEFAULT_POLICY, *config.adapter_policies]
+    group = None
+    if trainers:
+        group = await run_blocking(
+            TrainerGroup, base.path, config.trainer, config.algorithm.loss, adapters=trained
+        )
+    policies: dict[str, Policy] = {}
+    try:
+        for name in served:
+            adapter = name if group is not None and name in trained else None
+            view = AdapterView(base.engine, adapter)
+            policy = Policy(name, base.path, view, WeightGate(view), owns_ray=base.owns_ray)
+            if adapter is not None:
+                policy.group = AdapterGroup(group, adapter)
+                await policy.weight_sync.push(policy.group, [policy.engine])
+            policies[name] = policy
+    except BaseException:
+        if group is not None:
+            await run_blocking(group.shutdown)
         raise
     return policies
 

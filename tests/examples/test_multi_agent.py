@@ -84,3 +84,43 @@ def _check_each_policy_learns_from_its_own_credit(batches) -> None:
                                                   [0] * len(rewards))
             assert list(advantages) == pytest.approx(expected.tolist())
     assert moved
+
+
+def test_brief_lora_run_trains_two_adapters_of_one_base(tmp_path):
+    """config_lora.yaml: the three policies are adapters of one base in one engine and one
+    trainer; each trained adapter gets its own update and an adapter-only push."""
+    config = TrainConfig.from_yaml(HERE / "config_lora.yaml")
+    config.max_steps = 2
+    config.data.batch_size = 4
+    config.checkpoint.dir = str(tmp_path / "ckpt")
+    config.checkpoint.every = 0
+    config.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    result = run(config)
+
+    full_bytes = sum(t.numel() * t.element_size()
+                     for t in load_file(f"{config.model.path}/model.safetensors").values())
+    for step, metrics in enumerate(result.history, start=1):
+        assert metrics["train/trained_tokens"] > 0 and metrics["train/supervisor/trained_tokens"] > 0
+        # One engine, one version counter: the initial pushes were versions 1 and 2, then
+        # each step pushes the default policy's adapter, then the supervisor's.
+        assert metrics["policy_version"] == 1 + 2 * step
+        assert metrics["policy_version/supervisor"] == 2 + 2 * step
+        for prefix in ("weight_sync/", "weight_sync/supervisor/"):
+            assert 0 < metrics[f"{prefix}bytes"] < 0.5 * full_bytes  # adapters only
+        assert not any(key.startswith(("train/words", "policy_version/words")) for key in metrics)
+        assert metrics["train/optimizer_steps"] > 0
+    # Both trained adapters were exported merged: each moved off the base when it had a
+    # gradient, and they differ from each other.
+    assert set(result.final_models) == {"supervisor"}
+    base = load_file(f"{config.model.path}/model.safetensors")
+    exported = {"train/": load_file(f"{result.final_model}/model.safetensors"),
+                "train/supervisor/": load_file(
+                    f"{result.final_models['supervisor']}/model.safetensors")}
+    for prefix, weights in exported.items():
+        pushed = any(m.get(f"{prefix}grad_norm", 0.0) > 0 for m in result.history)
+        assert pushed == any(not torch.equal(base[k], weights[k]) for k in base), prefix
+    assert any(m["train/supervisor/grad_norm"] > 0 for m in result.history)
+    assert any(not torch.equal(exported["train/"][k], exported["train/supervisor/"][k])
+               for k in base)
+    assert (tmp_path / "ckpt" / "policies" / "supervisor" / "step_2").is_dir()
