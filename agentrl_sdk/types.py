@@ -353,6 +353,18 @@ class Sample(BaseModel):
     advantage: float = 0.0
     reward: float = 0.0
     weight: float = 1.0
+    token_advantages: list[float] = Field(
+        default_factory=list, description="Per-token advantages aligned with response_ids "
+        "(GAE); empty: every token gets `advantage`."
+    )
+    values: list[float] = Field(
+        default_factory=list, description="The critic's values the sample was scored with, "
+        "aligned with response_ids (PPO with a critic); empty otherwise."
+    )
+    returns: list[float] = Field(
+        default_factory=list, description="The critic's regression targets (GAE returns), "
+        "aligned with response_ids; empty otherwise."
+    )
 
     @model_validator(mode="after")
     def _aligned(self) -> Sample:
@@ -362,6 +374,10 @@ class Sample(BaseModel):
                 f"response_ids ({n}), response_mask ({len(self.response_mask)}) and "
                 f"old_logprobs ({len(self.old_logprobs)}) must have the same length"
             )
+        for name in ("token_advantages", "values", "returns"):
+            if getattr(self, name) and len(getattr(self, name)) != n:
+                raise ValueError(f"{name} ({len(getattr(self, name))}) must be empty or as "
+                                 f"long as response_ids ({n})")
         return self
 
 

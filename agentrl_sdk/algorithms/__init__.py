@@ -1,8 +1,9 @@
-"""RL math as pure functions of tensors: advantages, policy and KL losses, aggregation, and
-off-policy corrections."""
+"""RL math as pure functions of tensors: advantages (group estimators and GAE), policy, value
+and KL losses, aggregation, and off-policy corrections."""
 
 from agentrl_sdk.algorithms.advantages import (
     AdvantageEstimator,
+    EstimatorName,
     compute_advantages,
     compute_grpo_advantages,
     compute_rloo_advantages,
@@ -11,22 +12,35 @@ from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate, loss_shares, 
 from agentrl_sdk.algorithms.corrections import OffPolicyCorrection, importance_weights
 from agentrl_sdk.algorithms.kl import KLKind, kl_loss, kl_penalty
 from agentrl_sdk.algorithms.losses import PolicyLossConfig, entropy_from_logits, ppo_policy_loss
+from agentrl_sdk.algorithms.value import (
+    ValueLossConfig,
+    compute_gae,
+    explained_variance,
+    masked_whiten,
+    value_loss,
+)
 
 __all__ = [
     "AdvantageEstimator",
+    "EstimatorName",
     "KLKind",
     "LossAgg",
     "OffPolicyCorrection",
     "PolicyLossConfig",
+    "ValueLossConfig",
     "aggregate",
     "compute_advantages",
+    "compute_gae",
     "compute_grpo_advantages",
     "compute_rloo_advantages",
     "entropy_from_logits",
+    "explained_variance",
     "importance_weights",
     "kl_loss",
     "kl_penalty",
     "loss_shares",
+    "masked_whiten",
     "ppo_policy_loss",
     "sequence_mass",
+    "value_loss",
 ]

@@ -12,6 +12,10 @@ from torch import Tensor
 AdvantageEstimator = Literal["grpo", "drgrpo", "rloo"]
 """Advantage estimator names accepted by :func:`compute_advantages`."""
 
+EstimatorName = Literal["grpo", "drgrpo", "rloo", "gae"]
+"""Every ``algorithm.advantage_estimator``: the group estimators above, and ``gae`` (PPO with
+a critic: token advantages from its values, `agentrl_sdk.algorithms.value.compute_gae`)."""
+
 GroupIds = Sequence[Hashable] | Tensor
 """One group key per rollout (e.g. ``(row_id, policy)``), or a 1-D tensor of keys."""
 
@@ -150,6 +154,9 @@ def compute_advantages(
     Raises:
         ValueError: ``name`` is not a known estimator.
     """
+    if name == "gae":
+        raise ValueError("gae advantages need a critic's values: use "
+                         "agentrl_sdk.algorithms.value.compute_gae")
     try:
         estimator = _ESTIMATORS[name]
     except KeyError:

@@ -6,7 +6,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor
 
-from agentrl_sdk.algorithms.advantages import AdvantageEstimator
+from agentrl_sdk.algorithms.advantages import EstimatorName
 from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate
 from agentrl_sdk.algorithms.corrections import OffPolicyCorrection
 from agentrl_sdk.algorithms.kl import MAX_LOG_RATIO, KLKind
@@ -17,8 +17,10 @@ class PolicyLossConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    advantage_estimator: AdvantageEstimator = Field(
-        "grpo", description="Group advantage estimator: grpo, drgrpo (no std division) or rloo."
+    advantage_estimator: EstimatorName = Field(
+        "grpo", description="Advantage estimator: grpo, drgrpo (no std division) or rloo over "
+        "each (row, policy) group's rewards; or gae: PPO with a value model (the `critic:` "
+        "section), per-token advantages over the sampled tokens (algorithm.gae)."
     )
     clip_low: float = Field(
         0.2, ge=0.0, lt=1.0, description="Ratio lower clip: ratio is clipped at 1 - clip_low."

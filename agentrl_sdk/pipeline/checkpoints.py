@@ -14,6 +14,7 @@ from rich.console import Console
 
 from agentrl_sdk.data import LoaderPosition
 from agentrl_sdk.errors import CheckpointError
+from agentrl_sdk.pipeline.critic import critic_checkpoint_dir
 from agentrl_sdk.pipeline.policies import DEFAULT_POLICY
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.threads import run_blocking
@@ -50,6 +51,10 @@ class CheckpointManifest(BaseModel):
         None, description=f"Digest of {PIPELINE_STATE} (None: the pipeline keeps no state)."
     )
     run_id: str | None = Field(None, description="The MLflow run a resume continues.")
+    critics: list[str] = Field(
+        default_factory=list, description="The policies whose critic (value model) state it "
+        "has, under each policy's critic/ folder."
+    )
 
 
 async def maybe_resume(job: Job, console: Console) -> tuple[int, Path | None]:
@@ -80,6 +85,12 @@ async def maybe_resume(job: Job, console: Console) -> tuple[int, Path | None]:
             )
         extra = loaded if policy.name == DEFAULT_POLICY else extra
         await policy.weight_sync.push(policy.group, [policy.engine])
+    for name, critic in job.critics.items():
+        path = critic_checkpoint_dir(job.policies[name], checkpoint.dir) / latest.name
+        loaded = await run_blocking(critic.load_checkpoint, path)
+        if int(loaded["step"]) != manifest.step:
+            raise CheckpointError(f"critic checkpoint {path} is at step {loaded['step']} but "
+                                  f"{latest / MANIFEST} says step {manifest.step}")
     job.loader.position = LoaderPosition.model_validate(extra["data_position"])
     console.log(f"resumed from {latest} at step {manifest.step}")
     if job.run:
@@ -146,6 +157,14 @@ def _check_parts(job: Job, folder: Path, manifest: CheckpointManifest) -> None:
         if not path.is_dir():
             raise CheckpointError(f"{folder} lacks the trainer state of policy {policy.name!r} "
                                   f"({path} is missing)")
+    if sorted(manifest.critics) != sorted(job.critics):
+        raise CheckpointError(f"{folder / MANIFEST} has critic state of policies "
+                              f"{manifest.critics}, this job trains critics for {sorted(job.critics)}")
+    for name in job.critics:
+        path = critic_checkpoint_dir(job.policies[name], job.config.checkpoint.dir) / folder.name
+        if not path.is_dir():
+            raise CheckpointError(f"{folder} lacks the critic state of policy {name!r} "
+                                  f"({path} is missing)")
     if manifest.pipeline_state_sha256 is None:
         return
     state = folder / PIPELINE_STATE
@@ -160,8 +179,11 @@ def _remove_newer(job: Job, latest: Path) -> None:
     """Delete the incomplete folders past ``latest`` (the resumed run writes those steps again;
     left alone, they would count as newer checkpoints when pruning)."""
     step = int(latest.name[5:])
-    for policy in job.trained:
-        for folder in _checkpoints(policy.checkpoint_dir(job.config.checkpoint.dir)):
+    root = job.config.checkpoint.dir
+    dirs = [p.checkpoint_dir(root) for p in job.trained]
+    dirs += [critic_checkpoint_dir(job.policies[name], root) for name in job.critics]
+    for directory in dirs:
+        for folder in _checkpoints(directory):
             if int(folder.name[5:]) > step:
                 shutil.rmtree(folder)
 
@@ -204,17 +226,21 @@ async def save_checkpoint(
     for policy in job.trained:
         await run_blocking(policy.group.save_checkpoint, policy.checkpoint_dir(root) / folder.name,
                            extra)
+    critic_paths = [critic_checkpoint_dir(job.policies[name], root) / folder.name
+                    for name in job.critics]
+    for critic, path in zip(job.critics.values(), critic_paths, strict=True):
+        await run_blocking(critic.save_checkpoint, path, extra)
     if state is not None:
         data = state.model_dump_json().encode()
         _write_atomic(folder / PIPELINE_STATE, data)
         digest = _sha256(data)
     manifest = CheckpointManifest(
         step=step, policies=[p.name for p in job.trained], pipeline_state_sha256=digest,
-        run_id=job.run.run_id if job.run else None,
+        run_id=job.run.run_id if job.run else None, critics=list(job.critics),
     )  # fmt: skip
     _write_atomic(folder / MANIFEST, manifest.model_dump_json(indent=1).encode())
-    for policy in job.trained:
-        path = policy.checkpoint_dir(root) / folder.name
+    paths = [policy.checkpoint_dir(root) / folder.name for policy in job.trained] + critic_paths
+    for path in paths:
         if job.run and job.config.tracking.log_checkpoints:
             job.run.log_artifacts(path, f"checkpoints/{path.relative_to(root)}")
         prune_checkpoints(path.parent, job.config.checkpoint.keep_last)

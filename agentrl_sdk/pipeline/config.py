@@ -8,7 +8,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agentrl_sdk.algorithms import PolicyLossConfig
+from agentrl_sdk.algorithms import PolicyLossConfig, ValueLossConfig
 from agentrl_sdk.algorithms.step_advantages import StepBaseline
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.engines.options import (
@@ -228,6 +228,61 @@ class StepLevelConfig(_Section):
         return self
 
 
+class GAEConfig(_Section):
+    """Generalised advantage estimation (``advantage_estimator: gae``) over sampled tokens."""
+
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per sampled token.")
+    lam: float = Field(
+        1.0, ge=0.0, le=1.0, description="GAE lambda: 1 is the Monte-Carlo return minus the "
+        "value, 0 one-step TD. Observation tokens (tool results) take no step either way."
+    )
+    whiten: bool = Field(
+        True, description="Standardise each policy's token advantages over the batch (as "
+        "verl's GAE); the critic's returns are not changed."
+    )
+
+
+class CriticConfig(ValueLossConfig):
+    """The value model of ``advantage_estimator: gae``: a value head on the policy's
+    architecture, trained on FSDP2 workers of its own beside the policy's."""
+
+    path: str | None = Field(
+        None, description="Local save_pretrained folder the critic starts from (it must share "
+        "the policy's tokenizer); None: each trained policy's own model folder."
+    )
+    lr: float = Field(1e-5, gt=0, description="Peak AdamW learning rate of the critic.")
+    warmup_updates: int = Field(
+        0, ge=0, description="The first this many updates train the critic only (the policy "
+        "is not updated), so its values mean something before they steer the policy "
+        "(verl's trainer.critic_warmup)."
+    )
+    trainer: dict[str, Any] = Field(
+        default_factory=dict, description="Trainer options in which the critic differs from "
+        "`trainer` (e.g. world_size, num_cpus_per_worker, micro_batch_tokens, "
+        "trainable_layers, warmup_steps for its learning rate); the rest are the policy's. "
+        "No LoRA: the critic trains every weight of its head and chosen layers."
+    )
+
+    @model_validator(mode="after")
+    def _trainer_options(self) -> CriticConfig:
+        unknown = set(self.trainer) - set(TrainerConfig.model_fields)
+        if unknown:
+            raise ValueError(f"critic.trainer: unknown trainer options {sorted(unknown)}")
+        if self.trainer.get("lora") is not None:
+            raise ValueError("critic.trainer.lora: the critic trains without LoRA")
+        return self
+
+    @property
+    def loss(self) -> ValueLossConfig:
+        """The value loss options alone: what the critic workers get."""
+        return ValueLossConfig(**self.model_dump(include=set(ValueLossConfig.model_fields)))
+
+    def trainer_config(self, policy: TrainerConfig) -> TrainerConfig:
+        """The critic's trainer options: the policy's, with ``lr``, no LoRA and ``trainer``."""
+        fields = policy.model_dump(exclude={"lora"}) | {"lr": self.lr} | self.trainer
+        return TrainerConfig.model_validate(fields)
+
+
 class AlgorithmConfig(PolicyLossConfig):
     """The policy loss (`PolicyLossConfig`) and how rewards become its batch: the weight of
     the shared outcome, dynamic sampling, over-long handling and step-level credit."""
@@ -240,6 +295,7 @@ class AlgorithmConfig(PolicyLossConfig):
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
     step_level: StepLevelConfig = Field(default_factory=StepLevelConfig)
+    gae: GAEConfig = Field(default_factory=GAEConfig)
 
     @model_validator(mode="after")
     def _step_baseline(self) -> AlgorithmConfig:
@@ -383,6 +439,10 @@ class TrainConfig(_Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    critic: CriticConfig = Field(
+        default_factory=CriticConfig, description="The value model; used only with "
+        "algorithm.advantage_estimator: gae (PPO with a critic)."
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
@@ -440,17 +500,6 @@ class TrainConfig(_Section):
             )
         return self
 
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> TrainConfig:
-        """Load a YAML file; errors name the file and the offending field."""
-        try:
-            return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
-        except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from exc
-
-    def to_yaml(self, path: str | Path) -> None:
-        """Write the full config (defaults included) as YAML."""
-        Path(path).write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
     @model_validator(mode="after")
     def _adapters_need_lora(self) -> TrainConfig:
         adapters = sorted(name for name, p in self.policies.items() if p.adapter_of)
@@ -466,3 +515,14 @@ class TrainConfig(_Section):
         """The policies that are LoRA adapters of the default policy's base (``adapter_of``)."""
         return [name for name, p in self.policies.items() if p.adapter_of is not None]
 
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrainConfig:
+        """Load a YAML file; errors name the file and the offending field."""
+        try:
+            return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+
+    def to_yaml(self, path: str | Path) -> None:
+        """Write the full config (defaults included) as YAML."""
+        Path(path).write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))

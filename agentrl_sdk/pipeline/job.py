@@ -20,6 +20,7 @@ from agentrl_sdk.chat.recorder import SharedEngine
 from agentrl_sdk.engines import Engine
 from agentrl_sdk.pipeline.checkpoints import checkpoint_run_id
 from agentrl_sdk.pipeline.config import TrainConfig
+from agentrl_sdk.pipeline.critic import start_critics, stop_critics, update_critic
 from agentrl_sdk.pipeline.leftovers import forget_processes, note_processes, stop_leftovers
 from agentrl_sdk.pipeline.metrics import rollout_metrics
 from agentrl_sdk.pipeline.policies import (
@@ -38,6 +39,7 @@ from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.rollout.step_samples import build_step_samples
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.tracing import TrainingRun, rollout_credit
+from agentrl_sdk.trainer.critic import CriticGroup
 from agentrl_sdk.types import Batch, Sample, Trajectory
 
 
@@ -77,6 +79,7 @@ class Job:
     policies: dict[str, Policy]
     run: TrainingRun | None = None
     eval_rows: list[dict[str, Any]] = field(default_factory=list)
+    critics: dict[str, CriticGroup] = field(default_factory=dict)  # by policy (gae only)
 
     @property
     def trained(self) -> list[Policy]:
@@ -115,6 +118,7 @@ async def open_job(
     run = await run_blocking(open_run if trainers else start_run, config)
     status = "FAILED"
     policies: dict[str, Policy] = {}
+    critics: dict[str, CriticGroup] = {}
     result = TrainResult(steps=0, run_id=run.run_id if run else None, skipped_rows=skipped_rows)
     # A killed driver's Ray processes outlive it: the job's next start stops them.
     noted = Path(config.checkpoint.dir) if trainers and config.checkpoint.dir else None
@@ -122,10 +126,12 @@ async def open_job(
         if noted:
             await run_blocking(stop_leftovers, noted)
         policies = await start_policies(config, trainers=trainers)
+        if trainers:
+            critics = await start_critics(config, list(policies.values()))
         if noted:
             await run_blocking(note_processes, noted)
         job = Job(spec.graph, spec.reward_fn, spec.input_fn, config, tokenizer, loader, policies,
-                  run, eval_rows=list(spec.eval_rows))
+                  run, eval_rows=list(spec.eval_rows), critics=critics)
         if skipped_rows:
             console.log(f"[yellow]{skipped_rows} dataset rows failed validation and are left out")
             if run:
@@ -137,6 +143,7 @@ async def open_job(
         raise
     finally:
         try:
+            await stop_critics(critics)  # first: the policies' first trainer may own Ray
             await stop_policies(policies)
             if noted:
                 forget_processes(noted)
@@ -231,15 +238,20 @@ def batch_samples(
 
 
 async def update_policies(job: Job, step: int, samples: list[Sample]) -> dict[str, float]:
-    """Every trained policy's update on its own samples, concurrently; plus ``time/train_s``."""
+    """Every trained policy's update on its own samples, and every critic's, concurrently; plus
+    ``time/train_s``. In the first ``critic.warmup_updates`` steps only the critics train."""
     started = time.perf_counter()
-    updates = await asyncio.gather(*(
-        update_policy(policy, step, [s for s in samples if s.policy == policy.name])
-        for policy in job.trained
-    ))  # fmt: skip
+    warmup = bool(job.critics) and step < job.config.critic.warmup_updates
+    own = {p.name: [s for s in samples if s.policy == p.name] for p in job.trained}
+    updates = await asyncio.gather(
+        *(update_policy(policy, step, own[policy.name]) for policy in job.trained if not warmup),
+        *(update_critic(critic, name, step, own.get(name, [])) for name, critic in job.critics.items()),
+    )  # fmt: skip
     metrics: dict[str, float] = {}
     for update in updates:
         metrics.update(update)
+    if job.critics:
+        metrics["critic/warmup"] = float(warmup)
     metrics["time/train_s"] = time.perf_counter() - started
     return metrics
 

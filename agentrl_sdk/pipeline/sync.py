@@ -12,6 +12,7 @@ from rich.console import Console
 
 from agentrl_sdk.data import LoaderPosition
 from agentrl_sdk.pipeline.checkpoints import finish, maybe_resume, save_checkpoint
+from agentrl_sdk.pipeline.critic import score_values
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
 from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
 from agentrl_sdk.pipeline.job import (
@@ -121,6 +122,8 @@ async def _step(
         rollout_s += time.perf_counter() - started
         counts.update(filled)
     samples, metrics = batch_samples(job, trajectories, rollout_s, surplus)
+    samples, critic_metrics = await score_values(job, samples)  # GAE: values before advantages
+    metrics.update(critic_metrics)
     metrics.update(trace_step(job, current.step, trajectories, samples))
     metrics.update(counts)
     upcoming = None

@@ -30,7 +30,8 @@ def build_samples(
 
     Args:
         trajectories: Rollouts with ``reward`` set; those with ``reward`` None are skipped.
-        estimator: Advantage estimator name (``grpo``, ``drgrpo``, ``rloo``).
+        estimator: Advantage estimator name (``grpo``, ``drgrpo``, ``rloo``; ``gae`` leaves
+            every advantage 0 for the critic's token advantages to replace).
         policies: Policies to build samples for; all when None.
         outcome_weight: Weight of the shared outcome in every policy's reward.
         drop_flat_groups: Leave out groups whose rewards all agree (dynamic sampling).
@@ -47,7 +48,10 @@ def build_samples(
         return [], {"samples": 0.0, **counts}
 
     rewards = torch.tensor([c.reward for c in credits], dtype=torch.float64)
-    adv, metrics = compute_advantages(estimator, rewards, [c.group for c in credits])
+    if estimator == "gae":  # token advantages come later, from a critic's values (compute_gae)
+        adv, metrics = torch.zeros_like(rewards), {}
+    else:
+        adv, metrics = compute_advantages(estimator, rewards, [c.group for c in credits])
     samples = [
         Sample(
             row_id=c.traj.row_id,

@@ -37,9 +37,11 @@ class FlatSamples:
     response_mask: np.ndarray  # (sum R,) int8
     old_logprobs: np.ndarray  # (sum R,) float32
     response_offsets: np.ndarray  # (N + 1,) int64
-    advantages: np.ndarray  # (N,) float32
+    advantages: np.ndarray  # (sum R,) float32 per token (a sample's own one, broadcast)
     weights: np.ndarray  # (N,) float32
     token_weights: np.ndarray | None = None  # (sum R,) float32 off-policy weights; None: ones
+    values: np.ndarray | None = None  # (sum R,) float32 critic values scored with; None: none
+    returns: np.ndarray | None = None  # (sum R,) float32 critic targets; None: none
 
     @classmethod
     def from_samples(cls, samples: Sequence[Sample]) -> FlatSamples:
@@ -63,6 +65,16 @@ class FlatSamples:
             return np.fromiter((x for xs in lists for x in xs), dtype=dtype)
 
         responses = [s.response_ids for s in samples]
+        # Per-token advantages are the general case; a sample's one advantage is broadcast.
+        advantages = [s.token_advantages or [s.advantage] * len(s.response_ids) for s in samples]
+        critic = {}
+        if samples and all(s.values and s.returns for s in samples if s.response_ids):
+            critic = {
+                "values": cat([s.values or [0.0] * len(s.response_ids) for s in samples],
+                              np.float32),
+                "returns": cat([s.returns or [0.0] * len(s.response_ids) for s in samples],
+                               np.float32),
+            }  # fmt: skip
         return cls(
             prompt_ids=cat([s.prompt_ids for s in samples], np.int64),
             prompt_offsets=offsets([len(s.prompt_ids) for s in samples]),
@@ -70,8 +82,9 @@ class FlatSamples:
             response_mask=cat([s.response_mask for s in samples], np.int8),
             old_logprobs=cat([s.old_logprobs for s in samples], np.float32),
             response_offsets=offsets([len(r) for r in responses]),
-            advantages=np.array([s.advantage for s in samples], dtype=np.float32),
+            advantages=cat(advantages, np.float32),
             weights=np.array([s.weight for s in samples], dtype=np.float32),
+            **critic,
         )
 
     @classmethod
@@ -92,7 +105,7 @@ class FlatSamples:
         )
 
     def __len__(self) -> int:
-        return len(self.advantages)
+        return len(self.weights)
 
     @property
     def prompt_lengths(self) -> np.ndarray:
@@ -153,9 +166,11 @@ class PackedBatch:
     response_ids: torch.Tensor  # (B, T) long, targets; pad_id at padding
     response_mask: torch.Tensor  # (B, T) float32, 0 at padding
     old_logprobs: torch.Tensor  # (B, T) float32, 0 at padding
-    advantages: torch.Tensor  # (B,) float32
+    advantages: torch.Tensor  # (B, T) float32, 0 at padding
     weights: torch.Tensor  # (B,) float32
     token_weights: torch.Tensor | None = None  # (B, T) float32, 0 at padding; None: ones
+    values: torch.Tensor | None = None  # (B, T) float32 critic values, 0 at padding
+    returns: torch.Tensor | None = None  # (B, T) float32 critic targets, 0 at padding
 
     def to(self, device: torch.device | str) -> PackedBatch:
         """The same batch on ``device``."""
@@ -190,7 +205,10 @@ def pack(
     response_ids = np.full((B, T), pad_id, dtype=np.int64)
     response_mask = np.zeros((B, T), dtype=np.float32)
     old_logprobs = np.zeros((B, T), dtype=np.float32)
+    advantages = np.zeros((B, T), dtype=np.float32)
     token_weights = None if flat.token_weights is None else np.zeros((B, T), dtype=np.float32)
+    values = None if flat.values is None else np.zeros((B, T), dtype=np.float32)
+    returns = None if flat.returns is None else np.zeros((B, T), dtype=np.float32)
     for row, i in enumerate(idx):
         p, r = int(p_len[row]), int(r_len[row])
         prompt = flat.prompt_ids[flat.prompt_offsets[i] : flat.prompt_offsets[i + 1]]
@@ -203,8 +221,12 @@ def pack(
         response_ids[row, :r] = flat.response_ids[resp]
         response_mask[row, :r] = flat.response_mask[resp]
         old_logprobs[row, :r] = flat.old_logprobs[resp]
+        advantages[row, :r] = flat.advantages[resp]
         if token_weights is not None:
             token_weights[row, :r] = flat.token_weights[resp]
+        if values is not None and returns is not None:
+            values[row, :r] = flat.values[resp]
+            returns[row, :r] = flat.returns[resp]
     return PackedBatch(
         input_ids=torch.from_numpy(input_ids),
         attention_mask=torch.from_numpy(attention_mask),
@@ -213,9 +235,11 @@ def pack(
         response_ids=torch.from_numpy(response_ids),
         response_mask=torch.from_numpy(response_mask),
         old_logprobs=torch.from_numpy(old_logprobs),
-        advantages=torch.from_numpy(flat.advantages[idx].copy()),
+        advantages=torch.from_numpy(advantages),
         weights=torch.from_numpy(flat.weights[idx].copy()),
         token_weights=None if token_weights is None else torch.from_numpy(token_weights),
+        values=None if values is None else torch.from_numpy(values),
+        returns=None if returns is None else torch.from_numpy(returns),
     )
 
 

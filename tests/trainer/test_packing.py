@@ -46,9 +46,27 @@ def test_pack_two_samples_exact(flat):
     assert b.response_ids.tolist() == [[8, 9, 0], [2, 3, 4]]
     assert b.response_mask.tolist() == [[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
     assert b.old_logprobs.tolist() == [[-0.5, 0.0, 0.0], [-1.0, -2.0, -3.0]]
-    assert b.advantages.tolist() == [1.0, -0.5]
+    # A sample's one advantage is broadcast over its response tokens; padding holds 0.
+    assert b.advantages.tolist() == [[1.0, 1.0, 0.0], [-0.5, -0.5, -0.5]]
+    assert b.values is None and b.returns is None
     assert b.weights.tolist() == [1.0, 0.5]
     assert b.input_ids.dtype == torch.long and b.response_mask.dtype == torch.float32
+
+
+def test_pack_token_advantages_values_and_returns():
+    samples = [
+        _sample([5, 6], [8, 9], [1, 0], [-0.5, 0.0]).model_copy(update={
+            "token_advantages": [0.3, 0.0], "values": [0.1, 0.2], "returns": [0.4, 0.0]}),
+        _sample([1], [2, 3, 4], [1, 1, 1], [-1.0, -2.0, -3.0]).model_copy(update={
+            "token_advantages": [1.0, 2.0, 3.0], "values": [0.5, 0.6, 0.7],
+            "returns": [1.5, 2.6, 3.7]}),
+    ]  # fmt: skip
+    flat = FlatSamples.from_samples(samples)
+    assert len(flat) == 2 and flat.advantages.tolist() == pytest.approx([0.3, 0, 1, 2, 3])
+    b = pack(flat, [1, 0])
+    assert b.advantages.tolist() == [pytest.approx([1.0, 2.0, 3.0]), pytest.approx([0.3, 0, 0])]
+    assert b.values.tolist() == [pytest.approx([0.5, 0.6, 0.7]), pytest.approx([0.1, 0.2, 0])]
+    assert b.returns.tolist() == [pytest.approx([1.5, 2.6, 3.7]), pytest.approx([0.4, 0, 0])]
 
 
 def test_pack_keeps_only_needed_logits(flat):
