@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import torch
 
     from agentrl_sdk.engines.lora_weights import AdapterWeights
+    from agentrl_sdk.engines.ray_weights import RayWeights
     from agentrl_sdk.engines.shared_weights import SharedWeights
 
 __all__ = ["EnginePool"]
@@ -274,6 +275,15 @@ class EnginePool:
             EngineError: No replica took the weights, or they report different versions.
         """
         return await self._update(lambda replica: replica.update_weights(state_dict), "weights")
+
+    @property
+    def takes_ray_weights(self) -> bool:
+        """Whether every replica fetches pushed object references itself (Ray actors)."""
+        return all(getattr(replica, "takes_ray_weights", False) for replica in self.replicas)
+
+    async def update_ray_weights(self, weights: RayWeights) -> int:
+        """`update_weights` from the trainer's object store: each replica fetches the buckets."""
+        return await self._update(lambda replica: replica.update_ray_weights(weights), "weights")
 
     @property
     def shared_weights_host(self) -> str | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.ray_weights import RayWeights
 from agentrl_sdk.engines.shared_weights import SharedWeights
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.errors import EngineError
@@ -57,6 +58,13 @@ class _EngineActor:
 
     def shared_weights_host(self) -> str | None:
         return getattr(self.engine, "shared_weights_host", None)
+
+    async def update_ray_weights(self, refs: list[Any]) -> int:
+        """Fetch the buckets from the trainer's object store (not through the driver)."""
+        state: dict[str, torch.Tensor] = {}
+        for packed in await asyncio.gather(*refs):
+            state.update(packed.unpack())
+        return await self.engine.update_weights(state)
 
     async def update_shared_weights(self, weights: SharedWeights) -> int:
         return await self.engine.update_shared_weights(weights)
@@ -172,6 +180,16 @@ class RayEngine:
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
         """Ship ``state_dict`` through the object store (as arrays: no copies) and load it."""
         self._version = await self._call("update_weights", PackedTensors.pack(state_dict))
+        return self._version
+
+    @property
+    def takes_ray_weights(self) -> bool:
+        """Always: the actor fetches pushed buckets from the trainer's object store itself."""
+        return True
+
+    async def update_ray_weights(self, weights: RayWeights) -> int:
+        """Hand the bucket references to the actor, which fetches them: no tensor travels here."""
+        self._version = await self._call("update_ray_weights", list(weights.refs))
         return self._version
 
     @property

@@ -15,6 +15,7 @@ import numpy as np
 
 from agentrl_sdk.algorithms import PolicyLossConfig
 from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.ray_weights import RayWeights
 from agentrl_sdk.engines.shared_weights import SharedWeights
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.errors import AgentRLError
@@ -181,9 +182,7 @@ class TrainerGroup:
         tied keys come together, sharing one tensor). The next bucket is gathered while the
         caller consumes the current one. Finish (or close) the iterator before the next call.
         """
-        plan = self._bucket_plans.get(bucket_bytes)
-        if plan is None:  # the keys and shapes never change: plan once per bucket size
-            plan = self._bucket_plans[bucket_bytes] = self._call("state_dict_plan", bucket_bytes)[0]
+        plan = self._plan(bucket_bytes)
         method = "gather_packed_bucket"
         pending = self._submit(method, plan[0]) if plan else None
         for i in range(len(plan)):
@@ -205,9 +204,7 @@ class TrainerGroup:
         (overwritten in place by the next call) until the group shuts down: the engines
         must have loaded them before the next call.
         """
-        plan = self._bucket_plans.get(bucket_bytes)
-        if plan is None:  # the keys and shapes never change: plan once per bucket size
-            plan = self._bucket_plans[bucket_bytes] = self._call("state_dict_plan", bucket_bytes)[0]
+        plan = self._plan(bucket_bytes)
         pending = [self._submit("stage_bucket", keys, i) for i, keys in enumerate(plan)]
         timeout = self.config.call_timeout_s
         files = [self._wait(refs, "stage_bucket", timeout)[0] for refs in pending]
@@ -218,6 +215,25 @@ class TrainerGroup:
             tensors=sum(count for _, count, _ in files),
             nbytes=sum(nbytes for _, _, nbytes in files),
         )
+
+    def put_weights(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> RayWeights:
+        """Puts the full weights in rank 0's object store, a Ray object per bucket; only the
+        references come here. The objects live while a reference does."""
+        pending = [self._submit("put_bucket", keys) for keys in self._plan(bucket_bytes)]
+        timeout = self.config.call_timeout_s
+        buckets = [self._wait(refs, "put_bucket", timeout)[0] for refs in pending]
+        return RayWeights(
+            refs=tuple(ref for (ref,), _, _ in buckets),
+            tensors=sum(count for _, count, _ in buckets),
+            nbytes=sum(nbytes for _, _, nbytes in buckets),
+        )
+
+    def _plan(self, bucket_bytes: int) -> list[list[str]]:
+        """The engine keys cut into buckets (the keys and shapes never change: planned once)."""
+        plan = self._bucket_plans.get(bucket_bytes)
+        if plan is None:
+            plan = self._bucket_plans[bucket_bytes] = self._call("state_dict_plan", bucket_bytes)[0]
+        return plan
 
     def adapter_state_dict(self, adapter: str | None = None) -> dict[str, torch.Tensor]:
         """The full LoRA tensors (``trainer.lora`` only), by the keys of PEFT's

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from agentrl_sdk.engines.lora_weights import AdapterEngine, AdapterWeights
 from agentrl_sdk.engines.shared_weights import SharedWeightsEngine
@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
     from agentrl_sdk.engines.base import Engine
 
-__all__ = ["SyncStats", "WeightSource", "WeightSync", "WeightSyncError"]
+__all__ = ["SyncStats", "Via", "WeightSource", "WeightSync", "WeightSyncError"]
+
+Via = Literal["adapter", "shared_memory", "object_store", "driver"]
+"""The way a push took (`WeightSync`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +56,7 @@ class SyncStats:
     load_s: float  # the engines' update_weights, concurrently
     total_s: float
     adapter: bool = False  # only LoRA adapter tensors moved (the engines merged them)
-    shared: bool = False  # the trainer staged files the engines mapped: no tensor crossed here
+    via: Via = "driver"  # the way the weights took (see `WeightSync`)
 
     def as_metrics(self, prefix: str = "weight_sync/") -> dict[str, float]:
         """Flat metrics for a tracker."""
@@ -71,13 +74,15 @@ class WeightSync:
 
     - A LoRA trainer with ``lora.sync='adapter'`` sends its adapter alone when every engine
       takes adapters.
-    - Shared memory (``shared``, default): when every engine maps files on the host of the
-      trainer's rank 0 (`SharedWeightsEngine`: torch engines here or in Ray actors on this
-      machine, vLLM), rank 0 writes the buckets to /dev/shm as it gathers them and each
-      engine loads them from there. Only file names pass through this process: its memory
-      does not grow with the model, and the engines read one copy.
-    - Else the buckets are assembled here into one mapping (tied keys keep sharing a tensor)
-      and handed to every engine (engines on other machines, other `WeightSource`s).
+    - Direct from a `TrainerGroup` (``direct``, default), never through this process, whose
+      memory does not grow with the model:
+      - ``shared_memory``: every engine maps files on the machine of the trainer's rank 0
+        (`SharedWeightsEngine`: torch engines here or in Ray actors there, vLLM): rank 0
+        writes the buckets to /dev/shm as it gathers them, each engine loads from there.
+      - ``object_store``: every engine is a Ray actor (`RayWeightsEngine`), some elsewhere:
+        rank 0 puts each bucket in its object store, the actors fetch them from there.
+    - ``driver``: the buckets are assembled here into one mapping (tied keys keep sharing a
+      tensor) and handed to every engine (other engines or `WeightSource`s).
 
     The push is a version barrier, the only thing this process orders: every engine must
     report the same new version.
@@ -85,17 +90,18 @@ class WeightSync:
     Args:
         bucket_bytes: Size of one bucket streamed from the trainer.
         timeout_s: Longest wait for all engines to load the weights.
-        shared: Allow the shared-memory path (False: always through this process).
+        direct: Let full weights skip this process when the engines allow it (False: always
+            ``driver``).
     """
 
     def __init__(
-        self, bucket_bytes: int = 256 << 20, timeout_s: float = 600.0, *, shared: bool = True
+        self, bucket_bytes: int = 256 << 20, timeout_s: float = 600.0, *, direct: bool = True
     ) -> None:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
-        self.shared = shared
+        self.direct = direct
         self.last_stats: SyncStats | None = None
         self._warned_adapter = False
 
@@ -112,14 +118,18 @@ class WeightSync:
             raise ValueError("push needs at least one engine")
         start = time.perf_counter()
         adapter = await self._adapter(group, engines)
-        staged = None
+        via = "adapter" if adapter is not None else self._direct_way(group, engines)
         if adapter is not None:
             tensors, nbytes, buckets = len(adapter.tensors), adapter.nbytes, 1
             loads = [engine.update_adapter(adapter) for engine in engines]
-        elif self._stages(group, engines):
+        elif via == "shared_memory":
             staged = await run_blocking(group.stage_weights, self.bucket_bytes)
             tensors, nbytes, buckets = staged.tensors, staged.nbytes, len(staged.paths)
             loads = [engine.update_shared_weights(staged) for engine in engines]
+        elif via == "object_store":
+            stored = await run_blocking(group.put_weights, self.bucket_bytes)
+            tensors, nbytes, buckets = stored.tensors, stored.nbytes, len(stored.refs)
+            loads = [engine.update_ray_weights(stored) for engine in engines]
         else:
             state, buckets = await self._collect(group)
             unique = {id(t): t for t in state.values()}.values()
@@ -150,13 +160,12 @@ class WeightSync:
             load_s=done - gathered,
             total_s=done - start,
             adapter=adapter is not None,
-            shared=staged is not None,
+            via=via,
         )
-        what = "adapter" if adapter else "full, shared memory" if staged else "full"
         logger.info(
             "weight sync v%d: %.1f MB (%s) in %d buckets to %d engines in %.3fs "
             "(gather %.3fs, load %.3fs)",
-            versions[0], self.last_stats.bytes / 1e6, what, buckets,
+            versions[0], self.last_stats.bytes / 1e6, via, buckets,
             len(engines),
             self.last_stats.total_s, self.last_stats.gather_s, self.last_stats.load_s,
         )  # fmt: skip
@@ -178,14 +187,21 @@ class WeightSync:
             )
         return None
 
-    def _stages(self, group: WeightSource, engines: Sequence[Engine]) -> bool:
-        """Whether the push goes through files the trainer stages: when ``shared`` allows it,
-        the source can stage (`TrainerGroup`) and every engine maps files where it writes."""
-        host = getattr(group, "staging_host", None) if self.shared else None
-        return host is not None and all(
+    def _direct_way(self, group: WeightSource, engines: Sequence[Engine]) -> Via:
+        """How full weights reach the engines from a `TrainerGroup` (``direct``): through
+        files in rank 0's shared memory when every engine maps them there, else through rank
+        0's object store when every engine is a Ray actor; else through this process."""
+        if not self.direct or not hasattr(group, "stage_weights"):
+            return "driver"
+        host = getattr(group, "staging_host", None)
+        if all(
             isinstance(engine, SharedWeightsEngine) and engine.shared_weights_host == host
             for engine in engines
-        )
+        ):
+            return "shared_memory"
+        if all(getattr(engine, "takes_ray_weights", False) for engine in engines):
+            return "object_store"
+        return "driver"
 
     async def _collect(self, group: WeightSource) -> tuple[Mapping[str, torch.Tensor], int]:
         """Drains the bucket stream off the event loop (each bucket is a blocking Ray get)."""

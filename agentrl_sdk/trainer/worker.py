@@ -647,6 +647,22 @@ class PolicyWorker:
             return path, len(state), staged.nbytes
         return path, len(state), staged.overwrite(state)
 
+    def put_bucket(self, keys: Sequence[str]) -> tuple[list[Any], int, int] | None:
+        """`gather_bucket` put in this node's object store by rank 0 (a collective).
+
+        Returns:
+            On rank 0, ``[ref]`` (in a list, so Ray hands over the reference, not the
+            object), its tensor count and distinct bytes; else None.
+        """
+        import ray
+
+        state = self.gather_bucket(keys)
+        if state is None:
+            return None
+        unique = {id(t): t for t in state.values()}.values()
+        nbytes = sum(t.numel() * t.element_size() for t in unique)
+        return [ray.put(PackedTensors.pack(state))], len(state), nbytes
+
     def gather_packed_bucket(self, keys: Sequence[str]) -> PackedTensors | None:
         """`gather_bucket` as numpy arrays, which leave the actor without a copy (rank 0)."""
         state = self.gather_bucket(keys)

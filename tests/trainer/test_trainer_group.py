@@ -331,7 +331,7 @@ async def test_weight_sync_to_engines_and_export(scenario_a, model_path, tmp_pat
               f"{stats.total_s * 1e3:.1f} ms (gather {stats.gather_s * 1e3:.1f} ms, "
               f"load {stats.load_s * 1e3:.1f} ms)")  # fmt: skip
         assert stats.buckets > 1
-        assert stats.shared  # rank 0 staged the buckets in /dev/shm; the engines mapped them
+        assert stats.via == "shared_memory"  # rank 0 staged the buckets; the engines mapped them
         for engine in engines:
             served = engine.model.state_dict()
             assert served.keys() == trained.keys()
@@ -379,12 +379,12 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
     try:
         shared = WeightSync(bucket_bytes=64 << 10)
         assert await shared.push(group, [actor]) == [1]
-        assert shared.last_stats.shared and shared.last_stats.buckets > 1
+        assert shared.last_stats.via == "shared_memory" and shared.last_stats.buckets > 1
         staged = Path(shm_root() or tempfile.gettempdir()).glob(f"agentrl-weights-{group.pids[0]}-*")
         assert len(list(staged)) == 1  # rank 0's files, overwritten in place by later pushes
-        driver = WeightSync(bucket_bytes=64 << 10, shared=False)
+        driver = WeightSync(bucket_bytes=64 << 10, direct=False)
         assert await driver.push(group, [by_driver]) == [1]
-        assert not driver.last_stats.shared
+        assert driver.last_stats.via == "driver"
         assert driver.last_stats.bytes == shared.last_stats.bytes
         assert all(torch.equal(by_driver.model.state_dict()[k], trained[k]) for k in trained)
         want = await by_driver.generate(prompt, greedy, "driver")
@@ -392,6 +392,18 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
         assert (got.token_ids, got.logprobs) == (want.token_ids, want.logprobs)
         untrained = await fresh.generate(prompt, greedy, "fresh")
         assert untrained.logprobs != want.logprobs  # the push did change the actor's weights
+
+        # An actor on another machine (as it would say) fetches from rank 0's object store.
+        remote = RayEngine("torch", str(model_path))
+        try:
+            remote._shm_host = "another-machine/0"
+            stored = WeightSync(bucket_bytes=64 << 10)
+            assert await stored.push(group, [remote]) == [1]
+            assert stored.last_stats.via == "object_store" and stored.last_stats.buckets > 1
+            got = await remote.generate(prompt, greedy, "remote")
+            assert (got.token_ids, got.logprobs) == (want.token_ids, want.logprobs)
+        finally:
+            remote.close()
     finally:
         for engine in (actor, by_driver, fresh):
             engine.close()
