@@ -124,3 +124,22 @@ def test_brief_lora_run_trains_two_adapters_of_one_base(tmp_path):
     assert any(not torch.equal(exported["train/"][k], exported["train/supervisor/"][k])
                for k in base)
     assert (tmp_path / "ckpt" / "policies" / "supervisor" / "step_2").is_dir()
+
+
+def test_brief_lora_run_fully_async(tmp_path):
+    """The same three adapters under the fully-async pipeline: per-adapter pushes, and every
+    trained token's version maps to a push of its own policy (else the staleness check raises)."""
+    config = TrainConfig.from_yaml(HERE / "config_lora.yaml")
+    config.pipeline = "fully_async"
+    config.max_steps = 2
+    config.data.batch_size = 4
+    config.checkpoint.dir = str(tmp_path / "ckpt")
+    config.checkpoint.every = 0
+    config.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    result = run(config)
+
+    for step, metrics in enumerate(result.history, start=1):
+        assert metrics["policy_version"] == 1 + 2 * step
+        assert metrics["policy_version/supervisor"] == 2 + 2 * step
+        assert metrics["weight_sync/bytes"] == metrics["weight_sync/supervisor/bytes"] > 0
