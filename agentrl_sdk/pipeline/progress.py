@@ -57,6 +57,9 @@ def step_line(step: int, m: dict[str, float]) -> str:
         f"{m['tokens/generated_per_s']:.0f} tok/s · rollout {m['time/rollout_s']:.1f}s · "
         f"train {m['time/train_s']:.1f}s · sync {m['time/weight_sync_s']:.2f}s"
         # What decides whether GRPO can learn: groups whose rewards all agree give no gradient.
-        f" · entropy {m.get('train/entropy', float('nan')):.3f} · flat groups "
-        f"{m.get('adv_zero_std_group_frac', float('nan')):.0%}"
+        f" · entropy {m.get('train/entropy', float('nan')):.3f} · "
+        + (f"value loss {m['critic/value_loss']:.4f} · explained var "
+           f"{m.get('critic/explained_variance', float('nan')):.2f}"
+           if "critic/value_loss" in m else  # PPO with a critic: how well it predicts
+           f"flat groups {m.get('adv_zero_std_group_frac', float('nan')):.0%}")
     )
