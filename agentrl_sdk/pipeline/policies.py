@@ -43,9 +43,13 @@ class Policy:
 
     def engine_metrics(self) -> dict[str, float]:
         """The engine pool's failure counts (``engine/reroutes``, ...); none for one engine."""
-        engine = self.engine.engine if isinstance(self.engine, AdapterView) else self.engine
-        if not isinstance(engine, EnginePool) or self.engine.adapter not in (None, DEFAULT_POLICY):
-            return {}  # a shared pool's counts are reported once, by the default policy
+        engine = self.engine
+        if isinstance(engine, AdapterView):
+            if self.name != DEFAULT_POLICY:
+                return {}  # a shared pool's counts are reported once, by the default policy
+            engine = engine.engine
+        if not isinstance(engine, EnginePool):
+            return {}
         return {f"{self.prefix('engine')}{k}": v for k, v in self.engine.stats().items()}
 
     def checkpoint_dir(self, root: str | Path) -> Path:
