@@ -12,7 +12,7 @@ Ray actor, two ways, alternating round by round:
 - ``object_store`` (the way engine actors on other machines take; here the engines are told
   to report no shared host): rank 0 puts each bucket in its object store, the actors fetch
   them. Only object references cross the driver.
-- ``driver`` (``WeightSync(direct=False)``, the only way before): the buckets are assembled
+- ``driver`` (``WeightSync(transport="driver")``, the only way before): the buckets are assembled
   in the driver and shipped to each engine through Ray's object store.
 
 Figures (``benchmarks/results/weight_sync.json``):
@@ -118,7 +118,7 @@ async def push_rounds(
     ways = {
         "shared_memory": WeightSync(BUCKET_BYTES),
         "object_store": WeightSync(BUCKET_BYTES),
-        "driver": WeightSync(BUCKET_BYTES, direct=False),
+        "driver": WeightSync(BUCKET_BYTES, transport="driver"),
     }
     seconds: dict[str, list[float]] = {way: [] for way in ways}
     growth: dict[str, list[int]] = {way: [] for way in ways}

@@ -12,9 +12,11 @@ import json
 import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup, receive_buckets
 from agentrl_sdk.engines.shared_weights import (
     make_stage_folder,
     remove_stage_folder,
@@ -27,6 +29,8 @@ WORKER_EXTENSION = "agentrl_sdk.engines._vllm_weights.WorkerWeightLoader"
 """The ``worker_extension_cls`` our vLLM engines start with."""
 
 RPC_METHOD = "agentrl_load_weights"
+JOIN_METHOD = "agentrl_join_weight_group"
+RECEIVE_METHOD = "agentrl_receive_weights"
 
 
 def write_buckets(
@@ -116,6 +120,20 @@ class WorkerWeightLoader:
 
         self.reload_weights(weights_iterator=tensors())  # type: ignore[attr-defined]
         return count
+
+    def agentrl_join_weight_group(self, group: dict[str, Any], rank: int) -> None:
+        """Join the trainer's push group (`WeightGroup`, as plain data) as ``rank``."""
+        spec = WeightGroup(**group)
+        self._agentrl_weight_group = (spec.join(rank), spec.device())
+
+    def agentrl_receive_weights(self, layouts: list[dict[str, Any]]) -> int:
+        """Receive every bucket trainer rank 0 broadcasts, then reload the model from them
+        (all received first: a reload that stopped early would leave rank 0 waiting)."""
+        group, device = self._agentrl_weight_group
+        buckets = list(receive_buckets(group, [BucketLayout.from_json(x) for x in layouts], device))
+        tensors = [item for bucket in buckets for item in bucket.items()]
+        self.reload_weights(weights_iterator=iter(tensors))  # type: ignore[attr-defined]
+        return len(tensors)
 
 
 def _init_amx() -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup, receive_buckets
 from agentrl_sdk.engines.lora_weights import AdapterWeights
 from agentrl_sdk.engines.ray_weights import RayWeights
 from agentrl_sdk.engines.shared_weights import SharedWeights
@@ -58,6 +59,26 @@ class _EngineActor:
 
     def shared_weights_host(self) -> str | None:
         return getattr(self.engine, "shared_weights_host", None)
+
+    def takes_collective_weights(self) -> bool:
+        return True
+
+    async def join_weight_group(self, group: WeightGroup, rank: int) -> None:
+        if getattr(self.engine, "takes_collective_weights", False):
+            await self.engine.join_weight_group(group, rank)  # vLLM: its worker joins
+        else:
+            self._weight_group = (await asyncio.to_thread(group.join, rank), group.device())
+
+    async def update_collective_weights(self, layouts: list[BucketLayout]) -> int:
+        if getattr(self.engine, "takes_collective_weights", False):
+            return await self.engine.update_collective_weights(layouts)
+        group, device = self._weight_group
+
+        def receive() -> dict[str, torch.Tensor]:
+            return {k: v for bucket in receive_buckets(group, layouts, device)
+                    for k, v in bucket.items()}  # fmt: skip
+
+        return await self.engine.update_weights(await asyncio.to_thread(receive))
 
     async def update_ray_weights(self, refs: list[Any]) -> int:
         """Fetch the buckets from the trainer's object store (not through the driver)."""
@@ -180,6 +201,20 @@ class RayEngine:
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
         """Ship ``state_dict`` through the object store (as arrays: no copies) and load it."""
         self._version = await self._call("update_weights", PackedTensors.pack(state_dict))
+        return self._version
+
+    @property
+    def takes_collective_weights(self) -> bool:
+        """Always: the actor (or vLLM's worker in it) joins a push group."""
+        return True
+
+    async def join_weight_group(self, group: WeightGroup, rank: int) -> None:
+        """The actor's process (or its vLLM worker) joins ``group`` as ``rank``."""
+        await self._call("join_weight_group", group, rank)
+
+    async def update_collective_weights(self, layouts: Sequence[BucketLayout]) -> int:
+        """The actor receives the broadcast buckets and loads them: no tensor travels here."""
+        self._version = await self._call("update_collective_weights", list(layouts))
         return self._version
 
     @property

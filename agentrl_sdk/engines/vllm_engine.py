@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,13 @@ from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
 from agentrl_sdk.engines._vllm_cpu_env import vllm_cpu_env
-from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
+from agentrl_sdk.engines._vllm_weights import (
+    JOIN_METHOD,
+    RECEIVE_METHOD,
+    RPC_METHOD,
+    WORKER_EXTENSION,
+)
+from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup
 from agentrl_sdk.engines.lora_weights import AdapterWeights, write_adapter_folder
 from agentrl_sdk.engines.shared_weights import shm_root
 from agentrl_sdk.errors import EngineError
@@ -223,11 +229,30 @@ class VLLMEngine(VLLMBackend):
             await asyncio.wait_for(self._llm.remove_lora(old.lora_int_id), self._timeout)
             shutil.rmtree(old.lora_path, ignore_errors=True)
 
+    @property
+    def takes_collective_weights(self) -> bool:
+        """Always: vLLM's worker joins a push group itself (`CollectiveWeightsEngine`)."""
+        return True
+
+    async def join_weight_group(self, group: WeightGroup, rank: int) -> None:
+        """vLLM's worker joins ``group`` as ``rank`` (one worker: no tensor parallelism)."""
+        self._check_open()
+        call = self._llm.collective_rpc(JOIN_METHOD, args=(group.to_json(), rank))
+        await self._loop.call(asyncio.wait_for(call, self._timeout))
+
+    async def update_collective_weights(self, layouts: Sequence[BucketLayout]) -> int:
+        """vLLM's worker receives the broadcast buckets and reloads from them, requests held."""
+        self._check_open()
+        args = ([layout.to_json() for layout in layouts],)
+        return await self._loop.call(self._held(self._load_by(RECEIVE_METHOD, args)))
+
     async def _load(self, paths: list[str]) -> None:
+        await self._load_by(RPC_METHOD, (paths,))
+
+    async def _load_by(self, method: str, args: tuple[Any, ...]) -> None:
+        """New weights through a worker RPC, then what every reload needs."""
         try:
-            await asyncio.wait_for(
-                self._llm.collective_rpc(RPC_METHOD, args=(paths,)), self._timeout
-            )
+            await asyncio.wait_for(self._llm.collective_rpc(method, args=args), self._timeout)
             await self._drop_adapter()  # full weights replace base + adapter
             # Cached prefixes hold the old weights' keys and values.
             await asyncio.wait_for(self._llm.reset_prefix_cache(), self._timeout)

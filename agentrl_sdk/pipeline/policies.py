@@ -83,7 +83,10 @@ async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[
                 continue  # served by the default policy's engine
             path = model_path(spec, name)
             engine = create_engine(config.engine.backend, path, **config.engine.create_kwargs())
-            policies[name] = Policy(name, path, engine, WeightGate(engine), owns_ray=owns_ray)
+            sync = WeightSync(transport=config.trainer.weight_transport)
+            policies[name] = Policy(
+                name, path, engine, WeightGate(engine), weight_sync=sync, owns_ray=owns_ray
+            )
         shared = {DEFAULT_POLICY, *adapters} if adapters else set()
         if adapters:
             policies |= await _adapter_policies(config, policies[DEFAULT_POLICY], trainers)

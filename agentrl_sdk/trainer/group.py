@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from agentrl_sdk.algorithms import PolicyLossConfig
+from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup
 from agentrl_sdk.engines.lora_weights import AdapterWeights
 from agentrl_sdk.engines.ray_weights import RayWeights
 from agentrl_sdk.engines.shared_weights import SharedWeights
@@ -88,6 +89,7 @@ class TrainerGroup:
         self.config = trainer_config or TrainerConfig()
         self.loss_config = loss_config or PolicyLossConfig()
         self._bucket_plans: dict[int, list[list[str]]] = {}
+        self._layouts: dict[int, list[BucketLayout]] = {}
         self._owns_ray = init_ray(self.config)
         # What a rebuilt group needs to reach the same state: the last checkpoint and the
         # updates since (their batches; token ids, small next to the weights).
@@ -215,6 +217,30 @@ class TrainerGroup:
             tensors=sum(count for _, count, _ in files),
             nbytes=sum(nbytes for _, _, nbytes in files),
         )
+
+    def weight_group(self, engines: int) -> WeightGroup:
+        """A push group for rank 0 and ``engines`` engine processes (ranks 1..N): its store
+        on rank 0's node, NCCL when the trainer runs on GPUs, else gloo."""
+        address = self._actors[0].rendezvous_address.remote()
+        ip, port = self._wait([address], "weight_group", self.config.call_timeout_s)[0]
+        backend = "nccl" if self.info["device"].startswith("cuda") else "gloo"
+        return WeightGroup(ip, port, 1 + engines, backend, self.config.call_timeout_s)
+
+    def join_weight_group(self, group: WeightGroup) -> None:
+        """Rank 0 joins ``group`` (blocks until every engine joined too)."""
+        self._call("join_weight_group", group)
+
+    def bucket_layouts(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[BucketLayout]:
+        """The broadcast layout of each bucket (shapes and dtypes, planned once)."""
+        layouts = self._layouts.get(bucket_bytes)
+        if layouts is None:
+            layouts = self._layouts[bucket_bytes] = self._call("bucket_layouts", bucket_bytes)[0]
+        return layouts
+
+    def broadcast_weights(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> int:
+        """Gathers every bucket and broadcasts it from rank 0 to its push group (the engines
+        receive meanwhile: `CollectiveWeightsEngine`); returns the bytes."""
+        return self._call("broadcast_weights", bucket_bytes)[0]
 
     def put_weights(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> RayWeights:
         """Puts the full weights in rank 0's object store, a Ray object per bucket; only the

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SyncStats", "Via", "WeightSource", "WeightSync", "WeightSyncError"]
 
-Via = Literal["adapter", "shared_memory", "object_store", "driver"]
+Via = Literal["adapter", "shared_memory", "collective", "object_store", "driver"]
 """The way a push took (`WeightSync`)."""
 
 logger = logging.getLogger(__name__)
@@ -74,11 +74,16 @@ class WeightSync:
 
     - A LoRA trainer with ``lora.sync='adapter'`` sends its adapter alone when every engine
       takes adapters.
-    - Direct from a `TrainerGroup` (``direct``, default), never through this process, whose
-      memory does not grow with the model:
+    - Direct from a `TrainerGroup` (``transport`` 'auto' or 'collective'), never through
+      this process, whose memory does not grow with the model:
       - ``shared_memory``: every engine maps files on the machine of the trainer's rank 0
         (`SharedWeightsEngine`: torch engines here or in Ray actors there, vLLM): rank 0
         writes the buckets to /dev/shm as it gathers them, each engine loads from there.
+      - ``collective`` (only when asked, ``transport='collective'``): rank 0 and the engines'
+        processes form a push group (`WeightGroup`: NCCL on GPU, GPU to GPU as verl and
+        OpenRLHF push to vLLM; gloo on CPU) and each bucket is broadcast. Every engine must
+        join (Ray-actor engines, vLLM; not pools), and one dying mid-push stalls it until
+        ``timeout_s``: the other ways isolate engine faults.
       - ``object_store``: every engine is a Ray actor (`RayWeightsEngine`), some elsewhere:
         rank 0 puts each bucket in its object store, the actors fetch them from there.
     - ``driver``: the buckets are assembled here into one mapping (tied keys keep sharing a
@@ -90,18 +95,25 @@ class WeightSync:
     Args:
         bucket_bytes: Size of one bucket streamed from the trainer.
         timeout_s: Longest wait for all engines to load the weights.
-        direct: Let full weights skip this process when the engines allow it (False: always
-            ``driver``).
+        transport: 'auto' (shared memory, else the object store, else this process),
+            'collective' (a push group when every engine joins one, else as 'auto') or
+            'driver' (always through this process).
     """
 
     def __init__(
-        self, bucket_bytes: int = 256 << 20, timeout_s: float = 600.0, *, direct: bool = True
+        self,
+        bucket_bytes: int = 256 << 20,
+        timeout_s: float = 600.0,
+        *,
+        transport: Literal["auto", "collective", "driver"] = "auto",
     ) -> None:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
-        self.direct = direct
+        self.transport = transport
+        self._warned_collective = False
+        self._members: tuple[int, ...] | None = None
         self.last_stats: SyncStats | None = None
         self._warned_adapter = False
 
@@ -130,14 +142,24 @@ class WeightSync:
             stored = await run_blocking(group.put_weights, self.bucket_bytes)
             tensors, nbytes, buckets = stored.tensors, stored.nbytes, len(stored.refs)
             loads = [engine.update_ray_weights(stored) for engine in engines]
+        elif via == "collective":
+            await self._join(group, engines)
+            layouts = await run_blocking(group.bucket_layouts, self.bucket_bytes)
+            tensors, buckets = sum(len(x.slots) for x in layouts), len(layouts)
+            nbytes = sum(x.nbytes for x in layouts)
+            loads = [engine.update_collective_weights(layouts) for engine in engines]
+            sending = run_blocking(group.broadcast_weights, self.bucket_bytes)
         else:
             state, buckets = await self._collect(group)
             unique = {id(t): t for t in state.values()}.values()
             tensors, nbytes = len(state), sum(t.numel() * t.element_size() for t in unique)
             loads = [engine.update_weights(state) for engine in engines]
         gathered = time.perf_counter()
+        if via == "collective":  # the engines receive while rank 0 sends
+            loads.append(sending)
         try:
             versions = await asyncio.wait_for(asyncio.gather(*loads), self.timeout_s)
+            versions = versions[: len(engines)]
         except TimeoutError as exc:
             raise WeightSyncError(
                 f"engines did not load the new weights within {self.timeout_s:.0f}s"
@@ -188,11 +210,16 @@ class WeightSync:
         return None
 
     def _direct_way(self, group: WeightSource, engines: Sequence[Engine]) -> Via:
-        """How full weights reach the engines from a `TrainerGroup` (``direct``): through
-        files in rank 0's shared memory when every engine maps them there, else through rank
-        0's object store when every engine is a Ray actor; else through this process."""
-        if not self.direct or not hasattr(group, "stage_weights"):
+        """How full weights reach the engines from a `TrainerGroup` (see `WeightSync`)."""
+        if self.transport == "driver" or not hasattr(group, "stage_weights"):
             return "driver"
+        if self.transport == "collective":
+            if all(getattr(engine, "takes_collective_weights", False) for engine in engines):
+                return "collective"
+            if not self._warned_collective:
+                self._warned_collective = True
+                logger.warning("transport='collective' but not every engine joins push groups "
+                               "(pools do not): choosing the way as 'auto' would")  # fmt: skip
         host = getattr(group, "staging_host", None)
         if all(
             isinstance(engine, SharedWeightsEngine) and engine.shared_weights_host == host
@@ -202,6 +229,22 @@ class WeightSync:
         if all(getattr(engine, "takes_ray_weights", False) for engine in engines):
             return "object_store"
         return "driver"
+
+    async def _join(self, group: WeightSource, engines: Sequence[Engine]) -> None:
+        """Rank 0 and the engines form a push group, once per trainer and engine set (again
+        after the trainer group was rebuilt: its rank 0 is a new process)."""
+        members = (id(group), getattr(group, "restarts", 0), *map(id, engines))
+        if members == self._members:
+            return
+        spec = await run_blocking(group.weight_group, len(engines))
+        joins = [engine.join_weight_group(spec, rank) for rank, engine in enumerate(engines, 1)]
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(run_blocking(group.join_weight_group, spec), *joins), self.timeout_s
+            )
+        except Exception as exc:
+            raise WeightSyncError(f"the engines did not join the push group: {exc!r}") from exc
+        self._members = members
 
     async def _collect(self, group: WeightSource) -> tuple[Mapping[str, torch.Tensor], int]:
         """Drains the bucket stream off the event loop (each bucket is a blocking Ray get)."""

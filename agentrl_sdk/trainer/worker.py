@@ -26,6 +26,11 @@ from agentrl_sdk.algorithms import (
     ppo_policy_loss,
     sequence_mass,
 )
+from agentrl_sdk.engines.collective_weights import (
+    BucketLayout,
+    WeightGroup,
+    broadcast_bucket,
+)
 from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
 from agentrl_sdk.engines.shared_weights import (
     StagedFile,
@@ -41,8 +46,8 @@ from agentrl_sdk.trainer.lora import (
     ADAPTER,
     AdaptedWeight,
     activate_adapter,
-    adapter_file_key,
     adapted_weights,
+    adapter_file_key,
     adapters_disabled,
     engine_key,
     inject_lora,
@@ -131,6 +136,8 @@ class PolicyWorker:
         self.ref_model: nn.Module | None = None
         self._adapted: dict[str, AdaptedWeight] = {}  # engine key -> its LoRA pieces
         self._stage_folder: str | None = None  # rank 0's staged weights (`stage_bucket`)
+        self._weight_group: Any = None  # rank 0's push group to the engines, if any
+        self._weight_device = torch.device("cpu")
         self._staged: dict[str, StagedFile] = {}
         self._trainer_keys: dict[str, str] = {}  # engine key -> trainer key (LoRA renames)
         if adapters and config.lora is None:
@@ -646,6 +653,34 @@ class PolicyWorker:
             staged = self._staged[path] = StagedFile(path, state)
             return path, len(state), staged.nbytes
         return path, len(state), staged.overwrite(state)
+
+    def bucket_layouts(self, bucket_bytes: int) -> list[BucketLayout]:
+        """How each bucket of `state_dict_plan` is laid out for a broadcast (shapes only)."""
+        meta = {}
+        for keys, tensor in self._engine_tensors():
+            full = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+            meta |= dict.fromkeys(keys, full)  # tied keys: one tensor object
+        return [BucketLayout.of({k: meta[k] for k in keys}) for keys in self.state_dict_plan(bucket_bytes)]
+
+    def join_weight_group(self, group: WeightGroup) -> None:
+        """Rank 0 joins a push group as its rank 0 (blocks until the engines joined)."""
+        if self.rank == 0:
+            self._weight_group = group.join(0)
+            self._weight_device = group.device()
+
+    def broadcast_weights(self, bucket_bytes: int) -> int:
+        """Every bucket of `state_dict_plan` gathered (a collective on every rank) and
+        broadcast by rank 0 to its push group (`join_weight_group`); returns the bytes."""
+        sent = 0
+        layouts = self.bucket_layouts(bucket_bytes) if self.rank == 0 else None
+        for i, keys in enumerate(self.state_dict_plan(bucket_bytes)):
+            state = self.gather_bucket(keys)
+            if state is not None:
+                if self._weight_group is None:
+                    raise RuntimeError("broadcast_weights before join_weight_group")
+                broadcast_bucket(self._weight_group, layouts[i], state, self._weight_device)
+                sent += layouts[i].nbytes
+        return sent
 
     def put_bucket(self, keys: Sequence[str]) -> tuple[list[Any], int, int] | None:
         """`gather_bucket` put in this node's object store by rank 0 (a collective).

@@ -16,7 +16,6 @@ from transformers import AutoModelForCausalLM
 from agentrl_sdk.engines import EnginePool, TorchEngine
 from agentrl_sdk.trainer.weight_sync import WeightSync
 from agentrl_sdk.types import SamplingParams
-
 from tests.engines._pausing import pause_midway
 from tests.engines._tiny import tiny_model_dir
 
@@ -232,3 +231,36 @@ async def test_shared_weights_staged_in_place_reach_the_workers(vllm_engine, mod
         assert got.token_ids == greedy(models[0], prompts[5], 48)
     finally:
         remove_stage_folder(folder)
+
+
+async def test_a_push_group_broadcasts_weights_into_the_vllm_worker(vllm_engine, models, prompts):
+    """The collective way (NCCL on GPU, gloo here): vLLM's worker joins a push group as rank 1
+    and reloads from the buckets rank 0 (this test) broadcasts."""
+    import socket
+
+    from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup, broadcast_bucket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = WeightGroup("127.0.0.1", port, world_size=2, backend="gloo", timeout_s=120)
+    state = models[1].state_dict()
+    keys = list(state)
+    buckets = [keys[: len(keys) // 2], keys[len(keys) // 2 :]]
+    layouts = [BucketLayout.of({k: state[k] for k in bucket}) for bucket in buckets]
+    rank0, _ = await asyncio.gather(
+        asyncio.to_thread(spec.join, 0), vllm_engine.join_weight_group(spec, 1)
+    )
+
+    def send() -> None:
+        for layout, bucket in zip(layouts, buckets, strict=True):
+            broadcast_bucket(rank0, layout, {k: state[k] for k in bucket}, torch.device("cpu"))
+
+    v0 = vllm_engine.policy_version
+    version, _ = await asyncio.gather(
+        vllm_engine.update_collective_weights(layouts), asyncio.to_thread(send)
+    )
+    assert version == v0 + 1
+    got = await vllm_engine.generate(prompts[5], GREEDY, "collective")
+    assert got.token_ids == greedy(models[1], prompts[5], 48)
+    assert await vllm_engine.update_weights(models[0].state_dict()) == v0 + 2  # put back

@@ -382,7 +382,7 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
         assert shared.last_stats.via == "shared_memory" and shared.last_stats.buckets > 1
         staged = Path(shm_root() or tempfile.gettempdir()).glob(f"agentrl-weights-{group.pids[0]}-*")
         assert len(list(staged)) == 1  # rank 0's files, overwritten in place by later pushes
-        driver = WeightSync(bucket_bytes=64 << 10, direct=False)
+        driver = WeightSync(bucket_bytes=64 << 10, transport="driver")
         assert await driver.push(group, [by_driver]) == [1]
         assert driver.last_stats.via == "driver"
         assert driver.last_stats.bytes == shared.last_stats.bytes
@@ -404,6 +404,21 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
             assert (got.token_ids, got.logprobs) == (want.token_ids, want.logprobs)
         finally:
             remote.close()
+
+        # A push group (gloo here, NCCL on GPUs): rank 0 broadcasts, two actors receive.
+        actors = [RayEngine("torch", str(model_path)) for _ in range(2)]
+        try:
+            collective = WeightSync(bucket_bytes=64 << 10, transport="collective")
+            for version in (1, 2):  # the second push reuses the group
+                assert await collective.push(group, actors) == [version, version]
+                assert collective.last_stats.via == "collective"
+                assert collective.last_stats.buckets > 1
+            for i, engine in enumerate(actors):
+                got = await engine.generate(prompt, greedy, f"collective-{i}")
+                assert (got.token_ids, got.logprobs) == (want.token_ids, want.logprobs)
+        finally:
+            for engine in actors:
+                engine.close()
     finally:
         for engine in (actor, by_driver, fresh):
             engine.close()
