@@ -50,7 +50,7 @@ class Policy:
             engine = engine.engine
         if not isinstance(engine, EnginePool):
             return {}
-        return {f"{self.prefix('engine')}{k}": v for k, v in self.engine.stats().items()}
+        return {f"{self.prefix('engine')}{k}": v for k, v in engine.stats().items()}
 
     def checkpoint_dir(self, root: str | Path) -> Path:
         """Where this policy's checkpoints live under the job's checkpoint root."""
