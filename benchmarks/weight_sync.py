@@ -12,6 +12,8 @@ Ray actor, two ways, alternating round by round:
 - ``object_store`` (the way engine actors on other machines take; here the engines are told
   to report no shared host): rank 0 puts each bucket in its object store, the actors fetch
   them. Only object references cross the driver.
+- ``collective`` (``transport="collective"``; NCCL on GPUs, gloo here): rank 0 and the actors
+  form a push group; each bucket is one broadcast.
 - ``driver`` (``WeightSync(transport="driver")``, the only way before): the buckets are assembled
   in the driver and shipped to each engine through Ray's object store.
 
@@ -22,8 +24,8 @@ Figures (``benchmarks/results/weight_sync.json``):
   (copy between two touched 256 MB buffers); for the >= 100M model, the worse of 1 and 2
   engines (goal >= 0.5). Each engine must receive the bytes, so 2 engines move twice as much
   data in the same wall time budget.
-- ``driver_peak_buckets``: the driver's peak RSS growth during a direct push (shared memory
-  or object store, the larger), in buckets (sampled every millisecond from /proc; goal < 2).
+- ``driver_peak_buckets``: the driver's peak RSS growth during a direct push (shared memory,
+  object store or collective, the largest), in buckets (sampled every millisecond from /proc; goal < 2).
   The driver way's growth is reported beside it.
 
 Run it on a quiet machine: both figures are ratios, but the pushes share 2 cores with the
@@ -118,6 +120,7 @@ async def push_rounds(
     ways = {
         "shared_memory": WeightSync(BUCKET_BYTES),
         "object_store": WeightSync(BUCKET_BYTES),
+        "collective": WeightSync(BUCKET_BYTES, transport="collective"),
         "driver": WeightSync(BUCKET_BYTES, transport="driver"),
     }
     seconds: dict[str, list[float]] = {way: [] for way in ways}
@@ -194,7 +197,7 @@ def report(console: Console, results: dict[str, dict[str, Any]], bandwidth: floa
     console.print(table)
     large = [k for k in results if not k.startswith("tiny/")] or list(results)
     fraction = min(results[k]["shared_memory"]["bandwidth_fraction"] for k in large)
-    direct = ("shared_memory", "object_store")
+    direct = ("shared_memory", "object_store", "collective")
     driver = max(results[k][way]["driver_peak_buckets"] for k in results for way in direct)
     old_driver = max(results[k]["driver"]["driver_peak_buckets"] for k in results)
     old_fraction = min(results[k]["driver"]["bandwidth_fraction"] for k in large)
