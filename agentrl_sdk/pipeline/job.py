@@ -238,15 +238,20 @@ def batch_samples(
 
 
 async def update_policies(job: Job, step: int, samples: list[Sample]) -> dict[str, float]:
-    """Every trained policy's update on its own samples, and every critic's, concurrently; plus
-    ``time/train_s``. In the first ``critic.warmup_updates`` steps only the critics train."""
+    """Every trained policy's update on its own samples, concurrently, then every critic's;
+    plus ``time/train_s``. In the first ``critic.warmup_updates`` steps only the critics train.
+
+    The critics wait for the policies: a critic's and a policy's batch sent to their Ray
+    actors from two threads at once crashed Ray's driver (an object id created twice).
+    """
     started = time.perf_counter()
     warmup = bool(job.critics) and step < job.config.critic.warmup_updates
     own = {p.name: [s for s in samples if s.policy == p.name] for p in job.trained}
-    updates = await asyncio.gather(
-        *(update_policy(policy, step, own[policy.name]) for policy in job.trained if not warmup),
-        *(update_critic(critic, name, step, own.get(name, [])) for name, critic in job.critics.items()),
-    )  # fmt: skip
+    updates = await asyncio.gather(*(
+        update_policy(policy, step, own[policy.name]) for policy in job.trained if not warmup
+    ))  # fmt: skip
+    for name, critic in job.critics.items():
+        updates.append(await update_critic(critic, name, step, own.get(name, [])))
     metrics: dict[str, float] = {}
     for update in updates:
         metrics.update(update)
