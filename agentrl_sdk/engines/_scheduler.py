@@ -54,12 +54,15 @@ class WeightUpdate:
     """A state dict to load between two decode steps, and where to report the new version.
 
     ``partial``: the keys are a subset of the model's (an adapter push's merged weights).
+    ``assign``: serve the given tensors themselves, no copy (a push's views of shared memory,
+    which the trainer leaves alone until the next push but one: see `SharedWeights`).
     """
 
     state_dict: Mapping[str, torch.Tensor]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[int]
     partial: bool = False
+    assign: bool = False
 
 
 @dataclass(eq=False)
@@ -107,6 +110,7 @@ class Scheduler:
         self._batch = RunningBatch.empty()
         self.adapters = RowAdapters(model)
         self._base_version = 0  # the version of the last change to the base weights
+        self._assigned = False  # some parameters are a push's shared memory: never write them
         self._adapter_versions: dict[str, int] = {}
 
     def served_version(self, adapter: str | None) -> int:
@@ -169,7 +173,16 @@ class Scheduler:
     def _apply_weights(self, update: WeightUpdate) -> None:
         try:
             _check_state_dict(self.model, update.state_dict, update.partial)
-            self.model.load_state_dict(update.state_dict, strict=not update.partial)
+            if update.assign or self._assigned:
+                # Copying into parameters that are shared memory would write the trainer's
+                # files: replace them instead (with copies of what the caller may reuse).
+                state = update.state_dict
+                if not update.assign:
+                    state = {key: tensor.clone() for key, tensor in state.items()}
+                self.model.load_state_dict(state, strict=not update.partial, assign=True)
+                self._assigned = update.assign or (self._assigned and update.partial)
+            else:
+                self.model.load_state_dict(update.state_dict, strict=not update.partial)
         except Exception as exc:  # noqa: BLE001 - reported to the caller, serving goes on
             error = EngineError(f"update_weights failed, weights unchanged: {exc}")
             error.__cause__ = exc

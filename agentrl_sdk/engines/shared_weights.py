@@ -1,11 +1,14 @@
 """`SharedWeights`: one full set of weights staged as safetensors files in a host's shared memory.
 
 The trainer's rank 0 writes them bucket by bucket while it gathers: safetensors files
-written once, then overwritten in place by every push (`StagedFile`). Every engine on the
-same host maps the files and keeps the mappings (nothing is copied until the engine loads
-its parameters). Only this small description crosses the driver, never a tensor, so the
-driver's memory does not grow with the model, and N engines read one copy. The price: one
-copy of the weights in /dev/shm per trained policy for the trainer's life.
+written once, then overwritten in place (`StagedFile`), in two sets that pushes alternate
+between. Every engine on the same host maps the files and keeps the mappings. A push's files
+are rewritten two pushes later, when every engine has moved to the next push's (the version
+barrier), so an engine may serve the mapped tensors themselves, without a copy (`TorchEngine`
+does when dtypes match; vLLM copies them into its own layout). Only this small description
+crosses the driver, never a tensor, so the driver's memory does not grow with the model, and
+N engines read one copy. The price: two copies of the weights in /dev/shm per trained policy
+for the trainer's life.
 """
 
 from __future__ import annotations
@@ -199,7 +202,7 @@ class SharedWeights:
 
     Attributes:
         host: `host_id` of the machine whose shared memory holds the files.
-        folder: The staging folder (the trainer rank's, rewritten in place by every push).
+        folder: The staging folder (the trainer rank's; see the module docstring).
         paths: The bucket files, in order.
         tensors: How many tensors the files hold.
         nbytes: Their bytes.

@@ -214,9 +214,23 @@ class TorchEngine:
         return host_id()
 
     async def update_shared_weights(self, weights: SharedWeights) -> int:
-        """`update_weights` from files the trainer staged, memory-mapped (no copy before the
-        load into the model's parameters)."""
-        return await self.update_weights(await run_blocking(weights.state_dict))
+        """`update_weights` from files the trainer staged, memory-mapped. Where every tensor
+        matches its parameter's dtype and shape, the engine serves the mapped tensors
+        themselves (no copy: the trainer rewrites those files only after the next push, see
+        `SharedWeights`), else it copies them into its parameters as `update_weights` does.
+        """
+        state = await run_blocking(weights.state_dict)
+        served = self.model.state_dict()
+        assign = all(
+            key in served and served[key].dtype == tensor.dtype
+            and served[key].shape == tensor.shape and served[key].device.type == "cpu"
+            for key, tensor in state.items()
+        )  # fmt: skip
+        self._lora_base.clear()  # new base weights: the next adapter merges into these
+        loop = asyncio.get_running_loop()
+        update = WeightUpdate(state, loop, loop.create_future(), assign=assign)
+        self._submit(update)
+        return await update.future
 
     @property
     def takes_adapters(self) -> bool:

@@ -90,6 +90,7 @@ class TrainerGroup:
         self.loss_config = loss_config or PolicyLossConfig()
         self._bucket_plans: dict[int, list[list[str]]] = {}
         self._layouts: dict[int, list[BucketLayout]] = {}
+        self._stage_slot = 1  # the file set `stage_weights` wrote last (0 or 1)
         self._owns_ray = init_ray(self.config)
         # What a rebuilt group needs to reach the same state: the last checkpoint and the
         # updates since (their batches; token ids, small next to the weights).
@@ -202,12 +203,16 @@ class TrainerGroup:
         """Writes the full weights as bucket files in rank 0's shared memory; none pass here.
 
         Every rank gathers each bucket (a collective) and rank 0 writes it; all buckets are
-        queued at once, so gathering and writing never wait on this process. The files stay
-        (overwritten in place by the next call) until the group shuts down: the engines
-        must have loaded them before the next call.
+        queued at once, so gathering and writing never wait on this process. Calls alternate
+        between two sets of files, each overwritten in place two calls later: every engine
+        must have moved to the files of call k+1 before call k+2 (a push's version barrier
+        ensures it), so until then engines may serve the mapped tensors without a copy.
+        The files stay until the group shuts down.
         """
         plan = self._plan(bucket_bytes)
-        pending = [self._submit("stage_bucket", keys, i) for i, keys in enumerate(plan)]
+        self._stage_slot ^= 1
+        slot = self._stage_slot
+        pending = [self._submit("stage_bucket", keys, i, slot) for i, keys in enumerate(plan)]
         timeout = self.config.call_timeout_s
         files = [self._wait(refs, "stage_bucket", timeout)[0] for refs in pending]
         return SharedWeights(

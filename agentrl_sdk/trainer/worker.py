@@ -632,12 +632,16 @@ class PolicyWorker:
         state = self.gather_adapter()
         return None if state is None else PackedTensors.pack(state)
 
-    def stage_bucket(self, keys: Sequence[str], index: int) -> tuple[str, int, int] | None:
-        """`gather_bucket` written by rank 0 as staged file ``index`` (a collective).
+    def stage_bucket(
+        self, keys: Sequence[str], index: int, slot: int
+    ) -> tuple[str, int, int] | None:
+        """`gather_bucket` written by rank 0 as staged file ``index`` of ``slot`` (0 or 1; a
+        collective).
 
         The files live in one folder of this host's shared memory for the worker's life:
-        the first push writes them, later pushes overwrite their tensors in place
-        (`StagedFile`). The caller orders the pushes, so no engine is reading meanwhile.
+        the first push to a slot writes them, later pushes overwrite their tensors in place
+        (`StagedFile`). Pushes alternate slots, so an engine may serve the tensors of one
+        push straight from its files until the next push has moved it to the other slot.
 
         Returns:
             On rank 0, the file's path, its tensor count and bytes; else None.
@@ -647,7 +651,7 @@ class PolicyWorker:
             return None
         if self._stage_folder is None:
             self._stage_folder = make_stage_folder()
-        path = f"{self._stage_folder}/bucket-{index:05d}.safetensors"
+        path = f"{self._stage_folder}/slot{slot}-bucket-{index:05d}.safetensors"
         staged = self._staged.get(path)
         if staged is None:
             staged = self._staged[path] = StagedFile(path, state)

@@ -424,6 +424,28 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
             engine.close()
 
 
+async def test_engines_serve_staged_weights_without_a_copy_and_never_write_them(
+    scenario_a, model_path
+):
+    group = scenario_a["group"]
+    engine = TorchEngine.from_pretrained(model_path)
+    try:
+        first = group.stage_weights(64 << 10)
+        assert await engine.update_shared_weights(first) == 1
+        staged = first.state_dict()
+        served = engine.model.state_dict()
+        assert all(served[k].data_ptr() == staged[k].data_ptr() for k in staged)  # no copy
+        second = group.stage_weights(64 << 10)  # the next push writes the other file set
+        assert set(second.paths).isdisjoint(first.paths)
+        before = {k: v.clone() for k, v in staged.items()}
+        zeros = {k: torch.zeros_like(v) for k, v in served.items()}
+        assert await engine.update_weights(zeros) == 2  # a copy-in update...
+        assert all(torch.equal(first.state_dict()[k], before[k]) for k in before)  # ...files kept
+        assert not any(v.any() for v in engine.model.state_dict().values())
+    finally:
+        engine.close()
+
+
 def test_worker_errors_name_the_rank(scenario_a, tmp_path):
     group = scenario_a["group"]
     with pytest.raises(TrainerError, match=r"rank \d failed in load_checkpoint: FileNotFoundError"):
