@@ -198,8 +198,8 @@ class EnginePool:
     async def _rebuild(self, index: int) -> None:
         """Replace the drained replica ``index``; it rejoins once it holds the pool's weights."""
         old = self.replicas[index]
-        try:
-            await asyncio.to_thread(old.close)
+        try:  # on a thread of its own: a dead replica's close may hang (not the user's pool)
+            await asyncio.wait_for(_on_own_thread(old.close), _CLOSE_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - a dead replica may not close cleanly
             logger.info("closing dead engine replica %d: %r", index, exc)
         built: concurrent.futures.Future[Engine] = concurrent.futures.Future()
@@ -375,6 +375,24 @@ class EnginePool:
                 replica.close()
             except Exception as exc:  # noqa: BLE001 - close the others regardless
                 logger.warning("closing an engine replica failed: %r", exc)
+
+
+_CLOSE_TIMEOUT_S = 60.0
+"""Longest wait for a dead replica's ``close`` before its rebuild goes on regardless."""
+
+
+def _on_own_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
+    """``fn()`` on a daemon thread of its own, as an awaitable (abandoned if it never ends)."""
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            done.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+            done.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True, name="engine-close").start()
+    return asyncio.wrap_future(done)
 
 
 def _shifted(result: GenerateResult, offset: int) -> GenerateResult:
