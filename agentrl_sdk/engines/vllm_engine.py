@@ -162,6 +162,11 @@ class VLLMEngine(VLLMBackend):
         """One submission: stream new tokens into ``partial`` until vLLM finishes it."""
         from vllm.inputs import TokensPrompt
 
+        if partial.sampling.adapter is not None:
+            raise ValueError(
+                f"request {request_id!r} names adapter {partial.sampling.adapter!r}: the "
+                "VLLMEngine serves no named adapters (use the torch engine)"
+            )
         params = to_vllm_sampling(partial.sampling, partial.remaining, self._eos)
         version = self._version
         prompt = TokensPrompt(prompt_token_ids=partial.context)
@@ -199,6 +204,12 @@ class VLLMEngine(VLLMBackend):
             raise EngineError(
                 "this VLLMEngine takes no adapters: start it with engine_args "
                 "{'enable_lora': True, 'max_lora_rank': <the adapter's rank or more>}"
+            )
+        if adapter.name is not None:
+            raise EngineError(
+                f"adapter {adapter.name!r}: the VLLMEngine serves one unnamed adapter, not "
+                "several policies' named adapters yet; serve adapter_of policies with the "
+                "torch engine"
             )
         if self._adapters is None:
             self._adapters = Path(tempfile.mkdtemp(prefix="agentrl-lora-", dir=shm_root()))
