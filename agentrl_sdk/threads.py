@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import queue
 import threading
-import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures.thread import _worker  # type: ignore[attr-defined]
-from typing import ParamSpec, TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
 
 __all__ = ["UserCodeExecutor", "run_blocking", "use_user_code_executor"]
 
@@ -41,30 +41,69 @@ class UserCodeExecutor(ThreadPoolExecutor):
 
     A stuck call keeps its thread (Python cannot kill a thread); the others keep working on
     the rest, and when every thread is stuck new calls queue until their rollout times out.
-    It subclasses ``ThreadPoolExecutor`` because asyncio takes no other default executor, and
-    starts its threads itself (CPython 3.11's worker loop) to make them daemons.
+    It subclasses ``ThreadPoolExecutor`` only because asyncio takes no other default
+    executor; the queue and the (daemon) threads are its own.
     """
 
-    def _adjust_thread_count(self) -> None:
-        if self._idle_semaphore.acquire(timeout=0):
-            return
+    def __init__(self, max_workers: int, thread_name_prefix: str = "agentrl-user") -> None:
+        super().__init__(max_workers, thread_name_prefix)  # sets _max_workers; starts nothing
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._guard = threading.Lock()
+        self._daemons: list[threading.Thread] = []
+        self._idle = 0
+        self._closed = False
 
-        def wake(_: object, q: object = self._work_queue) -> None:
-            q.put(None)  # type: ignore[attr-defined]
+    def submit(self, fn: Callable[..., _T], /, *args: object, **kwargs: object) -> Future[_T]:
+        """Run ``fn(*args, **kwargs)`` on one of the pool's threads."""
+        future: Future[_T] = Future()
+        with self._guard:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._jobs.put(_Job(future, functools.partial(fn, *args, **kwargs)))
+            if self._idle == 0 and len(self._daemons) < self._max_workers:
+                name = f"{self._thread_name_prefix}_{len(self._daemons)}"
+                thread = threading.Thread(target=self._work, name=name, daemon=True)
+                self._daemons.append(thread)
+                thread.start()
+        return future
 
-        if len(self._threads) < self._max_workers:
-            thread = threading.Thread(
-                name=f"{self._thread_name_prefix}_{len(self._threads)}", target=_worker,
-                args=(weakref.ref(self, wake), self._work_queue, self._initializer,
-                      self._initargs),
-                daemon=True,
-            )
-            thread.start()
-            self._threads.add(thread)  # not in the interpreter's join-at-exit list
+    def _work(self) -> None:
+        while True:
+            with self._guard:
+                self._idle += 1
+            job = self._jobs.get()
+            with self._guard:
+                self._idle -= 1
+            if job is None:
+                return
+            if job.future.set_running_or_notify_cancel():
+                try:
+                    job.future.set_result(job.call())
+                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+                    job.future.set_exception(exc)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking work; never waits (a stuck tool would make it wait forever)."""
-        super().shutdown(wait=False, cancel_futures=cancel_futures)
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+            if cancel_futures:
+                while True:
+                    try:
+                        job = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is not None:
+                        job.future.cancel()
+            for _ in self._daemons:
+                self._jobs.put(None)  # each idle thread ends; stuck ones end with the process
+
+
+@dataclass(frozen=True)
+class _Job:
+    future: Future[Any]
+    call: Callable[[], Any]
 
 
 def use_user_code_executor(max_workers: int) -> None:
