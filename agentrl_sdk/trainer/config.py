@@ -152,6 +152,11 @@ class TrainerConfig(BaseModel):
         "last checkpoint (or the model) and replay the updates made since, then the failed "
         "call runs again, so no update is lost or doubled. 0: a dead rank ends the run."
     )
+    max_replay_updates: int = Field(
+        64, ge=0, description="Most updates kept (their batches) to replay on a rebuilt group; "
+        "beyond them (no checkpoint for that long) a dead rank ends the run, so the kept "
+        "batches never grow without bound. Checkpoints reset the count."
+    )
     collective_timeout_s: float = Field(
         1800.0, gt=0, description="Timeout of a torch.distributed collective inside the workers."
     )

@@ -97,6 +97,7 @@ class TrainerGroup:
         # Per adapter (None: the group's only or first one).
         self._checkpoints: dict[str | None, str] = {}
         self._since_checkpoint: list[tuple[str | None, FlatSamples]] = []
+        self._unreplayable: set[str | None] = set()  # updates dropped (max_replay_updates)
         self.restarts = 0
         try:
             _check_resources(self.config)
@@ -157,7 +158,7 @@ class TrainerGroup:
         # itself. (An explicit ray.put from the SDK's threads once crashed Ray's driver on
         # an object-id check in CI, with two trainer groups putting at once.)
         per_rank = self._recovering(lambda: self._call(*_on(adapter, "update", flat)))
-        self._since_checkpoint.append((adapter, flat))
+        self._remember(adapter, flat)
         peak = max(m.pop("peak_rss_gb") for m in per_rank)
         return per_rank[0] | {"time_s": time.perf_counter() - start, "peak_rss_gb": peak,
                               "restarts": float(self.restarts)}
@@ -318,6 +319,7 @@ class TrainerGroup:
         """``adapter``'s state is ``folder`` now: its earlier updates need no replay."""
         self._checkpoints[adapter] = folder
         self._since_checkpoint = [(a, f) for a, f in self._since_checkpoint if a != adapter]
+        self._unreplayable.discard(adapter)
 
     def _recovering(self, call: Callable[[], _T]) -> _T:
         """``call()``; when a rank dies, rebuild the group in the state before it (at most
@@ -326,6 +328,12 @@ class TrainerGroup:
             try:
                 return call()
             except RankDiedError as exc:
+                if self._unreplayable:
+                    raise TrainerError(
+                        f"{exc}; more than trainer.max_replay_updates="
+                        f"{self.config.max_replay_updates} updates since the last checkpoint "
+                        "cannot be replayed: checkpoint more often, resume from the last one"
+                    ) from exc
                 if self.restarts >= self.config.max_restarts:
                     raise TrainerError(
                         f"{exc}; the group was already rebuilt {self.restarts} time(s) "
@@ -334,6 +342,21 @@ class TrainerGroup:
                 logger.warning("%s: rebuilding the trainer group (restart %d of %d)", exc,
                                self.restarts + 1, self.config.max_restarts)
                 self._rebuild()
+
+    def _remember(self, adapter: str | None, flat: FlatSamples) -> None:
+        """Keep an update's batch for a rebuild's replay, up to ``max_replay_updates``."""
+        if adapter in self._unreplayable or not self.config.max_restarts:
+            return
+        if len(self._since_checkpoint) >= self.config.max_replay_updates:
+            # Bounded memory: the adapters with dropped updates cannot be rebuilt until
+            # their next checkpoint.
+            self._unreplayable |= {a for a, _ in self._since_checkpoint} | {adapter}
+            self._since_checkpoint.clear()
+            logger.warning("more than %d updates since the last checkpoint "
+                           "(trainer.max_replay_updates): a dead rank now ends the run",
+                           self.config.max_replay_updates)  # fmt: skip
+            return
+        self._since_checkpoint.append((adapter, flat))
 
     def _rebuild(self) -> None:
         """New workers in the state of the old ones: the last checkpoint (or the model), then
