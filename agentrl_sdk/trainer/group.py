@@ -208,14 +208,19 @@ class TrainerGroup:
         between two sets of files, each overwritten in place two calls later: every engine
         must have moved to the files of call k+1 before call k+2 (a push's version barrier
         ensures it), so until then engines may serve the mapped tensors without a copy.
-        The files stay until the group shuts down.
+        The files stay until the group shuts down. A rank dying meanwhile: the group is
+        rebuilt (`trainer.max_restarts`) and the new rank 0 stages the weights again.
         """
         plan = self._plan(bucket_bytes)
         self._stage_slot ^= 1
         slot = self._stage_slot
-        pending = [self._submit("stage_bucket", keys, i, slot) for i, keys in enumerate(plan)]
-        timeout = self.config.call_timeout_s
-        files = [self._wait(refs, "stage_bucket", timeout)[0] for refs in pending]
+
+        def stage() -> list[tuple[str, int, int]]:
+            pending = [self._submit("stage_bucket", keys, i, slot) for i, keys in enumerate(plan)]
+            return [self._wait(refs, "stage_bucket", self.config.call_timeout_s)[0]
+                    for refs in pending]  # fmt: skip
+
+        files = self._recovering(stage)
         return SharedWeights(
             host=self.staging_host,
             folder=os.path.dirname(files[0][0]),
@@ -250,10 +255,15 @@ class TrainerGroup:
 
     def put_weights(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> RayWeights:
         """Puts the full weights in rank 0's object store, a Ray object per bucket; only the
-        references come here. The objects live while a reference does."""
-        pending = [self._submit("put_bucket", keys) for keys in self._plan(bucket_bytes)]
-        timeout = self.config.call_timeout_s
-        buckets = [self._wait(refs, "put_bucket", timeout)[0] for refs in pending]
+        references come here. The objects live while a reference does (and rank 0)."""
+        plan = self._plan(bucket_bytes)
+
+        def put() -> list[tuple[list[Any], int, int]]:
+            pending = [self._submit("put_bucket", keys) for keys in plan]
+            return [self._wait(refs, "put_bucket", self.config.call_timeout_s)[0]
+                    for refs in pending]  # fmt: skip
+
+        buckets = self._recovering(put)
         return RayWeights(
             refs=tuple(ref for (ref,), _, _ in buckets),
             tensors=sum(count for _, count, _ in buckets),

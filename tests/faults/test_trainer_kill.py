@@ -38,3 +38,31 @@ def test_a_killed_trainer_rank_is_rebuilt_and_nothing_is_lost_or_doubled(tmp_pat
     assert [m["train/step"] for m in result.history] == [1.0, 2.0, 3.0, 4.0]
     assert [m["train/restarts"] for m in result.history] == [0.0, 0.0, 0.0, 1.0]
     assert [m["policy_version"] for m in result.history] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_rank_killed_during_a_weight_push_is_rebuilt_and_the_push_completes(
+    tmp_path, monkeypatch
+):
+    from agentrl_sdk.trainer.group import TrainerGroup
+
+    stage, pushes, killed = TrainerGroup.stage_weights, [], []
+
+    def kill_rank_1_then_stage(self, *args, **kwargs):
+        pushes.append(len(pushes))
+        if len(pushes) == 2:  # the second push: its gather meets a dead rank
+            killed.append(self.pids[1])
+            os.kill(killed[0], signal.SIGKILL)
+        return stage(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrainerGroup, "stage_weights", kill_rank_1_then_stage)
+    config = demo_config(3)
+    config.checkpoint.dir = str(tmp_path / "ckpt")
+    config.checkpoint.every = 1
+    config.trainer = config.trainer.model_copy(update={"world_size": 2})
+
+    result = train_demo(config)
+
+    assert killed and result.steps == 3 and len(pushes) == 3
+    assert [m["train/step"] for m in result.history] == [1.0, 2.0, 3.0]
+    assert [m["policy_version"] for m in result.history] == [1.0, 2.0, 3.0]
+    assert result.history[-1]["train/restarts"] == 1.0
