@@ -8,9 +8,10 @@ same wall-clock budget counted from its first engine request (start-up, equal bu
 critic's workers, left out; 15 min each, 90 s with ``--quick``):
 
 - ``grpo``: the demo as it is (the baseline);
-- ``ppo_critic``: ``advantage_estimator: gae`` (gamma = lambda = 1, whitened) with a critic
-  started from the policy's weights (``critic: {lr: 0.003, warmup_updates: 2}``, 2 epochs
-  over each batch), updated beside the policy on the same CPU;
+- ``ppo_critic``: ``examples/tool_selection/config_ppo.yaml``: ``advantage_estimator: gae``
+  (gamma = lambda = 1, whitened) with a critic started from the policy's weights
+  (``critic: {lr: 0.003, warmup_updates: 2}``, 2 epochs over each batch), updated after the
+  policy on the same CPU (untuned);
 - ``grpo_dynamic_sampling``: GRPO with ``algorithm.dynamic_sampling`` (DAPO): groups whose
   rewards all agree are dropped and more rows are rolled out to fill the batch.
 
@@ -61,18 +62,14 @@ class Run:
 
 
 def _config(arm: str, max_steps: int) -> TrainConfig:
-    config = TrainConfig.from_yaml(HERE / "config.yaml")
+    config = TrainConfig.from_yaml(HERE / ("config_ppo.yaml" if arm == "ppo_critic" else
+                                           "config.yaml"))
     config.model.path = str(model_path())
     config.max_steps = max_steps
     config.evaluation.every = 0
     config.checkpoint.dir = None
     config.tracking.enabled = False
-    if arm == "ppo_critic":
-        config.algorithm.advantage_estimator = "gae"
-        config.critic.lr = 3e-3
-        config.critic.warmup_updates = 2
-        config.critic.trainer = {"ppo_epochs": 2}
-    elif arm == "grpo_dynamic_sampling":
+    if arm == "grpo_dynamic_sampling":
         config.algorithm.dynamic_sampling.enabled = True
     return config
 
