@@ -1,5 +1,6 @@
 """A job on a two-node Ray cluster: the trainer pinned to one node, the engines to the other,
-by custom resources; weights reach the engines' node through Ray, never the driver's disk."""
+by custom resources; weights reach the engines' node from the trainer's object store, never
+through the driver."""
 
 from __future__ import annotations
 
@@ -45,6 +46,22 @@ def _spy_on(monkeypatch, cls) -> list:
 def test_trainer_and_engines_on_their_own_nodes(two_nodes, monkeypatch):
     address, trainer_node, engine_node = two_nodes
     groups, engines = _spy_on(monkeypatch, TrainerGroup), _spy_on(monkeypatch, RayEngine)
+    # The two nodes share this machine's /dev/shm; as an engine on another machine would,
+    # the engine reports none, so the pushes go node to node through Ray's object stores.
+    init = RayEngine.__init__
+
+    def on_another_machine(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._shm_host = None
+
+    monkeypatch.setattr(RayEngine, "__init__", on_another_machine)
+    put, puts = TrainerGroup.put_weights, []
+
+    def counted_put(self, *args, **kwargs):
+        puts.append(self)
+        return put(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrainerGroup, "put_weights", counted_put)
     config = demo_config(2)
     config.trainer = config.trainer.model_copy(
         update={"ray_address": address, "resources": {"trainer_node": 1}})
@@ -55,6 +72,7 @@ def test_trainer_and_engines_on_their_own_nodes(two_nodes, monkeypatch):
     result = train_demo(config)
 
     assert [m["policy_version"] for m in result.history] == [1.0, 2.0]  # pushed to the engine
+    assert len(puts) == 2  # by rank 0's object store, not the driver
     assert all(m["train/trained_tokens"] > 0 for m in result.history)
     (group,) = groups
     assert group.node_ids == [trainer_node]
