@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from agentrl_sdk.types import Batch
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["CriticGroup", "ValueWorker"]
+__all__ = ["BackboneWithValueHead", "CriticGroup", "ValueWorker"]
 
 _TOKEN_MEAN_METRICS = ("clip_fraction", "values_mean")
 
@@ -73,6 +74,8 @@ class ValueWorker(PolicyWorker):
             model = AutoModelForTokenClassification.from_pretrained(
                 self.model_path, config=config, local_files_only=True, dtype=torch.float32
             )
+        except ValueError:  # an architecture transformers has no token-classification class for
+            model = BackboneWithValueHead.from_pretrained(self.model_path)
         finally:
             hf_logging.set_verbosity(verbosity)
         head = _value_head(model)
@@ -143,6 +146,37 @@ class ValueWorker(PolicyWorker):
         sums["value_loss"] += metrics["value_loss"] * share
         for key in _TOKEN_MEAN_METRICS:
             sums[key] += metrics[key] * token_share
+
+
+class BackboneWithValueHead(torch.nn.Module):
+    """``AutoModel`` backbone + ``Linear(hidden, 1)`` on its last hidden states: the value model
+    of an architecture without a ``...ForTokenClassification`` class in transformers.
+
+    Args:
+        backbone: The base model (``AutoModel``) of the policy's folder.
+    """
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.model = backbone
+        self.config = backbone.config
+        self._no_split_modules = list(getattr(backbone, "_no_split_modules", None) or ())
+        hidden = self.config.get_text_config().hidden_size
+        self.score = torch.nn.Linear(hidden, 1)
+
+    @classmethod
+    def from_pretrained(cls, path: str) -> BackboneWithValueHead:
+        """The backbone of the causal LM in ``path`` (float32) with a new head."""
+        from transformers import AutoModel
+
+        return cls(AutoModel.from_pretrained(path, local_files_only=True, dtype=torch.float32))
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, use_cache: bool = False
+    ) -> SimpleNamespace:
+        """``logits``: ``(B, L, 1)`` values, as a token-classification model returns them."""
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=use_cache)
+        return SimpleNamespace(logits=self.score(out.last_hidden_state))
 
 
 def _value_head(model: nn.Module) -> torch.nn.Linear:
