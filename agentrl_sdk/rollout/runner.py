@@ -16,6 +16,7 @@ from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.turn import failure_status
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.rollout.agents import build_gateway, is_agent_fn, run_agent, uses_agent_fns
+from agentrl_sdk.rollout.collector_gc import relaxed_gc
 from agentrl_sdk.tools import ToolSession, current_tool_session, tools_kwargs_of
 from agentrl_sdk.types import RewardComponent, Trajectory, TrajectoryStatus
 
@@ -127,10 +128,11 @@ async def arollout_batch(
             )
 
     jobs = [one(row, i) for row in rows for i in range(samples)]
-    if gateway is None:
-        return list(await asyncio.gather(*jobs))
-    async with gateway:
-        return list(await asyncio.gather(*jobs))
+    with relaxed_gc():  # many rollouts in flight: see `collector_gc`
+        if gateway is None:
+            return list(await asyncio.gather(*jobs))
+        async with gateway:
+            return list(await asyncio.gather(*jobs))
 
 
 def _agent_fn_of(graph: Any, row: Row) -> Any:
