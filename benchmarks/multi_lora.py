@@ -1,0 +1,248 @@
+"""Three policies as three full models vs as three LoRA adapters of one base: memory, sync bytes.
+
+    python benchmarks/multi_lora.py           # both variants of the multi_agent job, 30 updates
+    python benchmarks/multi_lora.py --quick   # 3 updates each
+    python benchmarks/multi_lora.py --wide    # + the same job on 1024-wide models, 3 updates
+
+Runs ``examples/multi_agent`` twice, one variant after the other, each in a subprocess of its
+own (one's memory never counts toward the other's):
+
+- ``full`` (``config.yaml``, the baseline): three models, so three engines and two trainers
+  (the supervisor and the math worker train, the words worker is served frozen).
+- ``lora`` (``config_lora.yaml``): the three policies are adapters of one base, so one engine
+  serves the base and every adapter, one trainer holds the base once and trains two adapters.
+
+Both run with ``engine.ray_actors`` so that every engine and every trainer rank is a process of
+its own; a sampler thread reads each such process's peak resident memory (``VmHWM``, which
+no sampling interval can miss) while the job runs. The driver (rollouts, LangGraph, MLflow) is
+the same program in both variants and is reported apart, not in the ratio.
+
+Figures (``benchmarks/results/multi_lora.json``):
+
+- ``memory_ratio``: peak RSS of the engine and trainer processes, summed, adapters over full
+  models (goal <= 0.45). With the job's tiny models (0.4 M parameters) each process's memory
+  is mostly its Python, torch and Ray runtime, so the ratio counts processes more than weights.
+- ``sync_bytes_ratio``: bytes the weight syncs of one update move (both trained policies),
+  adapters over full weights (goal <= 0.05). Rank-16 adapters on every linear layer of a
+  64-wide model are a large share of it; see the README for what this means at real sizes.
+
+``memory_ratio`` also holds both runs' reward curves (reward per update) and the per-process
+peaks.
+
+With ``--wide`` the same two variants also run on random models 1024 wide, 4 layers (53 M
+parameters, the job's tokenizer) for 3 updates on a random reward (every group has signal, so
+every update trains): ``memory_ratio_wide`` and ``sync_bytes_ratio_wide`` show the ratios where
+the weights, not the runtimes, fill the memory. They measure memory and bytes, not learning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = {"full": "config.yaml", "lora": "config_lora.yaml"}
+ROLES = {"ray::PolicyWorker": "trainer", "ray::_EngineActor": "engine"}
+
+
+class PeakSampler:
+    """Polls this process's descendants; keeps each engine / trainer process's peak RSS."""
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self.interval_s = interval_s
+        self.peaks: dict[int, tuple[str, int]] = {}  # pid -> (role, VmHWM bytes)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="peak-rss")
+
+    def __enter__(self) -> PeakSampler:  # noqa: PYI034 - Python 3.11: typing.Self is there, but one class
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process(os.getpid())
+        while not self._stop.wait(self.interval_s):
+            for process in me.children(recursive=True):
+                try:
+                    role = _role(process.cmdline())
+                    if role is not None:
+                        self.peaks[process.pid] = (role, _peak_rss(process.pid))
+                except (psutil.Error, OSError, ValueError):
+                    continue  # it ended between the listing and the read: its last peak stays
+
+    def by_role(self) -> dict[str, list[int]]:
+        """Peak RSS (bytes) of every process seen, by role."""
+        out: dict[str, list[int]] = {"engine": [], "trainer": []}
+        for role, peak in self.peaks.values():
+            out[role].append(peak)
+        return out
+
+
+def _role(cmdline: list[str]) -> str | None:
+    title = " ".join(cmdline)
+    return next((role for prefix, role in ROLES.items() if title.startswith(prefix)), None)
+
+
+def _peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise ValueError(f"no VmHWM for {pid}")
+
+
+WIDE = {"version": 1, "vocab_size": 1024, "hidden_size": 1024, "num_layers": 4}
+
+
+def wide_model_path() -> Path:
+    """A random model of the job's tokenizer, ``WIDE`` in size (built once, cached)."""
+    from agentrl_sdk.models import (
+        build_small_tokenizer,
+        build_tiny_model,
+        cached_build,
+        save_pretrained_pair,
+    )
+
+    def build(folder: Path) -> None:
+        tokenizer = build_small_tokenizer("hermes", vocab_size=WIDE["vocab_size"])
+        model = build_tiny_model(tokenizer, hidden_size=WIDE["hidden_size"],
+                                 num_layers=WIDE["num_layers"], num_heads=16, num_kv_heads=4)
+        save_pretrained_pair(model, tokenizer, folder)
+
+    return cached_build("multi-lora-wide", WIDE, build)
+
+
+def random_reward(state: dict, row: dict, trajectory: object) -> list:
+    """A reward of noise for both trained policies: every group has signal (``--wide``)."""
+    import random
+
+    import agentrl_sdk as sdk
+
+    return [sdk.RewardComponent(name="answer", value=random.random(), node="math_worker"),
+            sdk.RewardComponent(name="routing", value=random.random(), node="supervisor")]
+
+
+def measure(variant: str, steps: int, wide: bool = False) -> dict:
+    """Train one variant (in this process) and return its memory, sync bytes and curves."""
+    import resource
+
+    from agentrl_sdk.pipeline import TrainConfig
+    from examples.multi_agent.train import HERE, run
+
+    config = TrainConfig.from_yaml(HERE / CONFIGS[variant])
+    config.max_steps = steps
+    config.engine.ray_actors = True
+    if wide:
+        path = str(wide_model_path())
+        for spec in (config.model, *config.policies.values()):
+            if getattr(spec, "adapter_of", None) is None:
+                spec.builder, spec.path = None, path
+        config.entrypoint.reward = "benchmarks.multi_lora:random_reward"
+    work = Path(tempfile.mkdtemp(prefix=f"multi_lora_{variant}_"))
+    config.checkpoint.dir = str(work / "checkpoints")
+    config.checkpoint.every = 0
+    config.tracking.uri = f"sqlite:///{work / 'mlflow.db'}"
+    start = time.perf_counter()
+    with PeakSampler() as sampler:
+        result = run(config)
+    seconds = time.perf_counter() - start
+    peaks = sampler.by_role()
+    sync = [sum(v for k, v in m.items() if k.startswith("weight_sync/") and k.endswith("bytes"))
+            for m in result.history]  # fmt: skip
+    return {
+        "config": f"examples/multi_agent/{CONFIGS[variant]}",
+        "engine_processes": len(peaks["engine"]),
+        "trainer_processes": len(peaks["trainer"]),
+        "engine_peak_rss_mb": [round(p / 2**20, 1) for p in peaks["engine"]],
+        "trainer_peak_rss_mb": [round(p / 2**20, 1) for p in peaks["trainer"]],
+        "engine_trainer_peak_rss_mb": round(sum(sum(p) for p in peaks.values()) / 2**20, 1),
+        "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "sync_bytes_per_update": sync,
+        "reward": [round(m["reward/mean"], 4) for m in result.history],
+        "seconds": round(seconds, 1),
+    }
+
+
+def report(full: dict, lora: dict, suffix: str = "") -> Path:
+    """Write the figures: the adapters' run over the full models' run (``suffix``: the wide
+    models' figures, merged beside the job's)."""
+    from benchmarks._results import write_result
+
+    figures = {
+        f"memory_ratio{suffix}": _figure(
+            lora["engine_trainer_peak_rss_mb"], full["engine_trainer_peak_rss_mb"], 0.45,
+            "MiB, peak RSS of the engine and trainer processes, summed"),
+        f"sync_bytes_ratio{suffix}": _figure(
+            statistics.median(lora["sync_bytes_per_update"]),
+            statistics.median(full["sync_bytes_per_update"]), 0.05,
+            "bytes moved by one update's weight syncs (median)"),
+    }  # fmt: skip
+    figures[f"memory_ratio{suffix}"]["runs"] = {"full": full, "lora": lora}
+    return write_result("multi_lora", figures, merge=True)
+
+
+def _figure(value: float, baseline: float, goal: float, unit: str) -> dict:
+    return {"value": value, "baseline": baseline,
+            "ratio": round(value / baseline, 4) if baseline else None, "goal": goal, "unit": unit}
+
+
+def _table(full: dict, lora: dict) -> str:
+    rows = [("", "3 full models", "3 adapters, 1 base"),
+            ("engine processes", full["engine_processes"], lora["engine_processes"]),
+            ("trainer processes", full["trainer_processes"], lora["trainer_processes"]),
+            ("engine + trainer peak RSS (MiB)", full["engine_trainer_peak_rss_mb"],
+             lora["engine_trainer_peak_rss_mb"]),
+            ("sync bytes per update (median)", statistics.median(full["sync_bytes_per_update"]),
+             statistics.median(lora["sync_bytes_per_update"])),
+            ("mean reward, last 10 updates", round(statistics.fmean(full["reward"][-10:]), 3),
+             round(statistics.fmean(lora["reward"][-10:]), 3)),
+            ("wall seconds", full["seconds"], lora["seconds"])]  # fmt: skip
+    return "\n".join(f"{a:<34}{b!s:>16}{c!s:>22}" for a, b, c in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 updates per variant")
+    parser.add_argument("--steps", type=int, default=None, help="updates per variant (30)")
+    parser.add_argument("--wide", action="store_true", help="also on 1024-wide models")
+    parser.add_argument("--wide-only", action="store_true", help="only the wide models")
+    parser.add_argument("--variant", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    steps = args.steps or (3 if args.quick else 30)
+    if args.variant:  # the subprocess of one variant
+        measured = measure(args.variant, steps, wide=args.wide_only)
+        args.out.write_text(json.dumps(measured, indent=2) + "\n")
+        return
+    sizes = {"": []} if not (args.wide or args.wide_only) else {"_wide": ["--wide-only"]}
+    if args.wide and not args.wide_only:
+        sizes = {"": [], "_wide": ["--wide-only"]}
+    for suffix, flags in sizes.items():
+        runs = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for variant in ("full", "lora"):  # one after the other: they share the CPU
+                out = Path(tmp) / f"{variant}.json"
+                subprocess.run([sys.executable, __file__, "--variant", variant, "--steps",
+                                str(3 if suffix else steps), "--out", str(out), *flags],
+                               check=True, cwd=ROOT)  # fmt: skip
+                runs[variant] = json.loads(out.read_text())
+        print(_table(runs["full"], runs["lora"]))
+        print(report(runs["full"], runs["lora"], suffix))
+
+
+if __name__ == "__main__":
+    main()
