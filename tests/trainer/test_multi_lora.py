@@ -125,3 +125,23 @@ def test_views_refuse_what_a_shared_base_cannot_do(scenario_m):
         AdapterGroup(group, "nope")
     with pytest.raises(Exception, match="pushes its adapter only"):
         scenario_m["views"]["b"].full_state_dict()
+
+
+def test_two_ranks_train_one_adapter_while_the_other_idles(ray_session, model_path):
+    """FSDP2 over 2 ranks: the idle adapter's parameters get no gradient (its modules do not
+    run) and the trained one matches PEFT; then the other adapter trains from its own start."""
+    from tests.trainer.test_lora import CONFIG_L
+    from tests.trainer.test_trainer_group import LOSS_A
+
+    with TrainerGroup(model_path, CONFIG_L, LOSS_A, adapters=NAMES) as group:
+        views = {name: AdapterGroup(group, name) for name in NAMES}
+        initial = views["default"].adapter_state_dict()
+        references = {name: PeftReference(model_path, CONFIG_L, LOSS_A) for name in NAMES}
+        got = views["b"].update(BATCHES[0])
+        expected = references["b"].update(BATCHES[0].samples)
+        assert max_diff(views["b"].adapter_state_dict(), references["b"].adapter()) < TOL
+        assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
+        assert max_diff(views["default"].adapter_state_dict(), initial) == 0.0
+        views["default"].update(BATCHES[1])
+        references["default"].update(BATCHES[1].samples)
+        assert max_diff(views["default"].adapter_state_dict(), references["default"].adapter()) < TOL
