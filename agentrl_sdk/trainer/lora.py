@@ -109,13 +109,15 @@ def adapted_weights(model: nn.Module, adapter: str = ADAPTER) -> dict[str, Adapt
 
     found: dict[str, AdaptedWeight] = {}
     for name, module in model.named_modules():
-        if not isinstance(module, LoraLayer) or adapter not in module.lora_A:
+        if not isinstance(module, LoraLayer):
             continue
         if not isinstance(module, LoraLinear):
             raise ValueError(
                 f"lora.target_modules matched {name} ({type(module).__name__}); only linear "
                 "layers can be adapted (name them, or use 'all-linear')"
             )
+        if adapter not in module.lora_A:
+            continue
         found[f"{name}.weight"] = AdaptedWeight(
             base=f"{name}.base_layer.weight",
             lora_a=f"{name}.lora_A.{adapter}.weight",
