@@ -92,6 +92,7 @@ class EnginePool:
         self._restarts_left = max_restarts if restart is not None else 0
         self._restart_timeout = restart_timeout_s
         self._offsets = [0] * len(self.replicas)  # pool version - the replica's own
+        self._named: dict[str, AdapterWeights] = {}  # named adapters served, for rebuilds
         self._awaiting_weights: set[int] = set()  # rebuilt, not yet on the pool's weights
         self._restart_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -306,10 +307,30 @@ class EnginePool:
 
     async def update_adapter(self, adapter: AdapterWeights) -> int:
         """`update_weights` for an adapter push: every replica serves its base + ``adapter``
-        (a rebuilt replica's base is the model folder), as one version."""
-        return await self._update(lambda replica: replica.update_adapter(adapter), "adapter")
+        (a rebuilt replica's base is the model folder), as one version.
 
-    async def _update(self, load: Callable[[Any], Awaitable[int]], what: str) -> int:
+        A named adapter is one of several served side by side: a rebuilt replica rejoining
+        on this push first takes every other named adapter the pool serves.
+        """
+        if adapter.name is not None:
+            self._named[adapter.name] = adapter
+        others = [a for name, a in self._named.items() if name != adapter.name]
+
+        async def rejoin(replica: Any) -> int:
+            for other in others:
+                await replica.update_adapter(other)
+            return await replica.update_adapter(adapter)
+
+        return await self._update(
+            lambda replica: replica.update_adapter(adapter), "adapter", rejoin=rejoin
+        )
+
+    async def _update(
+        self,
+        load: Callable[[Any], Awaitable[int]],
+        what: str,
+        rejoin: Callable[[Any], Awaitable[int]] | None = None,
+    ) -> int:
         deadline = time.monotonic() + self._restart_timeout
         while not self.healthy and self.restarting and time.monotonic() < deadline:
             await asyncio.sleep(0.1)  # nothing serves: the weights must reach the rebuild
@@ -318,7 +339,8 @@ class EnginePool:
         try:
             targets = live + rejoining
             results = await asyncio.gather(
-                *(load(self.replicas[i]) for i in targets),
+                *(((rejoin or load) if i in self._awaiting_weights else load)(self.replicas[i])
+                  for i in targets),
                 return_exceptions=True,
             )
             versions, rejoined = {}, {}

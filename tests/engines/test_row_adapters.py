@@ -152,3 +152,30 @@ async def test_adapter_push_reprefills_only_its_rows(base, adapters):
             assert set(got_a.token_versions) == {1, 3}
     finally:
         engine.close()
+
+
+async def test_a_rebuilt_pool_replica_rejoins_with_every_named_adapter(base, adapters):
+    """A replica rebuilt after adapter pushes rejoins on the next push of one adapter holding
+    the other one too, so every policy's requests can land on it."""
+    from agentrl_sdk.engines import EnginePool
+
+    pool = EnginePool([TorchEngine(copy.deepcopy(base)) for _ in range(2)],
+                      restart=lambda i: TorchEngine(copy.deepcopy(base)), max_restarts=1)  # fmt: skip
+    try:
+        await pool.update_adapter(adapters["a"][1])
+        await pool.update_adapter(adapters["b"][1])
+        pool.replicas[1].close()
+        await pool.check_health()
+        for _ in range(200):
+            if not pool.restarting:
+                break
+            await asyncio.sleep(0.05)
+        assert pool.healthy == [0]  # rebuilt on the bare base: waits for the next push
+        _, new_a = peft_adapter(base, 3, "a")
+        await pool.update_adapter(new_a)
+        assert pool.healthy == [0, 1]
+        rebuilt = pool.replicas[1]
+        got = await rebuilt.generate(PROMPTS[0], greedy("b"), "b-on-rebuilt")
+        assert got.token_ids == hf_greedy(adapters["b"][0], PROMPTS[0], N)
+    finally:
+        pool.close()
