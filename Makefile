@@ -62,6 +62,7 @@ bench: setup
 	$(PY) -m pip install -q -e '.[test,bench]'
 	$(PY) benchmarks/engine.py --quick
 	$(PY) benchmarks/overhead.py --quick
+	$(PY) benchmarks/scaling.py --quick
 	$(PY) benchmarks/gateway.py --quick
 	$(PY) benchmarks/vs_trl.py --quick
 	$(MAKE) $(VENV)/.installed-real
