@@ -20,13 +20,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["UserCodeExecutor", "run_blocking", "use_user_code_executor"]
+__all__ = ["RAY_SUBMIT_LOCK", "UserCodeExecutor", "run_blocking", "use_user_code_executor"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 # Few blocking SDK calls run at once (one update or push per policy, a checkpoint).
 _SDK_THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="agentrl-sdk")
+
+RAY_SUBMIT_LOCK = threading.Lock()
+"""Held while a thread hands arguments to Ray (``actor.method.remote(...)``): Ray's driver
+aborted ("owned object already exists") when two threads submitted large arguments at once
+(two trainer groups updating side by side)."""
 
 
 async def run_blocking(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:

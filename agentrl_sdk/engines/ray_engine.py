@@ -20,6 +20,7 @@ from agentrl_sdk.engines.ray_weights import RayWeights
 from agentrl_sdk.engines.shared_weights import SharedWeights
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.errors import EngineError
+from agentrl_sdk.threads import RAY_SUBMIT_LOCK
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
@@ -170,7 +171,9 @@ class RayEngine:
         if self._closed:
             raise EngineError("the RayEngine is closed")
         try:
-            return await asyncio.wait_for(getattr(self._actor, method).remote(*args), self._timeout)
+            with RAY_SUBMIT_LOCK:  # trainer threads submit too (see its docstring)
+                ref = getattr(self._actor, method).remote(*args)
+            return await asyncio.wait_for(ref, self._timeout)
         except TimeoutError as exc:
             raise EngineError(
                 f"the engine actor did not answer {method} in {self._timeout}s"

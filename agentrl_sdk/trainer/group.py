@@ -20,6 +20,7 @@ from agentrl_sdk.engines.ray_weights import RayWeights
 from agentrl_sdk.engines.shared_weights import SharedWeights
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.errors import AgentRLError
+from agentrl_sdk.threads import RAY_SUBMIT_LOCK
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.packing import FlatSamples
 from agentrl_sdk.trainer.worker import PolicyWorker
@@ -429,7 +430,8 @@ class TrainerGroup:
     def _submit(self, method: str, *args: Any) -> list[Any]:
         if not self._actors:
             raise TrainerError(f"{method}: the trainer group is shut down")
-        return [getattr(actor, method).remote(*args) for actor in self._actors]
+        with RAY_SUBMIT_LOCK:
+            return [getattr(actor, method).remote(*args) for actor in self._actors]
 
     def _call(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
         """Runs ``method(*args)`` on every rank; returns the results in rank order."""
