@@ -1,6 +1,6 @@
 """GRPO vs PPO with a critic vs GRPO with dynamic sampling on the demo task, same wall clock.
 
-    python benchmarks/algorithms.py [--quick]
+    python benchmarks/algorithms.py [--quick | --minutes M]
 
 The tool-selection demo (``examples/tool_selection/config.yaml``: the warm-started tiny policy,
 8 rows x 8 samples per update, lr 0.002) trained three ways, one after the other, each for the
@@ -106,9 +106,9 @@ def _train(arm: str, budget_s: float, max_steps: int) -> Run:
     return run
 
 
-def main(quick: bool) -> None:
+def main(quick: bool, minutes: float | None = None) -> None:
     console = Console()
-    budget_s = 90.0 if quick else 900.0
+    budget_s = 60.0 * minutes if minutes else 90.0 if quick else 900.0
     window = 2 if quick else 5
     runs = {arm: _train(arm, budget_s, max_steps=1000) for arm in ARMS}
 
@@ -160,4 +160,6 @@ def _ratio(value: float, baseline: float) -> float:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="90 s per arm (a smoke run)")
-    main(parser.parse_args().quick)
+    parser.add_argument("--minutes", type=float, default=None, help="budget per arm (15)")
+    args = parser.parse_args()
+    main(args.quick, args.minutes)
