@@ -86,10 +86,11 @@ class ResumableRequests:
     """Runs requests as resumable attempts and pauses them all at once; bound to one event loop.
 
     Args:
-        version: Returns the policy version currently served.
+        version: Returns the policy version currently serving a request (the engine's
+            version, or with named adapters the version of what serves that request).
     """
 
-    def __init__(self, version: Callable[[], int]) -> None:
+    def __init__(self, version: Callable[[PartialOutput], int]) -> None:
         self._version = version
         self._running = asyncio.Event()
         self._running.set()
@@ -125,7 +126,7 @@ class ResumableRequests:
         while True:
             await self._running.wait()
             if partial.remaining <= 0:  # paused right after its last token
-                return partial.result("length", self._version())
+                return partial.result("length", self._version(partial))
             task = asyncio.ensure_future(attempt(partial, number))
             self._attempts.add(task)
             try:
@@ -136,9 +137,9 @@ class ResumableRequests:
             finally:
                 self._attempts.discard(task)
             if not task.cancelled():
-                return partial.result(task.result(), self._version())
+                return partial.result(task.result(), self._version(partial))
             if partial.finish_reason is not None:  # paused after its last token: it is done
-                return partial.result(partial.finish_reason, self._version())
+                return partial.result(partial.finish_reason, self._version(partial))
             number += 1  # cancelled by pause(): go round, the partial output is kept
             self.resubmissions += 1
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
@@ -45,6 +46,16 @@ class VLLMBackend:
     _tokenizer_path: str | None = None
     _tokenizer: Any = None
     _local_workers: bool = True  # vLLM's workers share this host's /dev/shm
+    _base_version: int = 0  # the version of the last change to the base weights
+    # The version of each named adapter's last push; replaced, never mutated (a class default).
+    _adapter_versions: Mapping[str, int] = MappingProxyType({})
+    _changing: asyncio.Lock | None = None  # held by the weight or adapter change under way
+
+    def served_version(self, adapter: str | None) -> int:
+        """The version of the weights that serve requests of ``adapter`` (None: the base): the
+        last change to the base or to that adapter, as the TorchEngine stamps its tokens."""
+        own = self._adapter_versions.get(adapter, 0) if adapter is not None else 0
+        return max(self._base_version, own)
 
     async def generate(
         self,
@@ -130,17 +141,29 @@ class VLLMBackend:
     async def _reload(self, paths: list[str]) -> int:
         return await self._held(self._load(paths))
 
-    async def _held(self, change: Awaitable[None]) -> int:
-        """Runs ``change`` (new weights or adapter) with the requests held; the new version."""
-        was_paused = self._requests.paused
-        await self._requests.pause()
-        try:
-            await change
-        finally:
-            if not was_paused:
-                self._requests.resume()
-        self._version += 1
-        return self._version
+    async def _held(self, change: Awaitable[None], adapter: str | None = None) -> int:
+        """Runs ``change`` (new weights, or the named ``adapter``) with the requests held; the
+        new version, which becomes that of the base or of ``adapter`` (`served_version`).
+
+        Changes run one at a time (pushes of several adapters may arrive together): each sees
+        the version it makes, and the requests resume only after the last one.
+        """
+        if self._changing is None:  # made here: it belongs to the engine's loop
+            self._changing = asyncio.Lock()
+        async with self._changing:
+            was_paused = self._requests.paused
+            await self._requests.pause()
+            try:
+                await change
+            finally:
+                if not was_paused:
+                    self._requests.resume()
+            self._version += 1
+            if adapter is None:
+                self._base_version = self._version
+            else:
+                self._adapter_versions = {**self._adapter_versions, adapter: self._version}
+            return self._version
 
     async def pause(self) -> None:
         """Abort the requests in flight, keeping their partial output; new ones wait."""

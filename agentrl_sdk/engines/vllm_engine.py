@@ -34,9 +34,14 @@ from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, SamplingParams
 
-__all__ = ["VLLMEngine", "default_eos", "to_vllm_sampling"]
+__all__ = ["DEFAULT_MAX_LORAS", "VLLMEngine", "default_eos", "to_vllm_sampling"]
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_LORAS = 4
+"""vLLM's ``max_loras`` (adapters in one batch; its CPU cache holds as many) when
+``enable_lora`` is set without it: a few policies' adapters, plus one's new version loaded
+beside the old while it is swapped in."""
 
 
 class VLLMEngine(VLLMBackend):
@@ -55,7 +60,11 @@ class VLLMEngine(VLLMBackend):
     cache from two policies; ``token_versions`` records which version sampled each token.
 
     Started with ``engine_args={"enable_lora": True, "max_lora_rank": R}`` it also takes
-    adapter pushes (`update_adapter`): each version is a vLLM LoRA that every request carries.
+    adapter pushes (`update_adapter`), each version a vLLM LoRA: an unnamed adapter is carried
+    by every request; named ones (several policies as adapters of one base, `AdapterView`) are
+    carried by the requests whose ``SamplingParams.adapter`` names them, requests without one
+    are served by the base, and all share vLLM's batch (up to ``max_loras`` adapters per step,
+    `DEFAULT_MAX_LORAS` unless ``engine_args`` sets it).
 
     Args:
         model_path: A local ``save_pretrained`` folder.
@@ -97,7 +106,8 @@ class VLLMEngine(VLLMBackend):
         self._tokenizer_path = path
         self._version = 0
         self._closed = False
-        self._lora: Any = None  # the LoRARequest of the last adapter push, sent with every request
+        self._lora: Any = None  # the LoRARequest of the last unnamed push, sent with every request
+        self._named: dict[str, Any] = {}  # the LoRARequest of each named adapter's last push
         self._adapters: Path | None = None  # adapter folders, made on the first push
         args = {
             "model": path,
@@ -113,6 +123,8 @@ class VLLMEngine(VLLMBackend):
             **(engine_args or {}),
         }
         self._takes_adapters = bool(args.get("enable_lora"))
+        if self._takes_adapters:
+            args.setdefault("max_loras", DEFAULT_MAX_LORAS)
         self._loop = LoopThread("agentrl-vllm-engine")
         try:
             # The engine core process inherits the environment when it starts; not after.
@@ -135,7 +147,7 @@ class VLLMEngine(VLLMBackend):
         started = time.perf_counter()
         llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         logger.info("vLLM engine started in %.1fs", time.perf_counter() - started)
-        return llm, ResumableRequests(lambda: self._version)
+        return llm, ResumableRequests(lambda partial: self.served_version(partial.sampling.adapter))
 
     @property
     def takes_adapters(self) -> bool:
@@ -162,15 +174,17 @@ class VLLMEngine(VLLMBackend):
         """One submission: stream new tokens into ``partial`` until vLLM finishes it."""
         from vllm.inputs import TokensPrompt
 
-        if partial.sampling.adapter is not None:
-            raise ValueError(
-                f"request {request_id!r} names adapter {partial.sampling.adapter!r}: the "
-                "VLLMEngine serves no named adapters (use the torch engine)"
+        name = partial.sampling.adapter
+        lora = self._lora if name is None else self._named.get(name)
+        if name is not None and lora is None:
+            raise EngineError(
+                f"request {request_id!r} names adapter {name!r}, which this engine does not "
+                f"hold (it holds {sorted(self._named)}); push it with update_adapter first"
             )
         params = to_vllm_sampling(partial.sampling, partial.remaining, self._eos)
-        version = self._version
+        version = self.served_version(name)
         prompt = TokensPrompt(prompt_token_ids=partial.context)
-        async for out in self._llm.generate(prompt, params, request_id, lora_request=self._lora):
+        async for out in self._llm.generate(prompt, params, request_id, lora_request=lora):
             if self._requests.paused:
                 raise asyncio.CancelledError  # a pause is under way; vLLM aborts on exit
             completion = out.outputs[0]
@@ -188,16 +202,22 @@ class VLLMEngine(VLLMBackend):
     async def update_adapter(self, adapter: AdapterWeights) -> int:
         """Serve base + ``adapter`` as a vLLM LoRA: only the adapter is written and loaded.
 
-        Each version gets a new adapter id (the previous one is removed), loaded before any
-        request uses it; requests in flight are held and resubmitted on it, as for
-        `update_weights`. A later `update_weights` serves its weights without an adapter.
+        Each version gets a new adapter id (the previous one of that name, or the previous
+        unnamed one, is removed), loaded before any request uses it; requests in flight are
+        held and resubmitted, as for `update_weights` (a request of another adapter keeps its
+        version). An unnamed adapter serves every request and a later `update_weights` drops
+        it; a named one serves the requests naming it and stays over new base weights.
+        Versions are the TorchEngine's: a request's tokens carry the version of the last
+        change to the base or to its adapter (`served_version`).
 
         Returns:
             The new policy version.
 
         Raises:
-            EngineError: The engine was started without ``enable_lora``, or vLLM refused the
-                adapter (e.g. its rank is above ``max_lora_rank``); the old one is still served.
+            EngineError: The engine was started without ``enable_lora``; an unnamed adapter
+                while named ones are served or the reverse (a vLLM request carries one LoRA);
+                or vLLM refused the adapter (e.g. its rank is above ``max_lora_rank``): the
+                old one is still served.
         """
         self._check_open()
         if not self.takes_adapters:
@@ -205,37 +225,49 @@ class VLLMEngine(VLLMBackend):
                 "this VLLMEngine takes no adapters: start it with engine_args "
                 "{'enable_lora': True, 'max_lora_rank': <the adapter's rank or more>}"
             )
-        if adapter.name is not None:
+        name = adapter.name
+        if (name is None and self._named) or (name is not None and self._lora is not None):
             raise EngineError(
-                f"adapter {adapter.name!r}: the VLLMEngine serves one unnamed adapter, not "
-                "several policies' named adapters yet; serve adapter_of policies with the "
-                "torch engine"
+                f"adapter {name!r}: this VLLMEngine serves "
+                + (f"named adapters {sorted(self._named)}" if self._named else "an unnamed one")
+                + ", and a vLLM request carries one LoRA, so unnamed (merged) and named "
+                "adapters cannot be served together; push full weights first to drop an "
+                "unnamed adapter"
             )
         if self._adapters is None:
             self._adapters = Path(tempfile.mkdtemp(prefix="agentrl-lora-", dir=shm_root()))
-        folder = self._adapters / f"v{self._version + 1}"
+        # Pushes of two adapters may be written at once: a folder of its own for each.
+        folder = Path(tempfile.mkdtemp(prefix=f"{name or 'unnamed'}-", dir=self._adapters))
         await run_blocking(write_adapter_folder, folder, adapter)
         try:
-            return await self._loop.call(self._held(self._swap_adapter(folder)))
+            return await self._loop.call(self._held(self._swap_adapter(folder, name), name))
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
 
-    async def _swap_adapter(self, folder: Path) -> None:
+    async def _swap_adapter(self, folder: Path, name: str | None) -> None:
         from vllm.lora.request import LoRARequest
 
         version = self._version + 1  # ids must be positive and new for vLLM to load anew
-        request = LoRARequest(f"agentrl-v{version}", version, str(folder))
+        label = f"agentrl-v{version}" if name is None else f"agentrl-{name}-v{version}"
+        request = LoRARequest(label, version, str(folder))
         try:
             await asyncio.wait_for(self._llm.add_lora(request), self._timeout)
         except Exception as exc:
             raise EngineError(f"vLLM refused the adapter, old weights kept: {exc}") from exc
-        await self._drop_adapter()
-        self._lora = request
+        if name is None:
+            old, self._lora = self._lora, request
+        else:
+            old, self._named[name] = self._named.get(name), request
+        await self._remove_lora(old)
 
     async def _drop_adapter(self) -> None:
-        """Stop serving the current adapter (if any) and free it in vLLM and on disk."""
+        """Stop serving the unnamed adapter (if any); named ones stay."""
         old, self._lora = self._lora, None
+        await self._remove_lora(old)
+
+    async def _remove_lora(self, old: Any) -> None:
+        """Free a LoRA no request carries any more (if any), in vLLM and on disk."""
         if old is not None:
             await asyncio.wait_for(self._llm.remove_lora(old.lora_int_id), self._timeout)
             shutil.rmtree(old.lora_path, ignore_errors=True)
@@ -264,7 +296,7 @@ class VLLMEngine(VLLMBackend):
         """New weights through a worker RPC, then what every reload needs."""
         try:
             await asyncio.wait_for(self._llm.collective_rpc(method, args=args), self._timeout)
-            await self._drop_adapter()  # full weights replace base + adapter
+            await self._drop_adapter()  # full weights replace base + unnamed adapter
             # Cached prefixes hold the old weights' keys and values.
             await asyncio.wait_for(self._llm.reset_prefix_cache(), self._timeout)
         except TimeoutError as exc:

@@ -145,7 +145,7 @@ class VLLMServerEngine(VLLMBackend):
             timeout=httpx.Timeout(self._timeout, connect=10.0),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )
-        return client, ResumableRequests(lambda: self._version)
+        return client, ResumableRequests(lambda _: self._version)
 
     async def _wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -186,6 +186,12 @@ class VLLMServerEngine(VLLMBackend):
     async def _stream(self, partial: PartialOutput, request_id: str) -> FinishReason:
         """One submission: stream new tokens into ``partial`` until the server finishes it."""
         sampling = partial.sampling
+        if sampling.adapter is not None:
+            raise EngineError(
+                f"request {request_id!r} names adapter {sampling.adapter!r}: the "
+                "VLLMServerEngine serves no adapters; serve adapter policies with backend "
+                "'vllm' (engine_args.enable_lora) or 'torch'"
+            )
         body = {
             "model": self._model_name,
             "prompt": partial.context,

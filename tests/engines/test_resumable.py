@@ -25,7 +25,7 @@ class CountingBackend:
 
 async def test_pause_keeps_partial_output_and_resume_continues_it() -> None:
     backend = CountingBackend()
-    requests = ResumableRequests(lambda: backend.version)
+    requests = ResumableRequests(lambda _: backend.version)
     partial = PartialOutput([100, 101], SamplingParams(max_tokens=40))
     running = asyncio.ensure_future(requests.run(partial, backend.attempt))
     while len(partial.token_ids) < 5:
@@ -47,7 +47,7 @@ async def test_pause_keeps_partial_output_and_resume_continues_it() -> None:
 
 async def test_cancelling_the_caller_while_paused_drops_the_request() -> None:
     backend = CountingBackend()
-    requests = ResumableRequests(lambda: backend.version)
+    requests = ResumableRequests(lambda _: backend.version)
     await requests.pause()
     waiting = asyncio.ensure_future(
         requests.run(PartialOutput([1], SamplingParams(max_tokens=3)), backend.attempt)
@@ -71,7 +71,7 @@ async def test_a_pause_after_the_finish_is_known_completes_the_request() -> None
         await asyncio.sleep(10)  # the end of the stream, never reached: the pause cuts it
         return "stop"
 
-    requests = ResumableRequests(lambda: 0)
+    requests = ResumableRequests(lambda _: 0)
     partial = PartialOutput([1], SamplingParams(max_tokens=40))
     running = asyncio.ensure_future(requests.run(partial, attempt))
     while not partial.token_ids:

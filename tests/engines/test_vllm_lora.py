@@ -1,9 +1,12 @@
 """VLLMEngine with ``enable_lora`` on a real vLLM(-CPU): an adapter push is served as a vLLM LoRA
 with the greedy ids of a TorchEngine serving the merged weights and their logprobs; full
-weights drop it."""
+weights drop it. Named adapters (several policies on one base): each request is served by its
+own adapter or the base, with the TorchEngine's ids and versions, and a push changes only that
+adapter's output. One engine for the module (start-up ~45 s)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 
@@ -17,6 +20,7 @@ from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
 from tests.engines._tiny import tiny_model_dir
 from tests.engines.test_lora_weights import peft_adapter
+from tests.engines.test_row_adapters import peft_adapter as named_peft_adapter
 
 if os.environ.get("AGENTRL_REQUIRE_VLLM"):
     import vllm  # noqa: F401
@@ -42,23 +46,34 @@ async def answers(engine, params):
     return [await engine.generate(p, params, f"r{i}") for i, p in enumerate(PROMPTS)]
 
 
-async def test_adapter_push_serves_the_merged_model():
+@pytest.fixture(scope="module")
+def base():
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir(0), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def engine():
     from agentrl_sdk.engines.vllm_engine import VLLMEngine
 
-    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir(0), dtype=torch.float32).eval()
-    model, adapter = peft_adapter(base)
-    merged = TorchEngine(copy.deepcopy(model).merge_and_unload(), eos_token_ids=[])  # greedy ids
     engine = VLLMEngine(
         tiny_model_dir(0), max_batch_size=8, max_model_len=512, eos_token_ids=[],
-        engine_args={"enable_lora": True, "max_lora_rank": 8, "max_loras": 1},
+        engine_args={"enable_lora": True, "max_lora_rank": 8},  # max_loras: the default
     )  # fmt: skip
+    yield engine
+    engine.close()
+
+
+async def test_adapter_push_serves_the_merged_model(engine, base):
+    model, adapter = peft_adapter(base)
+    merged = TorchEngine(copy.deepcopy(model).merge_and_unload(), eos_token_ids=[])  # greedy ids
+    v = engine.policy_version
     try:
         assert engine.takes_adapters
         before = [a.token_ids for a in await answers(engine, GREEDY)]
-        assert await engine.update_adapter(adapter) == 1
+        assert await engine.update_adapter(adapter) == v + 1
         got, want = await answers(engine, GREEDY), await answers(merged, GREEDY)
         assert [a.token_ids for a in got] == [a.token_ids for a in want] != before
-        assert all(a.policy_version == 1 for a in got)
+        assert all(a.policy_version == v + 1 for a in got)
         for prompt, sampled in zip(PROMPTS, await answers(engine, SAMPLED), strict=True):
             want = hf_logprobs(merged.model, prompt, sampled.token_ids)
             assert sampled.logprobs == pytest.approx(want, abs=LOGPROB_TOL)
@@ -67,10 +82,84 @@ async def test_adapter_push_serves_the_merged_model():
                    for k, v in adapter.tensors.items()}  # rank 16 > max_lora_rank  # fmt: skip
         with pytest.raises(EngineError, match="refused the adapter"):
             await engine.update_adapter(AdapterWeights(too_big, adapter.scaling))
-        assert engine.policy_version == 1
+        assert engine.policy_version == v + 1
+        with pytest.raises(EngineError, match="cannot be served together"):
+            await engine.update_adapter(named_peft_adapter(base, 1, "a")[1])
 
-        assert await engine.update_weights(base.state_dict()) == 2  # the adapter goes
+        assert await engine.update_weights(base.state_dict()) == v + 2  # the adapter goes
         assert [a.token_ids for a in await answers(engine, GREEDY)] == before
     finally:
-        engine.close()
         merged.close()
+
+
+async def outputs(engine, names=(None, "a", "b")):
+    """Greedy answers by (adapter, prompt), all requests at once: they share vLLM's batches."""
+    keys = [(n, i) for n in names for i in range(len(PROMPTS))]
+    got = await asyncio.gather(*(engine.generate(
+        PROMPTS[i], GREEDY.model_copy(update={"adapter": n}), f"{n}-{i}") for n, i in keys))  # fmt: skip
+    return dict(zip(keys, got, strict=True))
+
+
+def ids(answers, name):
+    return [a.token_ids for (n, _), a in answers.items() if n == name]
+
+
+async def test_named_adapters_serve_each_request_its_own(engine, base):
+    """Base and two named adapters in one engine: the TorchEngine's greedy ids per adapter,
+    the PEFT model's logprobs, per-adapter versions; a push to a changes a's output only,
+    held requests of b keep b's version, and named adapters stay over new base weights."""
+    peft = {n: named_peft_adapter(base, seed, n) for n, seed in (("a", 1), ("b", 2), ("a2", 3))}
+    new_a = AdapterWeights(peft["a2"][1].tensors, peft["a2"][1].scaling, name="a")
+    torch_engine = TorchEngine(copy.deepcopy(base), eos_token_ids=[])
+    v = engine.policy_version
+    try:
+        for name in ("a", "b"):
+            await torch_engine.update_adapter(peft[name][1])
+        assert await engine.update_adapter(peft["a"][1]) == v + 1
+        assert await engine.update_adapter(peft["b"][1]) == v + 2
+        got, want = await outputs(engine), await outputs(torch_engine)
+        for name in (None, "a", "b"):
+            assert ids(got, name) == ids(want, name)
+        assert len({str(ids(got, n)) for n in (None, "a", "b")}) == 3
+        assert {n: a.policy_version for (n, _), a in got.items()} == {
+            None: v, "a": v + 1, "b": v + 2}  # fmt: skip
+        for name in ("a", "b"):  # engine logprobs = the PEFT model's, per adapter
+            sampled = SAMPLED.model_copy(update={"adapter": name})
+            for i, prompt in enumerate(PROMPTS):
+                answer = await engine.generate(prompt, sampled, f"s{name}{i}")
+                want_lp = hf_logprobs(peft[name][0], prompt, answer.token_ids)
+                assert answer.logprobs == pytest.approx(want_lp, abs=LOGPROB_TOL)
+
+        # Push a while long requests of a and b are in flight: both are held and resubmitted.
+        long = {n: GREEDY.model_copy(update={"adapter": n, "max_tokens": 480}) for n in "ab"}
+        alone_b = await engine.generate(PROMPTS[0], long["b"], "alone-b")
+        resubmitted = engine._requests.resubmissions
+        rows = {n: asyncio.ensure_future(engine.generate(PROMPTS[0], long[n], f"long-{n}"))
+                for n in "ab"}  # fmt: skip
+        while engine.in_flight < 2 or engine._requests.tokens_in_flight() < 16:
+            await asyncio.sleep(0.005)
+        assert await engine.update_adapter(new_a) == v + 3
+        long_a, long_b = await rows["a"], await rows["b"]
+        assert engine._requests.resubmissions - resubmitted == 2  # held, then resumed
+        assert long_b.policy_version == v + 2 and long_b.token_versions is None
+        assert long_b.token_ids == alone_b.token_ids  # resubmitted on the same adapter
+        assert long_a.policy_version == v + 3 and set(long_a.token_versions) == {v + 1, v + 3}
+
+        after = await outputs(engine)
+        await torch_engine.update_adapter(new_a)
+        assert ids(after, "a") == ids(await outputs(torch_engine, ["a"]), "a") != ids(got, "a")
+        assert ids(after, "b") == ids(got, "b") and ids(after, None) == ids(got, None)
+        assert {n: a.policy_version for (n, _), a in after.items()} == {
+            None: v, "a": v + 3, "b": v + 2}  # fmt: skip
+
+        with pytest.raises(EngineError, match="does not hold"):
+            await engine.generate(PROMPTS[0], GREEDY.model_copy(update={"adapter": "c"}), "c")
+        with pytest.raises(EngineError, match="cannot be served together"):
+            await engine.update_adapter(peft_adapter(base)[1])  # unnamed beside named ones
+
+        assert await engine.update_weights(base.state_dict()) == v + 4  # named ones stay
+        again = await outputs(engine)
+        assert all(ids(again, n) == ids(after, n) for n in (None, "a", "b"))
+        assert {a.policy_version for a in again.values()} == {v + 4}
+    finally:
+        torch_engine.close()

@@ -35,7 +35,7 @@ class FakeServer(VLLMServerEngine):
     async def _connect(self) -> tuple[httpx.AsyncClient, ResumableRequests]:
         transport = httpx.MockTransport(self._handler)
         client = httpx.AsyncClient(base_url=self.url, transport=transport)
-        return client, ResumableRequests(lambda: self._version)
+        return client, ResumableRequests(lambda _: self._version)
 
 
 async def test_a_pause_after_the_last_token_completes_the_request_instead_of_resending_it():
