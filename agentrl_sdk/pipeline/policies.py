@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agentrl_sdk.engines import Engine, EnginePool, create_engine
 from agentrl_sdk.engines.adapter_view import AdapterView
@@ -69,6 +70,27 @@ def model_path(model: ModelConfig, name: str = DEFAULT_POLICY) -> str:
     return model.path
 
 
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM accepts."""
+
+
+def engine_kwargs(config: TrainConfig) -> dict[str, Any]:
+    """`create_engine` arguments: the engine section's, plus what adapter pushes need of an
+    in-process vLLM engine (``enable_lora``, a ``max_lora_rank`` that fits ``trainer.lora``)
+    unless ``engine_args`` sets them."""
+    kwargs = config.engine.create_kwargs()
+    lora = config.trainer.lora
+    adapters = lora is not None and (lora.sync == "adapter" or bool(config.adapter_policies))
+    if config.engine.backend == "vllm" and adapters:
+        assert lora is not None
+        args = dict(kwargs.get("engine_args") or {})
+        args.setdefault("enable_lora", True)
+        fits = [r for r in _VLLM_LORA_RANKS if r >= lora.rank]
+        args.setdefault("max_lora_rank", fits[0] if fits else lora.rank)
+        kwargs["engine_args"] = args
+    return kwargs
+
+
 async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[str, Policy]:
     """Engines for every policy, then trainers for the trained ones (none without
     ``trainers``: an evaluation only serves); all torn down on failure."""
@@ -82,7 +104,7 @@ async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[
             if name in adapters:
                 continue  # served by the default policy's engine
             path = model_path(spec, name)
-            engine = create_engine(config.engine.backend, path, **config.engine.create_kwargs())
+            engine = create_engine(config.engine.backend, path, **engine_kwargs(config))
             sync = WeightSync(transport=config.trainer.weight_transport)
             policies[name] = Policy(
                 name, path, engine, WeightGate(engine), weight_sync=sync, owns_ray=owns_ray
