@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from agentrl_sdk.algorithms import ValueLossConfig, value_loss
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.group import TrainerGroup
-from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, shard_plan
+from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch
 from agentrl_sdk.trainer.worker import PolicyWorker, _Normalisers
 from agentrl_sdk.types import Batch
 
@@ -115,19 +114,7 @@ class ValueWorker(PolicyWorker):
     def compute_values(self, flat: FlatSamples) -> np.ndarray:
         """The critic's value of every response token (laid out like ``flat.response_ids``,
         0.0 at mask-0 positions); identical on every rank."""
-        plan = shard_plan(
-            flat.lengths, range(len(flat)), self.world_size, self.config.micro_batch_tokens
-        )
-        out = np.zeros(len(flat.response_ids), dtype=np.float32)
-        for indices in plan[self.rank]:
-            values = self._values(self._packed(flat, indices)).cpu().numpy()
-            for row, i in enumerate(indices):
-                span = flat.response_slice(i)
-                out[span] = values[row, : span.stop - span.start]
-        out *= flat.response_mask
-        total = torch.from_numpy(out).to(self.device)
-        dist.all_reduce(total)  # each position is nonzero on one rank at most
-        return total.cpu().numpy()
+        return self._per_token(flat, self._values)
 
     def _accumulate(
         self, flat: FlatSamples, indices: list[int], norm: _Normalisers, sums: dict[str, float]

@@ -8,7 +8,7 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -372,16 +372,23 @@ class PolicyWorker:
             A float32 array laid out like ``flat.response_ids``, 0.0 at mask-0 positions (the
             convention of ``Sample.old_logprobs``); identical on every rank.
         """
+        return self._per_token(flat, lambda batch: self._logprobs(self.model, batch)[0])
+
+    def _per_token(
+        self, flat: FlatSamples, forward: Callable[[PackedBatch], torch.Tensor]
+    ) -> np.ndarray:
+        """``forward``'s (B, T) output for every response token of ``flat``, each rank
+        computing its share (`shard_plan`), laid out like ``flat.response_ids`` with 0.0 at
+        mask-0 positions; identical on every rank (a collective)."""
         plan = shard_plan(
             flat.lengths, range(len(flat)), self.world_size, self.config.micro_batch_tokens
         )
         out = np.zeros(len(flat.response_ids), dtype=np.float32)
         for indices in plan[self.rank]:
-            logp, _ = self._logprobs(self.model, self._packed(flat, indices))
-            logp = logp.cpu().numpy()
+            values = forward(self._packed(flat, indices)).cpu().numpy()
             for row, i in enumerate(indices):
                 span = flat.response_slice(i)
-                out[span] = logp[row, : span.stop - span.start]
+                out[span] = values[row, : span.stop - span.start]
         out *= flat.response_mask
         total = torch.from_numpy(out).to(self.device)
         dist.all_reduce(total)  # each position is nonzero on one rank at most
