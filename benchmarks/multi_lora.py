@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -255,8 +256,11 @@ def measure(variant: str, steps: int, wide: bool = False, real: bool = False) ->
     config.checkpoint.every = 0
     config.tracking.uri = f"sqlite:///{work / 'mlflow.db'}"
     start = time.perf_counter()
-    with PeakSampler() as sampler:
-        result = run(config)
+    try:
+        with PeakSampler() as sampler:
+            result = run(config)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # checkpoints of 3 full models: GBs of disk
     seconds = time.perf_counter() - start
     peaks = sampler.by_role()
     per_policy = {k: v for m in result.history[-1:] for k, v in m.items()
