@@ -24,9 +24,10 @@ Figures (``benchmarks/results/weight_sync.json``):
   (copy between two touched 256 MB buffers); for the >= 100M model, the worse of 1 and 2
   engines (goal >= 0.5). Each engine must receive the bytes, so 2 engines move twice as much
   data in the same wall time budget.
-- ``driver_peak_buckets``: the driver's peak RSS growth during a direct push (shared memory,
-  object store or collective, the largest), in buckets (sampled every millisecond from /proc; goal < 2).
-  The driver way's growth is reported beside it.
+- ``driver_peak_buckets``: the driver's peak RSS growth over 3 direct pushes (shared memory,
+  object store or collective, the largest; measured before any driver-way push, whose freed
+  buckets would stay in the heap and hide growth), in buckets (sampled every millisecond from
+  /proc; goal < 2). The driver way's growth is reported beside it.
 
 Run it on a quiet machine: both figures are ratios, but the pushes share 2 cores with the
 engines' and the trainer's processes.
@@ -116,7 +117,9 @@ def models(quick: bool, root: Path) -> list[tuple[str, str]]:
 async def push_rounds(
     group: TrainerGroup, engines: list[RayEngine], rounds: int
 ) -> dict[str, dict[str, Any]]:
-    """Alternating shared and driver pushes (after one warm-up of each): medians and peaks."""
+    """The driver's memory first, each way on its own (the direct ways before any driver
+    push: once freed, the driver way's buckets stay in the heap and would hide later growth),
+    then alternating timed rounds of every way: medians."""
     ways = {
         "shared_memory": WeightSync(BUCKET_BYTES),
         "object_store": WeightSync(BUCKET_BYTES),
@@ -126,17 +129,24 @@ async def push_rounds(
     seconds: dict[str, list[float]] = {way: [] for way in ways}
     growth: dict[str, list[int]] = {way: [] for way in ways}
     host = engines[0].shared_weights_host
-    for i in range(rounds + 1):
-        for way, sync in ways.items():
-            for engine in engines:  # object_store: as engines on another machine report
-                engine._shm_host = None if way == "object_store" else host
-            with PeakRss() as rss:
-                await sync.push(group, engines)
-            stats = sync.last_stats
-            assert stats is not None and stats.via == way
-            if i:  # round 0 warms up: the first shared push writes the files
-                seconds[way].append(stats.total_s)
-                growth[way].append(rss.growth)
+
+    async def push(way: str) -> int:
+        for engine in engines:  # object_store: as engines on another machine report
+            engine._shm_host = None if way == "object_store" else host
+        with PeakRss() as rss:
+            await ways[way].push(group, engines)
+        stats = ways[way].last_stats
+        assert stats is not None and stats.via == way
+        return rss.peak
+
+    for way in ways:  # 3 pushes each (both file sets written, then one in place)
+        start = rss_bytes()
+        for _ in range(3):
+            growth[way].append(await push(way) - start)
+    for _ in range(rounds):
+        for way in ways:
+            await push(way)
+            seconds[way].append(ways[way].last_stats.total_s)
     nbytes = ways["shared_memory"].last_stats.bytes
     return {
         way: {
