@@ -95,9 +95,7 @@ class FullRenderLedger(TokenLedger):
     def _delta(self, conv, messages, tools, key):
         if key != conv.tools_key:
             return None
-        before = self.template.render(conv.messages, tools, add_generation_prompt=False)
-        after = self.template.render(messages, tools, add_generation_prompt=True)
-        return after[len(before) :] if after.startswith(before) else None
+        return self.template.deltas.full_delta(conv.messages, messages, tools)
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:

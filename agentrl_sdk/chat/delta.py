@@ -117,19 +117,19 @@ class DeltaRenderer:
         new = messages[len(old) :]
         kept = window(old)
         if kept is None:
-            return self._difference(old, messages, tools)
+            return self.full_delta(old, messages, tools)
         key = (tools_key(tools), tuple(str(m.get("role")) for m in new))
         if not self._probed(key, new, tools):
-            return self._difference(old, messages, tools)
+            return self.full_delta(old, messages, tools)
         try:
-            cheap = self._difference(kept, [*kept, *new], tools)
+            cheap = self.full_delta(kept, [*kept, *new], tools)
         except Exception:  # noqa: BLE001 - a window the template refuses: render in full
             cheap = None
         if cheap is None:  # whether the history is rewritten is decided in full
-            return self._difference(old, messages, tools)
+            return self.full_delta(old, messages, tools)
         if len(old) < 2 * check.checked_at:
             return cheap
-        full = self._difference(old, messages, tools)
+        full = self.full_delta(old, messages, tools)
         check.checked_at = len(old)
         if full != cheap:
             self._disagree(key)
@@ -146,8 +146,8 @@ class DeltaRenderer:
             kept = window(old)
             assert kept is not None  # every probe is long enough to drop messages
             try:
-                full = self._difference(old, [*old, *new], tools)
-                cheap = self._difference(kept, [*kept, *new], tools)
+                full = self.full_delta(old, [*old, *new], tools)
+                cheap = self.full_delta(kept, [*kept, *new], tools)
             except Exception as exc:  # noqa: BLE001 - a shape the template refuses proves nothing
                 logger.debug("window probe skipped: the template raised %r", exc)
                 continue
@@ -168,9 +168,10 @@ class DeltaRenderer:
                 "/".join(key[1]),
             )
 
-    def _difference(
+    def full_delta(
         self, old: list[Message], messages: list[Message], tools: list[Message] | None
     ) -> str | None:
+        """`delta` from two full renders (the exact, quadratic way; None: history rewritten)."""
         before = self._render(old, tools, False)
         after = self._render(messages, tools, True)
         if not after.startswith(before):

@@ -35,9 +35,7 @@ class FullRenderLedger(TokenLedger):
     def _delta(self, conv, messages, tools, key):
         if key != conv.tools_key:
             return None
-        before = self.template.render(conv.messages, tools, add_generation_prompt=False)
-        after = self.template.render(messages, tools, add_generation_prompt=True)
-        return after[len(before) :] if after.startswith(before) else None
+        return self.template.deltas.full_delta(conv.messages, messages, tools)
 
 
 def _templates(qwen_tokenizer, qwen3_tokenizer) -> dict[str, ChatTemplate]:
@@ -155,14 +153,14 @@ def test_windows_check_against_full_renders_at_doublings(qwen_tokenizer, monkeyp
     template = ChatTemplate(copy.deepcopy(qwen_tokenizer))
     deltas = template.deltas
     fulls: list[int] = []
-    real = deltas._difference
+    real = deltas.full_delta
 
     def counting(old, messages, tools):
         if len(old) >= 4 and old[0] is history[0]:  # a full render of the real history
             fulls.append(len(old))
         return real(old, messages, tools)
 
-    monkeypatch.setattr(deltas, "_difference", counting)
+    monkeypatch.setattr(deltas, "full_delta", counting)
     check = HistoryCheck()
     history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     for k in range(40):
