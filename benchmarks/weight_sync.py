@@ -21,8 +21,9 @@ Figures (``benchmarks/results/weight_sync.json``):
 
 - ``bandwidth_fraction``: model bytes / median push wall time (trainer's gather to the last
   engine's new version), divided by this machine's memcpy bandwidth measured in the same run
-  (copy between two touched 256 MB buffers); for the >= 100M model, the worse of 1 and 2
-  engines (goal >= 0.5). Each engine must receive the bytes, so 2 engines move twice as much
+  (copy between two touched 256 MB buffers, on every core; the median of one sample per
+  round, as single samples ranged 19-38 GB/s here); for the >= 100M model, the worse of 1
+  and 2 engines (goal >= 0.5). Each engine must receive the bytes, so 2 engines move twice as much
   data in the same wall time budget.
 - ``driver_peak_buckets``: the driver's peak RSS growth over 3 direct pushes (shared memory,
   object store or collective, the largest; measured before any driver-way push, whose freed
@@ -58,6 +59,7 @@ from agentrl_sdk.trainer import TrainerConfig, TrainerGroup, WeightSync, init_ra
 
 BUCKET_BYTES = 256 << 20  # the default of WeightSync and TrainerGroup
 GOAL_FRACTION = 0.5
+TIMED_PUSHES = 2  # per way and round, after one untimed push
 GOAL_BUCKETS = 2.0
 
 
@@ -115,11 +117,13 @@ def models(quick: bool, root: Path) -> list[tuple[str, str]]:
 
 
 async def push_rounds(
-    group: TrainerGroup, engines: list[RayEngine], rounds: int
+    group: TrainerGroup, engines: list[RayEngine], rounds: int, memcpy: list[float]
 ) -> dict[str, dict[str, Any]]:
     """The driver's memory first, each way on its own (the direct ways before any driver
     push: once freed, the driver way's buckets stay in the heap and would hide later growth),
-    then alternating timed rounds of every way: medians."""
+    then alternating rounds: memcpy (appended to ``memcpy``), then each way in turn, one
+    untimed push (switching ways frees and allocates the previous way's copies, which a job,
+    using one way throughout, never does) and `TIMED_PUSHES` timed ones. Medians."""
     ways = {
         "shared_memory": WeightSync(BUCKET_BYTES),
         "object_store": WeightSync(BUCKET_BYTES),
@@ -130,23 +134,26 @@ async def push_rounds(
     growth: dict[str, list[int]] = {way: [] for way in ways}
     host = engines[0].shared_weights_host
 
-    async def push(way: str) -> int:
+    async def push(way: str) -> None:
         for engine in engines:  # object_store: as engines on another machine report
             engine._shm_host = None if way == "object_store" else host
-        with PeakRss() as rss:
-            await ways[way].push(group, engines)
+        await ways[way].push(group, engines)
         stats = ways[way].last_stats
         assert stats is not None and stats.via == way
-        return rss.peak
 
     for way in ways:  # 3 pushes each (both file sets written, then one in place)
         start = rss_bytes()
         for _ in range(3):
-            growth[way].append(await push(way) - start)
-    for _ in range(rounds):
+            with PeakRss() as rss:
+                await push(way)
+            growth[way].append(rss.peak - start)
+    for _ in range(rounds):  # unsampled: the RSS sampler's thread would take a core's share
+        memcpy.append(memcpy_gbps())
         for way in ways:
             await push(way)
-            seconds[way].append(ways[way].last_stats.total_s)
+            for _ in range(TIMED_PUSHES):
+                await push(way)
+                seconds[way].append(ways[way].last_stats.total_s)
     nbytes = ways["shared_memory"].last_stats.bytes
     return {
         way: {
@@ -169,8 +176,7 @@ def main() -> None:
     rounds = args.rounds or (2 if args.quick else 7)
     console = Console()
     init_ray(TrainerConfig())
-    bandwidth = memcpy_gbps()
-    console.print(f"memcpy: {bandwidth:.1f} GB/s")
+    memcpy = [memcpy_gbps()]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, path in models(args.quick, Path(tmp)):
@@ -180,18 +186,22 @@ def main() -> None:
                     engines = [RayEngine("torch", path) for _ in range(count)]  # at version 0
                     key = f"{name}/{count}_engines"
                     try:
-                        results[key] = asyncio.run(push_rounds(group, engines, rounds))
+                        results[key] = asyncio.run(push_rounds(group, engines, rounds, memcpy))
                     finally:
                         for engine in engines:
                             engine.close()
                     for way, row in results[key].items():
-                        row["bandwidth_fraction"] = row["gbps"] / bandwidth
                         console.print(f"{key} {way}: {row['median_s'] * 1e3:.0f} ms, "
-                                      f"{row['gbps']:.2f} GB/s = {row['bandwidth_fraction']:.2f} "
-                                      f"of memcpy, driver +{row['driver_peak_buckets']:.2f} "
-                                      "buckets")  # fmt: skip
+                                      f"{row['gbps']:.2f} GB/s, driver "
+                                      f"+{row['driver_peak_buckets']:.2f} buckets")  # fmt: skip
             finally:
                 group.shutdown()
+    bandwidth = statistics.median(memcpy)  # one sample per round, between the pushes
+    console.print(f"memcpy: median {bandwidth:.1f} GB/s of {len(memcpy)} "
+                  f"({min(memcpy):.1f}-{max(memcpy):.1f})")  # fmt: skip
+    for ways in results.values():
+        for row in ways.values():
+            row["bandwidth_fraction"] = row["gbps"] / bandwidth
     report(console, results, bandwidth, args.quick)
 
 

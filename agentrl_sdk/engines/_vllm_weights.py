@@ -19,6 +19,7 @@ import torch
 from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup, receive_buckets
 from agentrl_sdk.engines.shared_weights import (
     make_stage_folder,
+    read_bucket_file,
     remove_stage_folder,
     write_bucket_file,
 )
@@ -38,8 +39,8 @@ def write_buckets(
 ) -> list[str]:
     """Write ``state_dict`` as safetensors files of at most ~``bucket_bytes`` each.
 
-    Tied tensors (one storage under two names) are written under each name: safetensors
-    refuses shared storage, and the model's loader skips the names it does not want.
+    A tied tensor is stored once (`write_bucket_file`); the workers' reader restores its
+    other names and the model's loader skips the names it does not want.
 
     Returns:
         The file paths, in write order.
@@ -110,13 +111,10 @@ class WorkerWeightLoader:
 
         def tensors() -> Iterator[tuple[str, torch.Tensor]]:
             nonlocal count
-            from safetensors import safe_open
-
-            for path in paths:
-                with safe_open(path, framework="pt") as f:
-                    for key in f.keys():  # noqa: SIM118 - safe_open is not a Mapping
-                        count += 1
-                        yield key, f.get_tensor(key)
+            for path in paths:  # one file's tensors mapped at a time
+                for key, tensor in read_bucket_file(path).items():
+                    count += 1
+                    yield key, tensor
 
         self.reload_weights(weights_iterator=tensors())  # type: ignore[attr-defined]
         return count

@@ -34,12 +34,14 @@ __all__ = [
     "StagedFile",
     "host_id",
     "make_stage_folder",
+    "read_bucket_file",
     "remove_stage_folder",
     "shm_root",
     "write_bucket_file",
 ]
 
 _STAGE_PREFIX = "agentrl-weights-"
+_ALIASES = "agentrl_aliases"  # metadata key: tied names -> the name their tensor is stored under
 
 
 @functools.cache
@@ -93,18 +95,19 @@ def _alive(pid: int) -> bool:
 
 def _mapped_views(path: str, like: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
     """Views of a safetensors file's tensors on one shared mapping of it (dtypes and shapes of
-    ``like``; offsets from the file's header: 8-byte length, then JSON). Writes through the
-    views change the file; reads see whoever overwrote it. None when a tensor is not aligned
-    to its element size (a view cannot start there)."""
+    ``like``; offsets from the file's header: 8-byte length, then JSON; a tied name views its
+    stored twin). Writes through the views change the file; reads see whoever overwrote it.
+    None when a tensor is not aligned to its element size (a view cannot start there)."""
     with open(path, "rb") as f:
         (length,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(length))
+    aliases = _aliases(header.get("__metadata__"))
     mapped = torch.from_file(path, shared=True, size=os.path.getsize(path), dtype=torch.uint8)
     start = 8 + length
     views = {}
     try:
         for key, tensor in like.items():
-            begin, end = header[key]["data_offsets"]
+            begin, end = header[aliases.get(key, key)]["data_offsets"]
             views[key] = mapped[start + begin : start + end].view(tensor.dtype).view(tensor.shape)
     except RuntimeError:
         return None
@@ -115,22 +118,25 @@ class StagedFile:
     """A bucket file kept mapped by its writer, so later pushes overwrite its tensors in
     place: one memory copy at memory speed, where writing a new file first faults in every
     page of shared memory (measured here: ~14 GB/s in place vs ~1-2 GB/s for a new file).
-    The file is written the first time by safetensors.
+    The file is written the first time by safetensors; a tied tensor is stored, and copied,
+    once.
     """
 
     def __init__(self, path: str, tensors: Mapping[str, torch.Tensor]) -> None:
         self.path = path
         self.nbytes = write_bucket_file(tensors, path)
+        self._aliases = _tied_names(tensors)
         self._views = _mapped_views(path, tensors)  # None: rewrite the file every time
 
     def overwrite(self, tensors: Mapping[str, torch.Tensor]) -> int:
         """Write new values of the same tensors in place; returns their distinct bytes."""
         if self._views is None:
             return write_bucket_file(tensors, self.path)
-        if tensors.keys() != self._views.keys():
+        if tensors.keys() != self._views.keys() or _tied_names(tensors) != self._aliases:
             raise ValueError(f"{self.path} holds other tensors than this bucket")
         for key, tensor in tensors.items():
-            self._views[key].copy_(tensor)
+            if key not in self._aliases:
+                self._views[key].copy_(tensor)
         return self.nbytes
 
 
@@ -152,18 +158,39 @@ class _ReadMappings:
                 self._folder, self._views = weights.folder, {}
             for path in weights.paths:
                 if path not in self._views:
-                    self._views[path] = _mapped_views(path, _read(path))
+                    self._views[path] = _mapped_views(path, read_bucket_file(path))
                 views = self._views[path]
-                state.update(views if views is not None else _read(path))
+                state.update(views if views is not None else read_bucket_file(path))
         return state
 
 
-def _read(path: str) -> dict[str, torch.Tensor]:
-    """A safetensors file's tensors through safetensors (memory-mapped, copy on write)."""
+def read_bucket_file(path: str) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors through safetensors (memory-mapped, copy on write), tied
+    names included."""
     from safetensors import safe_open
 
     with safe_open(path, framework="pt") as f:
-        return {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 - not a Mapping
+        state = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 - not a Mapping
+        aliases = _aliases(f.metadata())
+    return state | {alias: state[name] for alias, name in aliases.items()}
+
+
+def _aliases(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """The tied names a file's metadata records (`write_bucket_file`)."""
+    return json.loads((metadata or {}).get(_ALIASES, "{}"))
+
+
+def _tied_names(tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
+    """Each name whose tensor shares its storage with an earlier name's -> that name."""
+    first: dict[int, str] = {}
+    tied = {}
+    for name, tensor in tensors.items():
+        ptr = tensor.untyped_storage().data_ptr()
+        if ptr in first:
+            tied[name] = first[ptr]
+        else:
+            first[ptr] = name
+    return tied
 
 
 _READER = _ReadMappings()
@@ -172,28 +199,23 @@ _READER = _ReadMappings()
 def write_bucket_file(
     tensors: Mapping[str, torch.Tensor], path: str | os.PathLike[str]
 ) -> int:
-    """Write ``tensors`` as one safetensors file; returns the bytes of the distinct tensors
-    (a tied tensor counts once, as the model holds it).
+    """Write ``tensors`` as one safetensors file; returns the bytes of the distinct tensors.
 
-    Tied tensors (one storage under two names) are written under each name: safetensors
-    refuses shared storage, and a model's loader skips the names it does not want.
+    A tied tensor (one storage under several names) is stored once, under its first name
+    (safetensors refuses shared storage); the file's metadata names the others, which this
+    module's readers restore. Other readers (vLLM's loader) see the first name only, as a
+    model with tied weights expects.
     """
     from safetensors.torch import save_file
 
-    seen: set[int] = set()
-    out: dict[str, torch.Tensor] = {}
-    nbytes = 0
-    for name, tensor in tensors.items():
-        tensor = tensor.detach().to("cpu")
-        ptr = tensor.untyped_storage().data_ptr()
-        if ptr in seen:
-            out[name] = tensor.clone()
-        else:
-            out[name] = tensor.contiguous()
-            nbytes += tensor.numel() * tensor.element_size()
-        seen.add(ptr)
-    save_file(out, str(path))
-    return nbytes
+    tied = _tied_names(tensors)
+    out = {
+        name: tensor.detach().to("cpu").contiguous()
+        for name, tensor in tensors.items()
+        if name not in tied
+    }
+    save_file(out, str(path), metadata={_ALIASES: json.dumps(tied)} if tied else None)
+    return sum(tensor.numel() * tensor.element_size() for tensor in out.values())
 
 
 @dataclass(frozen=True)

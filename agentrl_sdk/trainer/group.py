@@ -204,8 +204,8 @@ class TrainerGroup:
     def stage_weights(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> SharedWeights:
         """Writes the full weights as bucket files in rank 0's shared memory; none pass here.
 
-        Every rank gathers each bucket (a collective) and rank 0 writes it; all buckets are
-        queued at once, so gathering and writing never wait on this process. Calls alternate
+        Every rank gathers each bucket (a collective) and rank 0 writes it, all buckets in
+        one call per rank, so gathering and writing never wait on this process. Calls alternate
         between two sets of files, each overwritten in place two calls later: every engine
         must have moved to the files of call k+1 before call k+2 (a push's version barrier
         ensures it), so until then engines may serve the mapped tensors without a copy.
@@ -217,9 +217,8 @@ class TrainerGroup:
         slot = self._stage_slot
 
         def stage() -> list[tuple[str, int, int]]:
-            pending = [self._submit("stage_bucket", keys, i, slot) for i, keys in enumerate(plan)]
-            return [self._wait(refs, "stage_bucket", self.config.call_timeout_s)[0]
-                    for refs in pending]  # fmt: skip
+            refs = self._submit("stage_buckets", plan, slot)
+            return self._wait(refs, "stage_buckets", self.config.call_timeout_s)[0]
 
         files = self._recovering(stage)
         return SharedWeights(

@@ -389,7 +389,10 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
         assert all(torch.equal(by_driver.model.state_dict()[k], trained[k]) for k in trained)
         want = await by_driver.generate(prompt, greedy, "driver")
         got = await actor.generate(prompt, greedy, "actor")
-        assert (got.token_ids, got.logprobs) == (want.token_ids, want.logprobs)
+        # Same weights, other memory: the actor's are views at the files' offsets, whose
+        # alignment can change a matmul's summation order in the last bit.
+        assert got.token_ids == want.token_ids
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
         untrained = await fresh.generate(prompt, greedy, "fresh")
         assert untrained.logprobs != want.logprobs  # the push did change the actor's weights
 

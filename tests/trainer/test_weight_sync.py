@@ -138,6 +138,8 @@ async def test_push_goes_through_this_process_when_an_engine_cannot_map_the_file
 
 
 def test_shared_weights_round_trip_with_tied_tensors(tmp_path):
+    from safetensors import safe_open
+
     from agentrl_sdk.engines.shared_weights import (
         SharedWeights,
         host_id,
@@ -152,6 +154,8 @@ def test_shared_weights_round_trip_with_tied_tensors(tmp_path):
         first = f"{folder}/bucket-00000.safetensors"
         second = f"{folder}/bucket-00001.safetensors"
         assert write_bucket_file({"emb": tied, "head": tied}, first) == 6 * 4  # tied: once
+        with safe_open(first, framework="pt") as f:
+            assert list(f.keys()) == ["emb"]  # stored once, "head" restored on reading
         assert write_bucket_file({"b": torch.ones(4, dtype=torch.bfloat16)}, second) == 8
         weights = SharedWeights(host_id(), folder, (first, second), tensors=3, nbytes=32)
         state = weights.state_dict()
@@ -191,6 +195,8 @@ def test_staged_file_is_overwritten_in_place_and_read_afresh():
         assert torch.equal(state["b"], torch.ones(3, dtype=torch.bfloat16))
         with pytest.raises(ValueError, match="other tensors"):
             staged.overwrite({"emb": new})
+        with pytest.raises(ValueError, match="other tensors"):  # no longer tied
+            staged.overwrite({"emb": new, "head": new.clone(), "b": torch.ones(3)})
     finally:
         remove_stage_folder(folder)
 
