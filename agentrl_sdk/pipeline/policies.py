@@ -8,6 +8,8 @@ default policy share its engine and one trainer group, each through a view of it
 from __future__ import annotations
 
 import logging
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,9 @@ def engine_kwargs(config: TrainConfig) -> dict[str, Any]:
     in-process vLLM engine (``enable_lora``, a ``max_lora_rank`` that fits ``trainer.lora``)
     unless ``engine_args`` sets them."""
     kwargs = config.engine.create_kwargs()
+    threads = cpu_threads_beside_trainers(config)
+    if threads is not None:
+        kwargs.setdefault("cpu_threads", threads)
     lora = config.trainer.lora
     adapters = lora is not None and (lora.sync == "adapter" or bool(config.adapter_policies))
     if config.engine.backend == "vllm" and adapters:
@@ -89,6 +94,30 @@ def engine_kwargs(config: TrainConfig) -> dict[str, Any]:
         args.setdefault("max_lora_rank", fits[0] if fits else lora.rank)
         kwargs["engine_args"] = args
     return kwargs
+
+
+def cpu_threads_beside_trainers(config: TrainConfig) -> int | None:
+    """The engines' CPU threads when they compute at the same time as trainers on the same
+    cores (``fully_async``, CPU trainers of this job's local Ray): the usable cores the
+    trainer workers do not reserve, at least one. None otherwise (the engine's default).
+
+    Both sides' OpenMP threads spin while they wait for work: oversubscribed, each slows
+    the other many times over (the demo's async updates were slower than sync ones).
+    """
+    trainer = config.trainer
+    if (
+        config.pipeline != "fully_async"
+        or trainer.num_gpus_per_worker > 0
+        or trainer.ray_address is not None
+        or config.engine.url is not None
+    ):
+        return None
+    groups = 1 + sum(  # adapters train in the default policy's group; a critic after it
+        spec.trained and name not in config.adapter_policies
+        for name, spec in config.policies.items()
+    )
+    reserved = math.ceil(groups * trainer.world_size * trainer.num_cpus_per_worker)
+    return max(1, len(os.sched_getaffinity(0)) - reserved)
 
 
 async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[str, Policy]:

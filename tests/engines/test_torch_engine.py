@@ -334,3 +334,25 @@ async def test_busy_seconds_count_forward_time_not_idle_time(model, prompts) -> 
         assert served.busy_seconds == after_work
     finally:
         served.close()
+
+
+async def test_cpu_threads_limit_the_engine_thread_only(model, prompts, monkeypatch) -> None:
+    from agentrl_sdk.engines._scheduler import Scheduler
+
+    seen: list[int] = []
+    decode = Scheduler._decode
+
+    def counting_decode(self):
+        seen.append(torch.get_num_threads())
+        return decode(self)
+
+    monkeypatch.setattr(Scheduler, "_decode", counting_decode)
+    before = torch.get_num_threads()
+    served = TorchEngine(model, cpu_threads=1)
+    try:
+        got = await served.generate(prompts[0], GREEDY, "threads")
+        assert got.token_ids == hf_greedy(model, prompts[0], GREEDY.max_tokens)
+        assert seen and set(seen) == {1}  # every decode step ran on one torch thread
+        assert torch.get_num_threads() == before  # the caller's threads are untouched
+    finally:
+        served.close()
