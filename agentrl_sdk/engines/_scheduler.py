@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
 
     from agentrl_sdk.engines.lora_weights import AdapterWeights
 
-__all__ = ["STOP", "AdapterUpdate", "Control", "Request", "Scheduler", "WeightUpdate"]
+__all__ = [
+    "STOP", "AdapterUpdate", "Control", "Request", "Scheduler", "TensorLayout", "WeightUpdate"
+]
 
 STOP = object()
 """Put in the inbox to make `Scheduler.run` return."""
@@ -72,6 +75,14 @@ class AdapterUpdate:
     adapter: AdapterWeights  # its ``name`` is set
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[int]
+
+
+class TensorLayout(NamedTuple):
+    """What a served tensor is, apart from its values."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    device: str  # its device type: "cpu", "cuda", ...
 
 
 class Scheduler:
@@ -170,16 +181,41 @@ class Scheduler:
                 self._waiting.append(item)
         return True
 
+    @functools.cached_property
+    def layout(self) -> dict[str, TensorLayout]:
+        """The served model's tensors by state-dict key: dtype, shape, device type (pushes
+        replace values, never layouts)."""
+        return {
+            key: TensorLayout(tensor.dtype, tuple(tensor.shape), tensor.device.type)
+            for key, tensor in self.model.state_dict().items()
+        }
+
+    @functools.cached_property
+    def _slots(self) -> dict[str, tuple[torch.nn.Module, str]]:
+        """Where each state-dict key lives: its module and attribute name. Replacing tensors
+        there directly takes ~1 ms for a 135M model, where ``load_state_dict(assign=True)``
+        walks every module (~4 ms)."""
+        slots = {}
+        for key in self.layout:
+            prefix, _, name = key.rpartition(".")
+            slots[key] = (self.model.get_submodule(prefix), name)
+        return slots
+
     def _apply_weights(self, update: WeightUpdate) -> None:
         try:
-            _check_state_dict(self.model, update.state_dict, update.partial)
+            _check_state_dict(self.layout, update.state_dict, update.partial)
             if update.assign or self._assigned:
                 # Copying into parameters that are shared memory would write the trainer's
                 # files: replace them instead (with copies of what the caller may reuse).
                 state = update.state_dict
                 if not update.assign:
                     state = {key: tensor.clone() for key, tensor in state.items()}
-                self.model.load_state_dict(state, strict=not update.partial, assign=True)
+                for key, tensor in state.items():  # checked above: nothing half-applies
+                    module, name = self._slots[key]
+                    current = getattr(module, name)
+                    if isinstance(current, torch.nn.Parameter):
+                        tensor = torch.nn.Parameter(tensor, current.requires_grad)
+                    setattr(module, name, tensor)
                 self._assigned = update.assign or (self._assigned and update.partial)
             else:
                 self.model.load_state_dict(update.state_dict, strict=not update.partial)
@@ -328,10 +364,12 @@ def _drain(inbox: queue.SimpleQueue[Any]) -> list[Any]:
 
 
 def _check_state_dict(
-    model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], partial: bool = False
+    layout: Mapping[str, TensorLayout],
+    state_dict: Mapping[str, torch.Tensor],
+    partial: bool = False,
 ) -> None:
     """Raise before loading anything, so a mismatched update never half-applies."""
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    expected = {key: tensor.shape for key, tensor in layout.items()}
     missing = [] if partial else sorted(expected.keys() - state_dict.keys())
     unexpected = sorted(state_dict.keys() - expected.keys())
     wrong = sorted(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -216,15 +215,6 @@ class TorchEngine:
         self._submit(update)
         return await update.future
 
-    @functools.cached_property
-    def _served_layout(self) -> dict[str, tuple[torch.dtype, torch.Size, str]]:
-        """Dtype, shape and device of each served tensor by key (fixed for the engine's life:
-        pushes replace values, never layouts)."""
-        return {
-            key: (tensor.dtype, tensor.shape, tensor.device.type)
-            for key, tensor in self.model.state_dict().items()
-        }
-
     @property
     def shared_weights_host(self) -> str:
         """This host: the engine maps staged weight files (`SharedWeights`) from here."""
@@ -237,9 +227,10 @@ class TorchEngine:
         `SharedWeights`), else it copies them into its parameters as `update_weights` does.
         """
         state = await run_blocking(weights.state_dict)
-        served = self._served_layout
+        served = self._scheduler.layout
         assign = all(
-            served.get(key) == (tensor.dtype, tensor.shape, "cpu") for key, tensor in state.items()
+            served.get(key) == (tensor.dtype, tuple(tensor.shape), "cpu")
+            for key, tensor in state.items()
         )
         self._lora_base.clear()  # new base weights: the next adapter merges into these
         loop = asyncio.get_running_loop()

@@ -24,7 +24,8 @@ def test_fully_async_engine_takes_the_cores_the_trainer_leaves() -> None:
 
 
 def test_set_threads_gpu_trainers_and_remote_clusters_are_left_alone() -> None:
-    chosen = config(pipeline="fully_async", engine={"backend": "torch", "options": {"cpu_threads": 3}})
+    engine = {"backend": "torch", "options": {"cpu_threads": 3}}
+    chosen = config(pipeline="fully_async", engine=engine)
     assert engine_kwargs(chosen)["cpu_threads"] == 3
     gpu = config(pipeline="fully_async", trainer={"num_gpus_per_worker": 1})
     assert "cpu_threads" not in engine_kwargs(gpu)
