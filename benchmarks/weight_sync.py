@@ -9,9 +9,9 @@ Ray actor, two ways, alternating round by round:
 - ``shared_memory`` (engines on rank 0's machine): rank 0 writes each gathered bucket into
   files it keeps in /dev/shm and overwrites in place; every engine maps them and loads its
   parameters from them. Only file names cross the driver.
-- ``object_store`` (the way engine actors on other machines take; here the engines are told
-  to report no shared host): rank 0 puts each bucket in its object store, the actors fetch
-  them. Only object references cross the driver.
+- ``object_store`` (the way engine actors on other machines take; here
+  ``transport="object_store"``): rank 0 puts each bucket in its object store, the actors
+  fetch them. Only object references cross the driver.
 - ``collective`` (``transport="collective"``; NCCL on GPUs, gloo here): rank 0 and the actors
   form a push group; each bucket is one broadcast.
 - ``driver`` (``WeightSync(transport="driver")``, the only way before): the buckets are assembled
@@ -126,17 +126,14 @@ async def push_rounds(
     using one way throughout, never does) and `TIMED_PUSHES` timed ones. Medians."""
     ways = {
         "shared_memory": WeightSync(BUCKET_BYTES),
-        "object_store": WeightSync(BUCKET_BYTES),
+        "object_store": WeightSync(BUCKET_BYTES, transport="object_store"),
         "collective": WeightSync(BUCKET_BYTES, transport="collective"),
         "driver": WeightSync(BUCKET_BYTES, transport="driver"),
     }
     seconds: dict[str, list[float]] = {way: [] for way in ways}
     growth: dict[str, list[int]] = {way: [] for way in ways}
-    host = engines[0].shared_weights_host
 
     async def push(way: str) -> None:
-        for engine in engines:  # object_store: as engines on another machine report
-            engine._shm_host = None if way == "object_store" else host
         await ways[way].push(group, engines)
         stats = ways[way].last_stats
         assert stats is not None and stats.via == way

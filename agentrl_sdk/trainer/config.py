@@ -160,11 +160,12 @@ class TrainerConfig(BaseModel):
     collective_timeout_s: float = Field(
         1800.0, gt=0, description="Timeout of a torch.distributed collective inside the workers."
     )
-    weight_transport: Literal["auto", "collective", "driver"] = Field(
+    weight_transport: Literal["auto", "collective", "object_store", "driver"] = Field(
         "auto", description="How pushed weights reach the engines (`WeightSync`). 'auto': "
         "files in rank 0's shared memory when the engines share its machine, else rank 0's "
         "Ray object store, never through the driver; 'collective': a broadcast group of rank 0 "
         "and the engines (NCCL on GPUs, gloo on CPU; Ray-actor and vLLM engines, not pools); "
+        "'object_store': rank 0's object store even on one machine (Ray-actor engines); "
         "'driver': assembled in the driver (the way before these)."
     )
 

@@ -84,8 +84,9 @@ class WeightSync:
         OpenRLHF push to vLLM; gloo on CPU) and each bucket is broadcast. Every engine must
         join (Ray-actor engines, vLLM; not pools), and one dying mid-push stalls it until
         ``timeout_s``: the other ways isolate engine faults.
-      - ``object_store``: every engine is a Ray actor (`RayWeightsEngine`), some elsewhere:
-        rank 0 puts each bucket in its object store, the actors fetch them from there.
+      - ``object_store``: every engine is a Ray actor (`RayWeightsEngine`), some elsewhere
+        (or ``transport='object_store'``): rank 0 puts each bucket in its object store, the
+        actors fetch them from there.
     - ``driver``: the buckets are assembled here into one mapping (tied keys keep sharing a
       tensor) and handed to every engine (other engines or `WeightSource`s).
 
@@ -96,8 +97,10 @@ class WeightSync:
         bucket_bytes: Size of one bucket streamed from the trainer.
         timeout_s: Longest wait for all engines to load the weights.
         transport: 'auto' (shared memory, else the object store, else this process),
-            'collective' (a push group when every engine joins one, else as 'auto') or
-            'driver' (always through this process).
+            'collective' (a push group when every engine joins one, else as 'auto'),
+            'object_store' (when every engine is a Ray actor, else as 'auto'; e.g. nodes of
+            one machine that should not share its memory) or 'driver' (always through this
+            process).
     """
 
     def __init__(
@@ -105,14 +108,14 @@ class WeightSync:
         bucket_bytes: int = 256 << 20,
         timeout_s: float = 600.0,
         *,
-        transport: Literal["auto", "collective", "driver"] = "auto",
+        transport: Literal["auto", "collective", "object_store", "driver"] = "auto",
     ) -> None:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
         self.transport = transport
-        self._warned_collective = False
+        self._warned_transport = False
         self._members: tuple[int, ...] | None = None
         self.last_stats: SyncStats | None = None
         self._warned_adapter = False
@@ -216,10 +219,11 @@ class WeightSync:
         if self.transport == "collective":
             if all(getattr(engine, "takes_collective_weights", False) for engine in engines):
                 return "collective"
-            if not self._warned_collective:
-                self._warned_collective = True
-                logger.warning("transport='collective' but not every engine joins push groups "
-                               "(pools do not): choosing the way as 'auto' would")  # fmt: skip
+            self._warn_transport("not every engine joins push groups (pools do not)")
+        if self.transport == "object_store":
+            if all(getattr(engine, "takes_ray_weights", False) for engine in engines):
+                return "object_store"
+            self._warn_transport("not every engine is a Ray actor")
         host = getattr(group, "staging_host", None)
         if all(
             isinstance(engine, SharedWeightsEngine) and engine.shared_weights_host == host
@@ -229,6 +233,12 @@ class WeightSync:
         if all(getattr(engine, "takes_ray_weights", False) for engine in engines):
             return "object_store"
         return "driver"
+
+    def _warn_transport(self, why: str) -> None:
+        if not self._warned_transport:
+            self._warned_transport = True
+            logger.warning("transport=%r but %s: choosing the way as 'auto' would",
+                           self.transport, why)  # fmt: skip
 
     async def _join(self, group: WeightSource, engines: Sequence[Engine]) -> None:
         """Rank 0 and the engines form a push group, once per trainer and engine set (again

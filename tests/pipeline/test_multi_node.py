@@ -46,15 +46,6 @@ def _spy_on(monkeypatch, cls) -> list:
 def test_trainer_and_engines_on_their_own_nodes(two_nodes, monkeypatch):
     address, trainer_node, engine_node = two_nodes
     groups, engines = _spy_on(monkeypatch, TrainerGroup), _spy_on(monkeypatch, RayEngine)
-    # The two nodes share this machine's /dev/shm; as an engine on another machine would,
-    # the engine reports none, so the pushes go node to node through Ray's object stores.
-    init = RayEngine.__init__
-
-    def on_another_machine(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        self._shm_host = None
-
-    monkeypatch.setattr(RayEngine, "__init__", on_another_machine)
     put, puts = TrainerGroup.put_weights, []
 
     def counted_put(self, *args, **kwargs):
@@ -63,8 +54,11 @@ def test_trainer_and_engines_on_their_own_nodes(two_nodes, monkeypatch):
 
     monkeypatch.setattr(TrainerGroup, "put_weights", counted_put)
     config = demo_config(2)
-    config.trainer = config.trainer.model_copy(
-        update={"ray_address": address, "resources": {"trainer_node": 1}})
+    # The two nodes share this machine's /dev/shm: as between machines, the pushes go node to
+    # node through Ray's object stores.
+    config.trainer = config.trainer.model_copy(update={
+        "ray_address": address, "resources": {"trainer_node": 1},
+        "weight_transport": "object_store"})
     config.engine.ray_actors = True
     config.engine.options = config.engine.options.model_copy(
         update={"actor_options": {"resources": {"engine_node": 1}}})

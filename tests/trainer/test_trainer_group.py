@@ -407,6 +407,12 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
             assert (got.token_ids, got.logprobs) == (want.token_ids, want.logprobs)
         finally:
             remote.close()
+        # Asked for, the object store even to an actor on this machine.
+        asked = WeightSync(bucket_bytes=64 << 10, transport="object_store")
+        assert await asked.push(group, [actor]) == [2]
+        assert asked.last_stats.via == "object_store"
+        got = await actor.generate(prompt, greedy, "asked")
+        assert got.token_ids == want.token_ids
 
         # A push group (gloo here, NCCL on GPUs): rank 0 broadcasts, two actors receive.
         actors = [RayEngine("torch", str(model_path)) for _ in range(2)]
