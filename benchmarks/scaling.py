@@ -232,24 +232,28 @@ async def step(graph, engine, tokenizer, rollouts: int, calls: int, salt: str) -
     return trajs
 
 
-async def rollouts_curve(graph, engine, tokenizer, points: list[int], repeats: int,
-                         collector: bool = True) -> list[float]:  # fmt: skip
-    """Median seconds per rollout at each number of rollouts per step; ``collector=False``
-    turns Python's cyclic garbage collector off during each step (collected after it)."""
-    out = []
-    for rollouts in points:
-        times = []
-        for r in range(max(repeats, 2048 // rollouts)):  # small steps repeat more: noisier
-            if not collector:
-                gc.disable()
-            start = time.process_time()
-            await step(graph, engine, tokenizer, rollouts, GRAPH_CALLS,
-                       f"n{rollouts}-{collector}-{r}")  # fmt: skip
-            times.append((time.process_time() - start) / rollouts)
-            gc.enable()
-            gc.collect()
-        out.append(statistics.median(times))
-    return out
+async def rollouts_curves(graph, engine, tokenizer, points: list[int],
+                          rounds: int) -> tuple[list[float], list[float]]:  # fmt: skip
+    """Median seconds per rollout at each number of rollouts per step: with Python's cyclic
+    garbage collector as the SDK sets it, and off during each step (collected after it).
+    Alternating rounds (every point, both ways, ~1,024 rollouts each per round), so drift on
+    the machine spreads over every point instead of bending the curve."""
+    times: dict[tuple[int, bool], list[float]] = {}
+    for r in range(rounds):
+        for rollouts in points:
+            for collector in (True, False):
+                for i in range(max(1, 1024 // rollouts)):  # small steps repeat more: noisier
+                    if not collector:
+                        gc.disable()
+                    start = time.process_time()
+                    await step(graph, engine, tokenizer, rollouts, GRAPH_CALLS,
+                               f"n{rollouts}-{collector}-{r}-{i}")  # fmt: skip
+                    elapsed = (time.process_time() - start) / rollouts
+                    times.setdefault((rollouts, collector), []).append(elapsed)
+                    gc.enable()
+                    gc.collect()
+    return ([statistics.median(times[p, True]) for p in points],
+            [statistics.median(times[p, False]) for p in points])  # fmt: skip
 
 
 def rss_child(rollouts: int, calls: int) -> None:
@@ -346,9 +350,7 @@ async def main(quick: bool) -> None:
     progress.print("memory per rollout ...")
     memory = [await kept_bytes(llm, template, engine, t) for t in turns[1:]]
     progress.print("rollouts per step ...")
-    t_step = await rollouts_curve(graph, engine, tokenizer, steps, max(2, repeats - 2))
-    t_step_off = await rollouts_curve(graph, engine, tokenizer, steps, max(2, repeats - 2),
-                                      collector=False)  # fmt: skip
+    t_step, t_step_off = await rollouts_curves(graph, engine, tokenizer, steps, max(2, repeats - 2))
     progress.print("peak RSS (fresh processes) ...")
     rss = rss_curve(rss_steps, 16)
 
