@@ -181,15 +181,16 @@ def _aliases(metadata: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _tied_names(tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
-    """Each name whose tensor shares its storage with an earlier name's -> that name."""
-    first: dict[int, str] = {}
+    """Each name whose tensor is an earlier name's (same memory, shape, strides, dtype) ->
+    that name. Different views of one storage (e.g. slices of a fused weight) are not tied."""
+    first: dict[tuple, str] = {}
     tied = {}
     for name, tensor in tensors.items():
-        ptr = tensor.untyped_storage().data_ptr()
-        if ptr in first:
-            tied[name] = first[ptr]
+        same = (tensor.device, tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype)
+        if same in first:
+            tied[name] = first[same]
         else:
-            first[ptr] = name
+            first[same] = name
     return tied
 
 
