@@ -15,6 +15,7 @@ from agentrl_sdk.models.warm_start import (
     build_sft_example,
     build_sft_examples,
     supervised_warm_start,
+    train_on_sft_examples,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "load_pretrained_pair",
     "save_pretrained_pair",
     "supervised_warm_start",
+    "train_on_sft_examples",
 ]

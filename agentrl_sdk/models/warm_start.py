@@ -298,17 +298,43 @@ def supervised_warm_start(
             raise ValueError(f"conversation {k} has no assistant message to learn from")
         examples += converted
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return train_on_sft_examples(model, examples, pad_token_id=pad_id, steps=steps, lr=lr,
+                                 batch_size=batch_size, seed=seed, progress=progress, dtype=dtype)
+
+
+def train_on_sft_examples(
+    model: PreTrainedModel,
+    examples: Sequence[tuple[list[int], list[int]]],
+    *,
+    pad_token_id: int,
+    steps: int = 200,
+    lr: float = 3e-3,
+    batch_size: int = 8,
+    seed: int = 0,
+    progress: bool = True,
+    dtype: Literal["float32", "bfloat16"] = "float32",
+) -> list[float]:
+    """`supervised_warm_start`'s training loop on examples built beforehand (``(ids, mask)``
+    pairs from :func:`build_sft_examples`): for a mixture of conversations rendered with
+    different tools, or examples of your own. Arguments as in `supervised_warm_start`.
+
+    Raises:
+        ValueError: If ``examples`` is empty.
+    """
+    if not examples:
+        raise ValueError("train_on_sft_examples needs at least one example")
+    autocast_dtype = torch.bfloat16 if dtype == "bfloat16" else None
     model.train()
     try:
-        return _train(model, examples, pad_id, steps, lr, batch_size, seed, progress,
-                      torch.bfloat16 if dtype == "bfloat16" else None)
+        return _train(model, examples, pad_token_id, steps, lr, batch_size, seed, progress,
+                      autocast_dtype)  # fmt: skip
     finally:
         model.eval()
 
 
 def _train(
     model: PreTrainedModel,
-    examples: list[tuple[list[int], list[int]]],
+    examples: Sequence[tuple[list[int], list[int]]],
     pad_id: int,
     steps: int,
     lr: float,

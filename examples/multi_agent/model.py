@@ -43,8 +43,13 @@ on a mixture of the supervisor's routing demonstrations and the tool-selection d
 def build_shared_base(folder: Path, progress: bool = True) -> None:
     from agentrl_sdk.chat.messages import to_openai_tools
     from agentrl_sdk.chat.template import ChatTemplate
-    from agentrl_sdk.models import build_small_tokenizer, build_tiny_model, save_pretrained_pair
-    from agentrl_sdk.models.warm_start import _train, build_sft_examples
+    from agentrl_sdk.models import (
+        build_sft_examples,
+        build_small_tokenizer,
+        build_tiny_model,
+        save_pretrained_pair,
+        train_on_sft_examples,
+    )
     from examples.tool_selection.agent import TOOLS, make_rows, noisy_expert_conversation
 
     recipe = SHARED_RECIPE
@@ -60,12 +65,10 @@ def build_shared_base(folder: Path, progress: bool = True) -> None:
         conversation = noisy_expert_conversation(row, rng, TOOL_RECIPE["expert_accuracy"])
         examples += build_sft_examples(template, conversation, to_openai_tools(TOOLS))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    model.train()
     # supervised_warm_start renders one tool list into every conversation; the mixture needs
     # two, so its training loop runs on examples built here.
-    _train(model, examples, pad_id, recipe["steps"], recipe["lr"], recipe["batch_size"], 0,
-           progress, None)
-    model.eval()
+    train_on_sft_examples(model, examples, pad_token_id=pad_id, steps=recipe["steps"],
+                          lr=recipe["lr"], batch_size=recipe["batch_size"], progress=progress)
     save_pretrained_pair(model, tokenizer, folder)
 
 

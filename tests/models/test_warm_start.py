@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 
+from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.models.tiny import build_tiny_model
 from agentrl_sdk.models.tokenizers import build_small_tokenizer
 from agentrl_sdk.models.warm_start import (
@@ -15,6 +16,7 @@ from agentrl_sdk.models.warm_start import (
     build_sft_example,
     build_sft_examples,
     supervised_warm_start,
+    train_on_sft_examples,
 )
 
 IM_START, IM_END, NL = 151644, 151645, 198
@@ -170,6 +172,30 @@ def test_warm_start_is_deterministic():
     assert runs[0][0] == runs[1][0]
     assert torch.equal(runs[0][1], runs[1][1])
     assert not runs[0][1].requires_grad and not model.training
+
+
+def test_prebuilt_examples_train_as_the_warm_start_does():
+    """A mixture rendered with two tool lists trains through the same loop."""
+    tokenizer = build_small_tokenizer()
+    template = ChatTemplate(tokenizer)
+    examples = [e for c in CONVERSATIONS for e in build_sft_examples(template, c, TOOLS)]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    losses, weights = [], []
+    for way in ("conversations", "examples"):
+        model = build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2,
+                                 num_kv_heads=1)
+        kwargs = {"steps": 3, "batch_size": 2, "progress": False}
+        if way == "conversations":
+            losses.append(supervised_warm_start(model, tokenizer, CONVERSATIONS, tools=TOOLS,
+                                                **kwargs))
+        else:
+            losses.append(train_on_sft_examples(model, examples, pad_token_id=pad, **kwargs))
+        weights.append(model.model.embed_tokens.weight.detach().clone())
+    assert losses[0] == losses[1] and torch.equal(weights[0], weights[1]) and not model.training
+    mixed = examples + build_sft_examples(template, CONVERSATIONS[0], None)
+    assert len(train_on_sft_examples(model, mixed, pad_token_id=0, steps=2, progress=False)) == 2
+    with pytest.raises(ValueError, match="at least one example"):
+        train_on_sft_examples(model, [], pad_token_id=0)
 
 
 def _assert_replays_every_assistant_turn(model, tokenizer) -> None:
