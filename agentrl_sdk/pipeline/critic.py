@@ -1,5 +1,5 @@
 """PPO with a critic in the pipelines: a value model per trained policy, token advantages (GAE)
-from its values before an update, and its own update beside the policy's."""
+from its values before an update, and its own update after the policy's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from agentrl_sdk.algorithms import compute_gae, explained_variance, masked_whiten
 from agentrl_sdk.pipeline.config import TrainConfig
-from agentrl_sdk.pipeline.policies import DEFAULT_POLICY, Policy
+from agentrl_sdk.pipeline.policies import DEFAULT_POLICY, Policy, trainer_options
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer.critic import CriticGroup
 from agentrl_sdk.types import Batch, Sample
@@ -53,7 +53,7 @@ async def start_critics(
     if not uses_critic(config):
         return {}
     critic = config.critic
-    trainer, loss = critic.trainer_config(config.trainer), critic.loss
+    trainer, loss = critic.trainer_config(trainer_options(config)), critic.loss
     critics: dict[str, CriticGroup] = {}
     try:
         for policy in policies:

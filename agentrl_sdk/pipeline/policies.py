@@ -19,7 +19,7 @@ from agentrl_sdk.engines.adapter_view import AdapterView
 from agentrl_sdk.pipeline.config import ModelConfig, TrainConfig
 from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.threads import run_blocking
-from agentrl_sdk.trainer import TrainerGroup, WeightSync, init_ray
+from agentrl_sdk.trainer import TrainerConfig, TrainerGroup, WeightSync, init_ray
 from agentrl_sdk.trainer.adapter_group import AdapterGroup
 
 DEFAULT_POLICY = "default"
@@ -104,20 +104,38 @@ def cpu_threads_beside_trainers(config: TrainConfig) -> int | None:
     Both sides' OpenMP threads spin while they wait for work: oversubscribed, each slows
     the other many times over (the demo's async updates were slower than sync ones).
     """
-    trainer = config.trainer
-    if (
-        config.pipeline != "fully_async"
-        or trainer.num_gpus_per_worker > 0
-        or trainer.ray_address is not None
-        or config.engine.url is not None
-    ):
+    if config.pipeline != "fully_async" or not _local_cpu_trainers(config) or config.engine.url:
         return None
-    groups = 1 + sum(  # adapters train in the default policy's group; a critic after it
+    reserved = math.ceil(_trainer_workers(config) * config.trainer.num_cpus_per_worker)
+    return max(1, len(os.sched_getaffinity(0)) - reserved)
+
+
+def trainer_options(config: TrainConfig) -> TrainerConfig:
+    """``config.trainer``, whose CPU workers in the ``sync`` pipeline of a local Ray train on
+    every usable core, split between the workers training at once (unless ``cpu_threads`` is
+    set): the engines are idle while they train, and a worker with the one thread of its
+    ``num_cpus_per_worker`` left the other cores idle (the demo's updates: 2.09 vs 1.56 s)."""
+    trainer = config.trainer
+    if config.pipeline != "sync" or trainer.cpu_threads or not _local_cpu_trainers(config):
+        return trainer
+    share = len(os.sched_getaffinity(0)) // _trainer_workers(config)
+    threads = max(1, int(trainer.num_cpus_per_worker), share)
+    return trainer.model_copy(update={"cpu_threads": threads})
+
+
+def _local_cpu_trainers(config: TrainConfig) -> bool:
+    """Whether the trainers are CPU workers of a Ray on this machine (they share its cores)."""
+    return config.trainer.num_gpus_per_worker == 0 and config.trainer.ray_address is None
+
+
+def _trainer_workers(config: TrainConfig) -> int:
+    """Trainer workers that train at once: a group per trained policy (adapters train in the
+    default policy's group; a critic after its policy), ``world_size`` workers each."""
+    groups = 1 + sum(
         spec.trained and name not in config.adapter_policies
         for name, spec in config.policies.items()
     )
-    reserved = math.ceil(groups * trainer.world_size * trainer.num_cpus_per_worker)
-    return max(1, len(os.sched_getaffinity(0)) - reserved)
+    return groups * config.trainer.world_size
 
 
 async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[str, Policy]:
@@ -145,7 +163,7 @@ async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[
             if trained and trainers and name not in shared:
                 policy = policies[name]
                 policy.group = await run_blocking(
-                    TrainerGroup, policy.path, config.trainer, config.algorithm.loss
+                    TrainerGroup, policy.path, trainer_options(config), config.algorithm.loss
                 )
     except BaseException:
         await stop_policies(policies)
@@ -172,7 +190,8 @@ async def _adapter_policies(
     group = None
     if trainers:
         group = await run_blocking(
-            TrainerGroup, base.path, config.trainer, config.algorithm.loss, adapters=trained
+            TrainerGroup, base.path, trainer_options(config), config.algorithm.loss,
+            adapters=trained,
         )
     policies: dict[str, Policy] = {}
     try:

@@ -68,6 +68,11 @@ class TrainerConfig(BaseModel):
         1.0, gt=0, description="CPUs Ray reserves for each worker; a CPU worker runs that many "
         "torch threads (at least one)."
     )
+    cpu_threads: int | None = Field(
+        None, ge=1, description="torch threads of a CPU worker; None: num_cpus_per_worker, "
+        "except in the sync pipeline of a local Ray, where CPU workers train on every usable "
+        "core (split between them): the engine is idle while they train."
+    )
     num_gpus_per_worker: float = Field(
         0.0, ge=0, description="GPUs Ray reserves for each worker; 0 trains on CPU."
     )

@@ -177,7 +177,7 @@ class PolicyWorker:
             )
         if not torch.cuda.is_available():
             # Ray starts actors with one OMP thread whatever num_cpus says: use what was given.
-            torch.set_num_threads(max(1, int(cfg.num_cpus_per_worker)))
+            torch.set_num_threads(cfg.cpu_threads or max(1, int(cfg.num_cpus_per_worker)))
         _seed_all(cfg.seed + self.rank)
         backend = cfg.backend
         if backend == "auto":
