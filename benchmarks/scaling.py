@@ -15,7 +15,10 @@ Each curve is fitted as ``cost = a * x**k`` by least squares on logs; ``k`` is t
   rollouts at once through `sdk.arollout_batch`, 4 calls each). Goal <= 0 (no growth).
   Baseline: the same with Python's cyclic garbage collector off during each step: what the
   collector adds as more rollouts' objects stay alive at once
-  (`agentrl_sdk.rollout.collector_gc` keeps it small).
+  (`agentrl_sdk.rollout.collector_gc` keeps it small). `live_kb_per_rollout`: the live Python
+  objects of a rollout mid-step (traced), and the share the SDK's own code allocated: with
+  1,024 at once they outgrow the CPU's last-level cache, so each rollout resumes on memory
+  the others evicted.
 - `prompt_length_exponent`: time of a two-call rollout against the length of its first
   prompt (1k -> 16k tokens). Linear is 1.
 - `memory_turns_exponent`: bytes a finished rollout keeps (ledger, trajectory; traced
@@ -256,6 +259,53 @@ async def rollouts_curves(graph, engine, tokenizer, points: list[int],
             [statistics.median(times[p, False]) for p in points])  # fmt: skip
 
 
+class SnapshotEngine(NullEngine):
+    """A null engine that takes a tracemalloc snapshot at its ``at``-th call."""
+
+    def __init__(self, template: ChatTemplate, at: int) -> None:
+        super().__init__(template)
+        self.at, self.calls, self.snapshot = at, 0, None
+
+    async def generate(self, *args: Any, **kwargs: Any) -> GenerateResult:
+        self.calls += 1
+        if self.calls == self.at:
+            self.snapshot = tracemalloc.take_snapshot()
+        return await super().generate(*args, **kwargs)
+
+
+async def live_memory(graph, template, tokenizer, rollouts: int) -> tuple[float, float]:
+    """kB of live Python objects per rollout mid-step (every rollout started, half in their last
+    call), and the share of them allocated by agentrl_sdk's own code (the rest: LangGraph,
+    LangChain, pydantic, asyncio)."""
+    engine = SnapshotEngine(template, at=int((GRAPH_CALLS - 0.5) * rollouts))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        await step(graph, engine, tokenizer, rollouts, GRAPH_CALLS, "live")
+    finally:
+        tracemalloc.stop()
+    assert engine.snapshot is not None
+    grown = [d for d in engine.snapshot.compare_to(before, "filename") if d.size_diff > 0]
+    total = sum(d.size_diff for d in grown)
+    sdk_dir = f"{os.sep}agentrl_sdk{os.sep}"
+    own = sum(d.size_diff for d in grown if sdk_dir in d.traceback[0].filename)
+    return total / rollouts / 1e3, own / total
+
+
+def last_level_cache_bytes() -> int | None:
+    """Size of CPU 0's largest cache (Linux sysfs), None where unknown."""
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KM")) * unit)
+    return max(sizes, default=None)
+
+
 def rss_child(rollouts: int, calls: int) -> None:
     """In a fresh process: peak RSS growth (bytes, sampled every 2 ms) over one step of
     ``rollouts`` at once, whose trajectories are kept to the end (as a trainer keeps a step's
@@ -350,7 +400,8 @@ async def main(quick: bool) -> None:
     progress.print("memory per rollout ...")
     memory = [await kept_bytes(llm, template, engine, t) for t in turns[1:]]
     progress.print("rollouts per step ...")
-    t_step, t_step_off = await rollouts_curves(graph, engine, tokenizer, steps, max(2, repeats - 2))
+    t_step, t_step_off = await rollouts_curves(graph, engine, tokenizer, steps, repeats)
+    live_kb, own_share = await live_memory(graph, template, tokenizer, steps[-1])
     progress.print("peak RSS (fresh processes) ...")
     rss = rss_curve(rss_steps, 16)
 
@@ -375,6 +426,11 @@ async def main(quick: bool) -> None:
     table.add_row("time per rollout vs rollouts/step", f"{steps[0]}-{steps[-1]}", f"{k_step:.3f}",
                   f"{k_step_off:.3f} (gc off)", "<= 0",
                   f"{t_step[0] * ms:.2f} -> {t_step[-1] * ms:.2f} ms")
+    cache = last_level_cache_bytes()
+    table.add_row("  live objects per rollout mid-step", str(steps[-1]), "", "", "",
+                  f"{live_kb:.0f} kB ({own_share:.0%} the SDK's; {steps[-1]} at once: "
+                  f"{steps[-1] * live_kb / 1e3:.0f} MB, last-level cache "
+                  f"{cache / 2**20 if cache else float('nan'):.0f} MiB)")  # fmt: skip
     table.add_row("rollout time vs prompt tokens", f"{lengths[0]}-{lengths[-1]}", f"{k_len:.3f}",
                   "", "(1 = linear)", f"{t_len[0] * ms:.2f} -> {t_len[-1] * ms:.2f} ms")
     table.add_row("kept bytes vs turns", f"{turns[1]}-{turns[-1]}", f"{k_mem:.3f}",
@@ -404,16 +460,23 @@ async def main(quick: bool) -> None:
     ], png)  # fmt: skip
     print(f"plot: {png}" if plotted else "plot: matplotlib is not installed (pip install '.[bench]')")
 
-    def figure(value: float, baseline: float | None, goal: float | None, unit: str) -> dict:
-        ratio = None if baseline in (None, 0) else round(value / baseline, 4)
-        return {"value": round(value, 4), "baseline": None if baseline is None else round(baseline, 4),
-                "ratio": ratio, "goal": goal, "unit": unit}  # fmt: skip
+    def figure(value: float | None, baseline: float | None, goal: float | None, unit: str) -> dict:
+        def rounded(x: float | None) -> float | None:
+            return None if x is None else round(x, 4)
+
+        ratio = None if value is None or baseline in (None, 0) else round(value / baseline, 4)
+        return {"value": rounded(value), "baseline": rounded(baseline), "ratio": ratio,
+                "goal": goal, "unit": unit}  # fmt: skip
 
     write_result("scaling", {
         "turns_exponent": figure(k_turns, k_turns_old, 1.1, "exponent (rollout time vs turns)"),
         "rollouts_exponent": figure(k_step, k_step_off, 0.0,
                                     "exponent (time per rollout vs rollouts per step; "
                                     "baseline: Python's cyclic GC off during steps)"),
+        "live_kb_per_rollout": figure(live_kb, None, None,
+                                      f"kB of live objects per rollout mid-step at {steps[-1]} "
+                                      f"at once ({own_share:.0%} allocated by agentrl_sdk; "
+                                      f"last-level cache {cache} bytes)"),
         "prompt_length_exponent": figure(k_len, None, None,
                                          "exponent (rollout time vs prompt tokens)"),
         "memory_turns_exponent": figure(k_mem, k_mem_old, None,
