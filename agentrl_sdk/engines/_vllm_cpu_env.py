@@ -1,11 +1,14 @@
-"""Thread settings vLLM-CPU needs to use the machine: one rule, shared by both vLLM engines.
+"""What vLLM-CPU needs to run here, shared by both vLLM engines: thread settings, and a model
+its attention kernels support.
 
 With its defaults vLLM-CPU reserves one CPU for its front end and binds torch to the rest: on a
 2-core machine that is one thread, and SmolLM2-135M decoded 15.5 tok/s. Letting torch use every
 CPU this process may run on (``OMP_NUM_THREADS``, ``VLLM_CPU_OMP_THREADS_BIND``, no reserved CPU)
 made 140-200 tok/s there. vLLM-CPU also sizes its KV cache from a fraction of all RAM by default
 and refuses to start when that much is not free; a fixed ``VLLM_CPU_KVCACHE_SPACE`` starts on a
-shared machine. Variables the user set are kept.
+shared machine. Variables the user set are kept. Its attention serves a fixed set of head
+sizes and fails on the first request otherwise (mid-run): `check_cpu_attention` refuses such a
+model before the engine starts.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-__all__ = ["DEFAULT_KV_CACHE_GIB", "vllm_cpu_env"]
+from agentrl_sdk.errors import EngineError
+
+__all__ = ["DEFAULT_KV_CACHE_GIB", "check_cpu_attention", "vllm_cpu_env"]
 
 DEFAULT_KV_CACHE_GIB = 4
 """KV cache of a vLLM-CPU engine unless ``VLLM_CPU_KVCACHE_SPACE`` says otherwise."""
@@ -53,3 +58,30 @@ def vllm_cpu_env(threads: int | None = None, base: Mapping[str, str] | None = No
         "VLLM_CPU_KVCACHE_SPACE": str(DEFAULT_KV_CACHE_GIB),
     }
     return {k: v for k, v in wanted.items() if k not in base}
+
+
+def check_cpu_attention(model_path: str) -> None:
+    """Refuse a model whose attention head size vLLM-CPU's kernels do not support (the demo's
+    tiny models: 16); nothing is checked where CUDA is available or the size is unknown.
+
+    Raises:
+        EngineError: The head size is not one vLLM-CPU supports.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    try:
+        from transformers import AutoConfig
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        config = AutoConfig.from_pretrained(model_path).get_text_config()
+        head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        supported = CPUAttentionBackend.get_supported_head_sizes()
+    except Exception:  # noqa: BLE001 - another vLLM or config layout: vLLM itself decides
+        return
+    if head not in supported:
+        raise EngineError(
+            f"vLLM-CPU cannot serve {model_path!r}: its attention head size is {head}, and "
+            f"vLLM's CPU attention supports {supported}; use engine.backend: torch for it"
+        )

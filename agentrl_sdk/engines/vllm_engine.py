@@ -20,7 +20,7 @@ from typing import Any
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
-from agentrl_sdk.engines._vllm_cpu_env import vllm_cpu_env
+from agentrl_sdk.engines._vllm_cpu_env import check_cpu_attention, vllm_cpu_env
 from agentrl_sdk.engines._vllm_weights import (
     JOIN_METHOD,
     RECEIVE_METHOD,
@@ -100,6 +100,7 @@ class VLLMEngine(VLLMBackend):
             raise FileNotFoundError(
                 f"{path!r} is not a local model directory; VLLMEngine never downloads"
             )
+        check_cpu_attention(path)
         self._eos = tuple(default_eos(path) if eos_token_ids is None else eos_token_ids)
         self._bucket_bytes = bucket_bytes
         self._timeout = request_timeout_s

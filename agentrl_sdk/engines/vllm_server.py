@@ -27,7 +27,7 @@ import httpx
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
-from agentrl_sdk.engines._vllm_cpu_env import vllm_cpu_env
+from agentrl_sdk.engines._vllm_cpu_env import check_cpu_attention, vllm_cpu_env
 from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.engines.vllm_engine import default_eos
 from agentrl_sdk.errors import EngineError
@@ -115,6 +115,7 @@ class VLLMServerEngine(VLLMBackend):
         extra: list[str],
     ) -> str:  # fmt: skip
         """Start the server on a free 127.0.0.1 port in its own process group."""
+        check_cpu_attention(path)
         port = _free_port()
         command = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
