@@ -1,5 +1,6 @@
-"""`sdk.train` end to end on a real vLLM(-CPU) engine: full-weight pushes, and two policies as
-LoRA adapters of one base served as vLLM named adapters. The trainer's logprobs of the engine's
+"""`sdk.train` end to end on a real vLLM(-CPU) engine: full-weight pushes (in-process vLLM, sync
+and fully-async; the vLLM server), and two policies as LoRA adapters of one base served as vLLM
+named adapters. The trainer's logprobs of the engine's
 tokens match the engine's at every step (so each push reached the engine), and the weights
 move. A model vLLM-CPU's attention cannot serve is refused before the engine starts."""
 
@@ -89,11 +90,18 @@ def moved(base: str, trained: str) -> float:
     return max((after[k] - before[k]).abs().max().item() for k in before)
 
 
-def test_full_weight_pushes_reach_the_vllm_engine(tmp_path):
-    config = vllm_config(tmp_path)
+@pytest.mark.parametrize("setup", [
+    {},
+    {"pipeline": "fully_async", "fully_async": {"max_staleness": 0}},  # pause, push, resume
+    {"engine": {"backend": "vllm-server", "options": {"max_model_len": 512}}},
+], ids=["vllm", "vllm-fully-async", "vllm-server"])  # fmt: skip
+def test_full_weight_pushes_reach_the_vllm_engine(tmp_path, setup):
+    config = vllm_config(tmp_path, **setup)
     result = sdk.train(build_graph([answer]), ROWS, reward=varied_reward, config=config)
 
     assert result.steps == 2
+    if config.pipeline == "fully_async":
+        assert all(m["staleness/max"] == 0 for m in result.history)
     full = sum(t.numel() * t.element_size() for t in load_file(
         f"{config.model.path}/model.safetensors").values())  # fmt: skip
     for step, metrics in enumerate(result.history, start=1):
