@@ -14,6 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentrl_sdk.engines.base import Engine
@@ -91,8 +92,9 @@ class EnginePool:
         self._restart = restart
         self._restarts_left = max_restarts if restart is not None else 0
         self._restart_timeout = restart_timeout_s
-        self._offsets = [0] * len(self.replicas)  # pool version - the replica's own
-        self._named: dict[str, AdapterWeights] = {}  # named adapters served, for rebuilds
+        self._versions = [_ReplicaVersions() for _ in self.replicas]
+        # Named adapters served, for rebuilds: each with the pool version of its last push.
+        self._named: dict[str, tuple[AdapterWeights, int]] = {}
         self._awaiting_weights: set[int] = set()  # rebuilt, not yet on the pool's weights
         self._restart_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -140,7 +142,7 @@ class EnginePool:
                 result = await self.replicas[index].generate(
                     prompt_ids, sampling, request_id, session_id=session
                 )
-                return _shifted(result, self._offsets[index])
+                return self._versions[index].shifted(result)
             except (EngineError, ConnectionError, OSError) as exc:
                 if await self._is_healthy(index):
                     raise
@@ -222,7 +224,7 @@ class EnginePool:
             self.replicas[index] = new
             self._in_flight[index] = 0
             if new.policy_version == self._version:  # no update yet: it already holds them
-                self._offsets[index] = 0
+                self._versions[index] = _ReplicaVersions()
                 self._drained.discard(index)
             else:
                 self._awaiting_weights.add(index)
@@ -310,27 +312,33 @@ class EnginePool:
         (a rebuilt replica's base is the model folder), as one version.
 
         A named adapter is one of several served side by side: a rebuilt replica rejoining
-        on this push first takes every other named adapter the pool serves.
+        on this push first takes every other named adapter the pool serves, and reports for
+        each (and for the base) the pool's version of it, as the other replicas do.
         """
-        if adapter.name is not None:
-            self._named[adapter.name] = adapter
-        others = [a for name, a in self._named.items() if name != adapter.name]
+        others = [(a, v) for name, (a, v) in self._named.items() if name != adapter.name]
 
-        async def rejoin(replica: Any) -> int:
-            for other in others:
-                await replica.update_adapter(other)
-            return await replica.update_adapter(adapter)
+        async def rejoin(replica: Any) -> tuple[int, dict[int, int]]:
+            pinned = {0: 0}  # its base: the model folder, as the pool's (adapters push no base)
+            for other, version in others:
+                pinned[await replica.update_adapter(other)] = version
+            return await replica.update_adapter(adapter), pinned
 
-        return await self._update(
+        version = await self._update(
             lambda replica: replica.update_adapter(adapter), "adapter", rejoin=rejoin
         )
+        if adapter.name is not None:
+            self._named[adapter.name] = (adapter, version)
+        return version
 
     async def _update(
         self,
         load: Callable[[Any], Awaitable[int]],
         what: str,
-        rejoin: Callable[[Any], Awaitable[int]] | None = None,
+        rejoin: Callable[[Any], Awaitable[tuple[int, dict[int, int]]]] | None = None,
     ) -> int:
+        """Load into every healthy replica behind a pause (``load``), and into each rebuilt one
+        waiting for weights (``rejoin``, which also gives the pool version of each own version
+        it loaded before its last; else ``load``); the pool's new version."""
         deadline = time.monotonic() + self._restart_timeout
         while not self.healthy and self.restarting and time.monotonic() < deadline:
             await asyncio.sleep(0.1)  # nothing serves: the weights must reach the rebuild
@@ -343,15 +351,16 @@ class EnginePool:
                   for i in targets),
                 return_exceptions=True,
             )
-            versions, rejoined = {}, {}
+            versions: dict[int, int] = {}
+            rejoined: dict[int, tuple[int, dict[int, int]]] = {}
             for index, result in zip(targets, results, strict=True):
                 if isinstance(result, BaseException):
                     self._awaiting_weights.discard(index)
                     self._drain(index, f"loading the new {what} failed: {result!r}")
                 elif index in self._awaiting_weights:
-                    rejoined[index] = result
+                    rejoined[index] = result if isinstance(result, tuple) else (result, {})
                 else:
-                    versions[index] = result + self._offsets[index]
+                    versions[index] = self._versions[index].to_pool(result)
             if not versions and not rejoined:
                 raise EngineError(f"no replica loaded the new {what}: {results!r}")
             if len(set(versions.values())) > 1:
@@ -361,8 +370,8 @@ class EnginePool:
                 )
             self._version = next(iter(versions.values()), self._version + 1)
             with self._lock:
-                for index, own in rejoined.items():
-                    self._offsets[index] = self._version - own
+                for index, (own, pinned) in rejoined.items():
+                    self._versions[index] = _ReplicaVersions(self._version - own, pinned)
                     self._awaiting_weights.discard(index)
                     self._drained.discard(index)
             return self._version
@@ -417,12 +426,25 @@ def _on_own_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
     return asyncio.wrap_future(done)
 
 
-def _shifted(result: GenerateResult, offset: int) -> GenerateResult:
-    """``result`` with its versions moved by ``offset`` onto the pool's count."""
-    if not offset:
-        return result
-    tokens = result.token_versions
-    return result.model_copy(update={
-        "policy_version": result.policy_version + offset,
-        "token_versions": None if tokens is None else [v + offset for v in tokens],
-    })
+@dataclass
+class _ReplicaVersions:
+    """How a replica's own version counter maps onto the pool's: a rebuilt replica counts from
+    0 again, and takes on rejoining, one version each, adapters the others got long before."""
+
+    offset: int = 0
+    """Pool version - own version, for every version it loaded as one of the pool's pushes."""
+    pinned: dict[int, int] = field(default_factory=dict)
+    """The pool version of each own version it loaded on rejoining, before that push."""
+
+    def to_pool(self, own: int) -> int:
+        return self.pinned.get(own, own + self.offset)
+
+    def shifted(self, result: GenerateResult) -> GenerateResult:
+        """``result`` with its versions on the pool's count."""
+        if not self.offset and not self.pinned:
+            return result
+        tokens = result.token_versions
+        return result.model_copy(update={
+            "policy_version": self.to_pool(result.policy_version),
+            "token_versions": None if tokens is None else [self.to_pool(v) for v in tokens],
+        })  # fmt: skip

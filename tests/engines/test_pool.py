@@ -316,3 +316,37 @@ async def test_a_dead_replica_is_rebuilt_and_rejoins_on_the_pools_weights(model)
         assert built == [0, 1] and pool.healthy == [1]
     finally:
         pool.close()
+
+
+async def test_a_rebuilt_replica_reports_the_pools_version_of_every_adapter(model) -> None:
+    """Named adapters pushed at pool versions 1 (a, then again at 3) and 2 (b): a replica
+    rebuilt after them takes b and a again when it rejoins on a's next push, and reports for
+    b's, a's and the base's requests the versions the other replica does (2, 4, 0), not its
+    own count shifted by the last push."""
+    from tests.engines.test_row_adapters import peft_adapter
+
+    adapters = {name: peft_adapter(model, seed, name)[1] for name, seed in (("a", 1), ("b", 2))}
+
+    def restart(index: int) -> TorchEngine:
+        return TorchEngine(copy.deepcopy(model), eos_token_ids=())
+
+    pool = EnginePool([restart(0), restart(1)], restart=restart, max_restarts=1)
+    try:
+        for name, version in (("a", 1), ("b", 2), ("a", 3)):
+            assert await pool.update_adapter(adapters[name]) == version
+        pool.replicas[1].close()
+        await pool.check_health()
+        await _restarted(pool)
+        assert pool.healthy == [0]  # rebuilt on the base: waits for the next push
+        assert await pool.update_adapter(adapters["a"]) == 4
+        assert pool.healthy == [0, 1] and pool.replicas[1].policy_version == 2  # took b, then a
+        for adapter, version in (("b", 2), ("a", 4), (None, 0)):
+            sampling = GREEDY.model_copy(update={"adapter": adapter})
+            results = await asyncio.gather(*(
+                pool.generate([7, i + 1, 9], sampling, f"{adapter}{i}-0", session_id=f"{adapter}{i}")
+                for i in range(4)))  # fmt: skip
+            assert {pool.replica_of(f"{adapter}{i}") for i in range(4)} == {0, 1}
+            assert {r.policy_version for r in results} == {version}, adapter
+            assert {v for r in results for v in r.token_versions or []} <= {version}
+    finally:
+        pool.close()
