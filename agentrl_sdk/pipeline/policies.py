@@ -114,7 +114,7 @@ def trainer_options(config: TrainConfig) -> TrainerConfig:
     """``config.trainer``, whose CPU workers in the ``sync`` pipeline of a local Ray train on
     every usable core, split between the workers training at once (unless ``cpu_threads`` is
     set): the engines are idle while they train, and a worker with the one thread of its
-    ``num_cpus_per_worker`` left the other cores idle (the demo's updates: 2.09 vs 1.56 s)."""
+    ``num_cpus_per_worker`` left the other cores idle (the demo's updates: 1.34 vs 1.09 s)."""
     trainer = config.trainer
     if config.pipeline != "sync" or trainer.cpu_threads or not _local_cpu_trainers(config):
         return trainer
