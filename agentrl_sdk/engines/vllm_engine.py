@@ -20,7 +20,11 @@ from typing import Any
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
-from agentrl_sdk.engines._vllm_cpu_env import check_cpu_attention, vllm_cpu_env
+from agentrl_sdk.engines._vllm_cpu_env import (
+    check_cpu_attention,
+    cpu_scheduler_args,
+    vllm_cpu_env,
+)
 from agentrl_sdk.engines._vllm_weights import (
     JOIN_METHOD,
     RECEIVE_METHOD,
@@ -121,6 +125,8 @@ class VLLMEngine(VLLMBackend):
             "logprobs_mode": "processed_logprobs",
             "worker_extension_cls": WORKER_EXTENSION,
             "disable_log_stats": True,
+            # On CPU: whole prefills (a split one killed the engine for seeded requests).
+            **cpu_scheduler_args(path, (engine_args or {}).get("max_model_len", max_model_len)),
             **(engine_args or {}),
         }
         self._takes_adapters = bool(args.get("enable_lora"))

@@ -27,7 +27,11 @@ import httpx
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
-from agentrl_sdk.engines._vllm_cpu_env import check_cpu_attention, vllm_cpu_env
+from agentrl_sdk.engines._vllm_cpu_env import (
+    check_cpu_attention,
+    cpu_scheduler_args,
+    vllm_cpu_env,
+)
 from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.engines.vllm_engine import default_eos
 from agentrl_sdk.errors import EngineError
@@ -128,6 +132,13 @@ class VLLMServerEngine(VLLMBackend):
         ]  # fmt: skip
         if max_model_len is not None:
             command += ["--max-model-len", str(max_model_len)]
+        scheduler = cpu_scheduler_args(path, max_model_len)
+        chosen = ("--enable-chunked-prefill", "--no-enable-chunked-prefill",
+                  "--max-num-batched-tokens")  # fmt: skip
+        if scheduler and not any(arg.startswith(chosen) for arg in extra):
+            # On CPU: whole prefills (a split one killed the engine for seeded requests).
+            command += ["--no-enable-chunked-prefill",
+                        "--max-num-batched-tokens", str(scheduler["max_num_batched_tokens"])]
         command += extra
         handle, log_name = tempfile.mkstemp(prefix="agentrl-vllm-server-", suffix=".log")
         self._log_path = Path(log_name)

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM
 from agentrl_sdk.engines import EnginePool, TorchEngine
 from agentrl_sdk.trainer.weight_sync import WeightSync
 from agentrl_sdk.types import SamplingParams
+from tests.engines._long_prompts import assert_seeded_long_prompts_served
 from tests.engines._pausing import pause_midway
 from tests.engines._tiny import tiny_model_dir
 
@@ -264,3 +265,7 @@ async def test_a_push_group_broadcasts_weights_into_the_vllm_worker(vllm_engine,
     got = await vllm_engine.generate(prompts[5], GREEDY, "collective")
     assert got.token_ids == greedy(models[1], prompts[5], 48)
     assert await vllm_engine.update_weights(models[0].state_dict()) == v0 + 2  # put back
+
+
+async def test_seeded_prompts_beyond_one_steps_token_budget(vllm_engine) -> None:
+    await assert_seeded_long_prompts_served(vllm_engine)

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM
 from agentrl_sdk.engines import TorchEngine, create_engine
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
+from tests.engines._long_prompts import assert_seeded_long_prompts_served
 from tests.engines._pausing import pause_midway
 from tests.engines._tiny import tiny_model_dir
 
@@ -88,3 +89,7 @@ def test_a_server_that_exits_at_start_reports_its_log() -> None:
         VLLMServerEngine(tiny_model_dir(0), server_args=["--max-num-batched-tokens", "many"],
                          start_timeout_s=120)  # fmt: skip
     assert "many" in str(info.value)
+
+
+async def test_seeded_prompts_beyond_one_steps_token_budget(server) -> None:
+    await assert_seeded_long_prompts_served(server)
