@@ -7,11 +7,10 @@ CPU this process may run on (``OMP_NUM_THREADS``, ``VLLM_CPU_OMP_THREADS_BIND``,
 made 140-200 tok/s there. vLLM-CPU also sizes its KV cache from a fraction of all RAM by default
 and refuses to start when that much is not free; a fixed ``VLLM_CPU_KVCACHE_SPACE`` starts on a
 shared machine. Variables the user set are kept. Its attention serves a fixed set of head
-sizes and fails on the first request otherwise (mid-run): `check_cpu_attention` refuses such a
-model before the engine starts. A prefill split across steps (chunked prefill, whenever a
+sizes and fails on the first request otherwise (mid-run): such a model is refused before the engine starts (`cpu_engine_args`). A prefill split across steps (chunked prefill, whenever a
 step's prompts exceed its token budget) makes vLLM rewind the request's seeded generator, which
 CPU generators cannot do: the engine died ('CPU Generator does not use offset') as soon as a
-batch of seeded requests held more than 2,048 prompt tokens. `cpu_scheduler_args` turns
+batch of seeded requests held more than 2,048 prompt tokens. `cpu_engine_args` also turns
 chunked prefill off, with a step budget of a whole context, as vLLM does on CPU for MLA models.
 """
 
@@ -23,7 +22,7 @@ from typing import Any
 
 from agentrl_sdk.errors import EngineError
 
-__all__ = ["DEFAULT_KV_CACHE_GIB", "check_cpu_attention", "cpu_scheduler_args", "vllm_cpu_env"]
+__all__ = ["DEFAULT_KV_CACHE_GIB", "cpu_engine_args", "vllm_cpu_env"]
 
 DEFAULT_KV_CACHE_GIB = 4
 """KV cache of a vLLM-CPU engine unless ``VLLM_CPU_KVCACHE_SPACE`` says otherwise."""
@@ -68,17 +67,20 @@ def vllm_cpu_env(threads: int | None = None, base: Mapping[str, str] | None = No
     return {k: v for k, v in wanted.items() if k not in base}
 
 
-def check_cpu_attention(model_path: str) -> None:
-    """Refuse a model whose attention head size vLLM-CPU's kernels do not support (the demo's
-    tiny models: 16); nothing is checked where CUDA is available or the size is unknown.
+def cpu_engine_args(model_path: str, max_model_len: int | None) -> dict[str, Any]:
+    """The vLLM engine arguments a model needs on CPU (``{}`` where CUDA is available or the
+    model's config cannot be read: vLLM's defaults): whole prefills, i.e.
+    ``enable_chunked_prefill=False`` and a ``max_num_batched_tokens`` of at least one context
+    (``max_model_len``, else the model's ``max_position_embeddings``).
 
     Raises:
-        EngineError: The head size is not one vLLM-CPU supports.
+        EngineError: The model's attention head size is not one vLLM-CPU's kernels support
+            (the demo's tiny models: 16).
     """
     import torch
 
     if torch.cuda.is_available():
-        return
+        return {}
     try:
         from transformers import AutoConfig
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
@@ -86,30 +88,13 @@ def check_cpu_attention(model_path: str) -> None:
         config = AutoConfig.from_pretrained(model_path).get_text_config()
         head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         supported = CPUAttentionBackend.get_supported_head_sizes()
+        context = max_model_len or int(config.max_position_embeddings)
     except Exception:  # noqa: BLE001 - another vLLM or config layout: vLLM itself decides
-        return
+        return {}
     if head not in supported:
         raise EngineError(
             f"vLLM-CPU cannot serve {model_path!r}: its attention head size is {head}, and "
             f"vLLM's CPU attention supports {supported}; use engine.backend: torch for it"
         )
-
-
-def cpu_scheduler_args(model_path: str, max_model_len: int | None) -> dict[str, Any]:
-    """vLLM engine arguments for whole prefills on CPU: ``enable_chunked_prefill=False`` and
-    a ``max_num_batched_tokens`` of at least one context (``max_model_len``, else the model's
-    ``max_position_embeddings``). ``{}`` where CUDA is available or the length is unknown."""
-    import torch
-
-    if torch.cuda.is_available():
-        return {}
-    if max_model_len is None:
-        try:
-            from transformers import AutoConfig
-
-            config = AutoConfig.from_pretrained(model_path).get_text_config()
-            max_model_len = int(config.max_position_embeddings)
-        except Exception:  # noqa: BLE001 - vLLM's defaults, as before
-            return {}
     return {"enable_chunked_prefill": False,
-            "max_num_batched_tokens": max(max_model_len, MIN_STEP_TOKENS)}  # fmt: skip
+            "max_num_batched_tokens": max(context, MIN_STEP_TOKENS)}  # fmt: skip

@@ -338,7 +338,12 @@ class EnginePool:
     ) -> int:
         """Load into every healthy replica behind a pause (``load``), and into each rebuilt one
         waiting for weights (``rejoin``, which also gives the pool version of each own version
-        it loaded before its last; else ``load``); the pool's new version."""
+        it loaded before its last; ``load`` alone without one); the pool's new version."""
+
+        async def loaded_alone(replica: Any) -> tuple[int, dict[int, int]]:
+            return await load(replica), {}
+
+        rejoin = rejoin or loaded_alone
         deadline = time.monotonic() + self._restart_timeout
         while not self.healthy and self.restarting and time.monotonic() < deadline:
             await asyncio.sleep(0.1)  # nothing serves: the weights must reach the rebuild
@@ -347,7 +352,7 @@ class EnginePool:
         try:
             targets = live + rejoining
             results = await asyncio.gather(
-                *(((rejoin or load) if i in self._awaiting_weights else load)(self.replicas[i])
+                *((rejoin if i in self._awaiting_weights else load)(self.replicas[i])
                   for i in targets),
                 return_exceptions=True,
             )
@@ -358,7 +363,7 @@ class EnginePool:
                     self._awaiting_weights.discard(index)
                     self._drain(index, f"loading the new {what} failed: {result!r}")
                 elif index in self._awaiting_weights:
-                    rejoined[index] = result if isinstance(result, tuple) else (result, {})
+                    rejoined[index] = result
                 else:
                     versions[index] = self._versions[index].to_pool(result)
             if not versions and not rejoined:

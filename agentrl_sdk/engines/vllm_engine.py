@@ -20,11 +20,7 @@ from typing import Any
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
-from agentrl_sdk.engines._vllm_cpu_env import (
-    check_cpu_attention,
-    cpu_scheduler_args,
-    vllm_cpu_env,
-)
+from agentrl_sdk.engines._vllm_cpu_env import cpu_engine_args, vllm_cpu_env
 from agentrl_sdk.engines._vllm_weights import (
     JOIN_METHOD,
     RECEIVE_METHOD,
@@ -104,7 +100,6 @@ class VLLMEngine(VLLMBackend):
             raise FileNotFoundError(
                 f"{path!r} is not a local model directory; VLLMEngine never downloads"
             )
-        check_cpu_attention(path)
         self._eos = tuple(default_eos(path) if eos_token_ids is None else eos_token_ids)
         self._bucket_bytes = bucket_bytes
         self._timeout = request_timeout_s
@@ -125,8 +120,8 @@ class VLLMEngine(VLLMBackend):
             "logprobs_mode": "processed_logprobs",
             "worker_extension_cls": WORKER_EXTENSION,
             "disable_log_stats": True,
-            # On CPU: whole prefills (a split one killed the engine for seeded requests).
-            **cpu_scheduler_args(path, (engine_args or {}).get("max_model_len", max_model_len)),
+            # On CPU: a head size it serves, whole prefills (split, seeded requests killed it).
+            **cpu_engine_args(path, (engine_args or {}).get("max_model_len", max_model_len)),
             **(engine_args or {}),
         }
         self._takes_adapters = bool(args.get("enable_lora"))

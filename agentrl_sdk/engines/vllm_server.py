@@ -27,11 +27,7 @@ import httpx
 from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
-from agentrl_sdk.engines._vllm_cpu_env import (
-    check_cpu_attention,
-    cpu_scheduler_args,
-    vllm_cpu_env,
-)
+from agentrl_sdk.engines._vllm_cpu_env import cpu_engine_args, vllm_cpu_env
 from agentrl_sdk.engines._vllm_weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.engines.vllm_engine import default_eos
 from agentrl_sdk.errors import EngineError
@@ -119,7 +115,7 @@ class VLLMServerEngine(VLLMBackend):
         extra: list[str],
     ) -> str:  # fmt: skip
         """Start the server on a free 127.0.0.1 port in its own process group."""
-        check_cpu_attention(path)
+        cpu_args = cpu_engine_args(path, max_model_len)  # refuses a head size vLLM-CPU lacks
         port = _free_port()
         command = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -132,13 +128,12 @@ class VLLMServerEngine(VLLMBackend):
         ]  # fmt: skip
         if max_model_len is not None:
             command += ["--max-model-len", str(max_model_len)]
-        scheduler = cpu_scheduler_args(path, max_model_len)
         chosen = ("--enable-chunked-prefill", "--no-enable-chunked-prefill",
                   "--max-num-batched-tokens")  # fmt: skip
-        if scheduler and not any(arg.startswith(chosen) for arg in extra):
+        if cpu_args and not any(arg.startswith(chosen) for arg in extra):
             # On CPU: whole prefills (a split one killed the engine for seeded requests).
             command += ["--no-enable-chunked-prefill",
-                        "--max-num-batched-tokens", str(scheduler["max_num_batched_tokens"])]
+                        "--max-num-batched-tokens", str(cpu_args["max_num_batched_tokens"])]
         command += extra
         handle, log_name = tempfile.mkstemp(prefix="agentrl-vllm-server-", suffix=".log")
         self._log_path = Path(log_name)
