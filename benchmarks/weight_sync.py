@@ -134,9 +134,8 @@ async def push_rounds(
     growth: dict[str, list[int]] = {way: [] for way in ways}
 
     async def push(way: str) -> None:
-        await ways[way].push(group, engines)
-        stats = ways[way].last_stats
-        assert stats is not None and stats.via == way
+        stats = await ways[way].push(group, engines, engines[0].policy_version + 1)
+        assert stats.via == way
 
     for way in ways:  # 3 pushes each (both file sets written, then one in place)
         start = rss_bytes()

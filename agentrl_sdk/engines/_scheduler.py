@@ -54,7 +54,7 @@ class Control:
 
 @dataclass(eq=False)
 class WeightUpdate:
-    """A state dict to load between two decode steps, and where to report the new version.
+    """A state dict to load between two decode steps as ``version``, and where to report.
 
     ``partial``: the keys are a subset of the model's (an adapter push's merged weights).
     ``assign``: serve the given tensors themselves, no copy (a push's views of shared memory,
@@ -62,19 +62,21 @@ class WeightUpdate:
     """
 
     state_dict: Mapping[str, torch.Tensor]
+    version: int
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[int]
+    future: asyncio.Future[None]
     partial: bool = False
     assign: bool = False
 
 
 @dataclass(eq=False)
 class AdapterUpdate:
-    """A named adapter to serve from the next forward on (see `RowAdapters`)."""
+    """A named adapter to serve from the next forward on as ``version`` (see `RowAdapters`)."""
 
     adapter: AdapterWeights  # its ``name`` is set
+    version: int
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[int]
+    future: asyncio.Future[None]
 
 
 class TensorLayout(NamedTuple):
@@ -149,7 +151,7 @@ class Scheduler:
             if isinstance(item, Request):
                 self._waiting.append(item)
             elif isinstance(item, (WeightUpdate, AdapterUpdate)):
-                error = EngineError("update_weights aborted: the TorchEngine closed")
+                error = EngineError("load_weights aborted: the TorchEngine closed")
                 deliver(item.loop, item.future, error=error)
             elif isinstance(item, Control):
                 deliver(item.loop, item.future, error=EngineError("the TorchEngine closed"))
@@ -174,7 +176,7 @@ class Scheduler:
                 error = EngineError(
                     f"request {item.request_id!r} names adapter {item.sampling.adapter!r}, which "
                     f"this engine does not hold (it holds {self.adapters.names}); push it with "
-                    "update_adapter first"
+                    "load_weights first"
                 )
                 deliver(item.loop, item.future, error=error)
             else:
@@ -220,17 +222,16 @@ class Scheduler:
             else:
                 self.model.load_state_dict(update.state_dict, strict=not update.partial)
         except Exception as exc:  # noqa: BLE001 - reported to the caller, serving goes on
-            error = EngineError(f"update_weights failed, weights unchanged: {exc}")
+            error = EngineError(f"load_weights failed, weights unchanged: {exc}")
             error.__cause__ = exc
             deliver(update.loop, update.future, error=error)
             return
-        self.version += 1
-        self._base_version = self.version
+        self.version = self._base_version = update.version
         # The running rows' KV cache holds the old weights' keys: prefill them again, first.
         rows = [r for r in self._batch.rows if not r.cancelled]
         self._batch = RunningBatch.empty()
         self._waiting.extendleft(reversed(rows))
-        deliver(update.loop, update.future, result=self.version)
+        deliver(update.loop, update.future, result=None)
 
     def _apply_adapter(self, update: AdapterUpdate) -> None:
         name = update.adapter.name
@@ -238,18 +239,18 @@ class Scheduler:
         try:
             self.adapters.set(name, update.adapter)
         except Exception as exc:  # noqa: BLE001 - reported to the caller, serving goes on
-            error = EngineError(f"update_adapter {name!r} failed, adapter unchanged: {exc}")
+            error = EngineError(f"load_weights of adapter {name!r} failed, adapter unchanged: "
+                                f"{exc}")
             error.__cause__ = exc
             deliver(update.loop, update.future, error=error)
             return
-        self.version += 1
-        self._adapter_versions[name] = self.version
+        self.version = self._adapter_versions[name] = update.version
         # Only the adapter's rows hold keys of the old adapter: they alone prefill again.
         rows = self._batch.rows
         stale = [r for r in rows if r.sampling.adapter == name and not r.cancelled]
         self._batch.keep([i for i, r in enumerate(rows) if r.sampling.adapter != name])
         self._waiting.extendleft(reversed(stale))
-        deliver(update.loop, update.future, result=self.version)
+        deliver(update.loop, update.future, result=None)
 
     def _drop_cancelled(self) -> None:
         if any(r.cancelled for r in self._waiting):

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.engines._vllm_weights import WeightFiles
+from agentrl_sdk.engines.lora_weights import AdapterWeights
 from agentrl_sdk.engines.shared_weights import SharedWeights, host_id
+from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
-    import torch
-
     from agentrl_sdk.engines._loop_thread import LoopThread
 
 __all__ = ["VLLMBackend", "checked_finish"]
@@ -109,44 +109,45 @@ class VLLMBackend:
                 raise
             raise error from exc
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Reload the weights from ``state_dict`` (written as bucket files) without a restart.
+    @property
+    def weight_intake(self) -> WeightIntake:
+        """Tensors, and files staged where vLLM's workers run (they read them directly)."""
+        host = host_id() if self._local_workers else None
+        return WeightIntake(frozenset({"state_dict", "shared_files"}), host)
+
+    async def load_weights(self, push: WeightPush, version: int) -> None:
+        """Reload the weights of ``push`` without a restart, as ``version``: staged files are
+        read by the workers where they lie; tensors are written as bucket files first.
 
         Requests in flight are held around the reload and then continue on the new weights
         (prompt + partial output prefilled again). A failed load leaves the version as is.
 
-        Returns:
-            The new policy version.
-
         Raises:
-            EngineError: vLLM failed to load the weights or did not answer in time.
+            EngineError: vLLM failed to load the weights or did not answer in time, or the
+                push is an adapter and this engine takes none.
         """
         self._check_open()
-        files = await run_blocking(WeightFiles, state_dict, self._bucket_bytes)
+        if isinstance(push, SharedWeights):
+            await self._loop.call(self._held(self._load(list(push.paths)), version))
+            return
+        if isinstance(push, AdapterWeights):
+            raise EngineError(f"this {type(self).__name__} takes no adapters "
+                              f"(it takes {sorted(self.weight_intake.kinds)})")  # fmt: skip
+        state = await run_blocking(push.state_dict)
+        files = await run_blocking(WeightFiles, state, self._bucket_bytes)
         try:
-            return await self._loop.call(self._reload(files.paths))
+            await self._loop.call(self._held(self._load(files.paths), version))
         finally:
             files.close()
 
-    @property
-    def shared_weights_host(self) -> str | None:
-        """This host when vLLM's workers run here (they read the staged files), else None."""
-        return host_id() if self._local_workers else None
+    async def _held(
+        self, change: Awaitable[None], version: int, adapter: str | None = None
+    ) -> None:
+        """Runs ``change`` (new weights, or the named ``adapter``) with the requests held; then
+        ``version`` is that of the base or of ``adapter`` (`served_version`).
 
-    async def update_shared_weights(self, weights: SharedWeights) -> int:
-        """`update_weights` from files the trainer staged: the workers read them directly."""
-        self._check_open()
-        return await self._loop.call(self._reload(list(weights.paths)))
-
-    async def _reload(self, paths: list[str]) -> int:
-        return await self._held(self._load(paths))
-
-    async def _held(self, change: Awaitable[None], adapter: str | None = None) -> int:
-        """Runs ``change`` (new weights, or the named ``adapter``) with the requests held; the
-        new version, which becomes that of the base or of ``adapter`` (`served_version`).
-
-        Changes run one at a time (pushes of several adapters may arrive together): each sees
-        the version it makes, and the requests resume only after the last one.
+        Changes run one at a time (pushes of several adapters may arrive together), and the
+        requests resume only after the last one.
         """
         if self._changing is None:  # made here: it belongs to the engine's loop
             self._changing = asyncio.Lock()
@@ -158,12 +159,11 @@ class VLLMBackend:
             finally:
                 if not was_paused:
                     self._requests.resume()
-            self._version += 1
+            self._version = version
             if adapter is None:
-                self._base_version = self._version
+                self._base_version = version
             else:
-                self._adapter_versions = {**self._adapter_versions, adapter: self._version}
-            return self._version
+                self._adapter_versions = {**self._adapter_versions, adapter: version}
 
     async def pause(self) -> None:
         """Abort the requests in flight, keeping their partial output; new ones wait."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup, receive_buckets
+from agentrl_sdk.engines.collective_weights import CollectiveWeights
 from agentrl_sdk.engines.shared_weights import (
     make_stage_folder,
     read_bucket_file,
@@ -30,7 +30,6 @@ WORKER_EXTENSION = "agentrl_sdk.engines._vllm_weights.WorkerWeightLoader"
 """The ``worker_extension_cls`` our vLLM engines start with."""
 
 RPC_METHOD = "agentrl_load_weights"
-JOIN_METHOD = "agentrl_join_weight_group"
 RECEIVE_METHOD = "agentrl_receive_weights"
 
 
@@ -119,17 +118,11 @@ class WorkerWeightLoader:
         self.reload_weights(weights_iterator=tensors())  # type: ignore[attr-defined]
         return count
 
-    def agentrl_join_weight_group(self, group: dict[str, Any], rank: int) -> None:
-        """Join the trainer's push group (`WeightGroup`, as plain data) as ``rank``."""
-        spec = WeightGroup(**group)
-        self._agentrl_weight_group = (spec.join(rank), spec.device())
-
-    def agentrl_receive_weights(self, layouts: list[dict[str, Any]]) -> int:
-        """Receive every bucket trainer rank 0 broadcasts, then reload the model from them
-        (all received first: a reload that stopped early would leave rank 0 waiting)."""
-        group, device = self._agentrl_weight_group
-        buckets = list(receive_buckets(group, [BucketLayout.from_json(x) for x in layouts], device))
-        tensors = [item for bucket in buckets for item in bucket.items()]
+    def agentrl_receive_weights(self, push: dict[str, Any]) -> int:
+        """Receive every bucket of a `CollectiveWeights` push (as plain data; the worker joins
+        its group on the first one), then reload the model from them (all received first: a
+        reload that stopped early would leave rank 0 waiting)."""
+        tensors = list(CollectiveWeights.from_json(push).state_dict().items())
         self.reload_weights(weights_iterator=iter(tensors))  # type: ignore[attr-defined]
         return len(tensors)
 

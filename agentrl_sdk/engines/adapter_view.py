@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from agentrl_sdk.engines.lora_weights import AdapterEngine, AdapterWeights
+from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
-    import torch
-
     from agentrl_sdk.engines.base import Engine
 
 __all__ = ["AdapterView"]
@@ -22,16 +20,15 @@ class AdapterView:
 
     Every request goes to the shared engine with ``SamplingParams.adapter`` set to
     ``adapter``, so requests of all the views share its continuous batch; every adapter push
-    is named ``adapter``. The shared base never changes through a view (`update_weights`
-    refuses). Pause, resume and health are the shared engine's; `close` closes it (closing is
+    is named ``adapter``. The shared base never changes through a view (`load_weights` takes
+    this view's adapter only). Pause, resume and health are the shared engine's; `close` closes it (closing is
     idempotent, so each view of it may).
 
-    ``policy_version`` is the version the view's last push returned (the engine's version
-    when the view was made, before any): the version the engine stamps on this adapter's
-    tokens (see ``TorchEngine``'s versions).
+    ``policy_version`` is the version of the view's last push (the engine's version when the
+    view was made, before any): the version the engine stamps on this adapter's tokens.
 
     Args:
-        engine: The shared engine; it must take adapters (`AdapterEngine`).
+        engine: The shared engine; it must take adapters (its `WeightIntake`).
         adapter: The adapter's name; None serves the base alone (a frozen policy).
 
     Raises:
@@ -39,7 +36,7 @@ class AdapterView:
     """
 
     def __init__(self, engine: Engine, adapter: str | None) -> None:
-        if not (isinstance(engine, AdapterEngine) and engine.takes_adapters):
+        if not engine.weight_intake.takes("adapter"):
             raise ValueError(
                 f"{type(engine).__name__} takes no adapter pushes, so it cannot serve several "
                 "policies as adapters of one base (vLLM: set engine_args.enable_lora)"
@@ -68,30 +65,28 @@ class AdapterView:
             prompt_ids, sampling, request_id, session_id=session_id
         )
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Refused: the base is shared by every adapter policy and stays frozen."""
-        raise EngineError(
-            f"policy adapter {self.adapter!r}: the shared base model is frozen; push its "
-            "adapter (update_adapter) instead of full weights"
-        )
-
     @property
-    def takes_adapters(self) -> bool:
-        """Whether the shared engine takes adapter pushes (checked at construction)."""
-        return bool(self.engine.takes_adapters)  # type: ignore[attr-defined]
+    def weight_intake(self) -> WeightIntake:
+        """Adapters only: the shared base stays frozen."""
+        return WeightIntake(frozenset({"adapter"}))
 
-    async def update_adapter(self, adapter: AdapterWeights) -> int:
-        """Serve ``adapter`` as this view's adapter; returns (and keeps) the new version.
+    async def load_weights(self, push: WeightPush, version: int) -> None:
+        """Serve ``push`` as this view's adapter from now on, as ``version``.
 
         Raises:
-            EngineError: The view serves the bare base, or the adapter names another one.
+            EngineError: The push is not this view's adapter (full weights would change the
+                base every adapter policy shares; the bare base takes no adapter).
         """
-        if self.adapter is None or adapter.name != self.adapter:
+        if not isinstance(push, AdapterWeights) or self.adapter is None or (
+            push.name != self.adapter
+        ):
+            what = f"adapter {push.name!r}" if isinstance(push, AdapterWeights) else push.kind
             raise EngineError(
-                f"the view of adapter {self.adapter!r} got a push of adapter {adapter.name!r}"
+                f"the view of adapter {self.adapter!r} got a push of {what}: the shared base "
+                "model is frozen, each view takes its own named adapter"
             )
-        self._version = await self.engine.update_adapter(adapter)  # type: ignore[attr-defined]
-        return self._version
+        await self.engine.load_weights(push, version)
+        self._version = version
 
     async def pause(self) -> None:
         """Pause the shared engine (every view's requests hold)."""

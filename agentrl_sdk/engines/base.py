@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
-
-import torch
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agentrl_sdk.types import GenerateResult, SamplingParams
+
+if TYPE_CHECKING:
+    from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 
 
 @runtime_checkable
@@ -23,11 +23,20 @@ class Engine(Protocol):
     be updated while paused; `resume` continues the held requests on the current weights,
     their partial output becoming part of the prompt. The result's ``token_versions`` then
     says which policy version sampled each token.
+
+    Weights: `load_weights` takes one `WeightPush` of a kind the engine lists in its
+    `weight_intake`, and the version the driver assigned to it (the trainer updates those
+    weights have seen); from then on the engine reports that version.
     """
 
     @property
     def policy_version(self) -> int:
-        """Version of the weights currently served; bumped by every `update_weights`."""
+        """Version of the weights currently served: the one the last `load_weights` gave."""
+        ...
+
+    @property
+    def weight_intake(self) -> WeightIntake:
+        """The push kinds `load_weights` takes (data: callers choose a kind from it)."""
         ...
 
     async def generate(
@@ -46,8 +55,12 @@ class Engine(Protocol):
         """
         ...
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Load new weights between decoding steps and return the new policy version."""
+    async def load_weights(self, push: WeightPush, version: int) -> None:
+        """Serve the weights of ``push`` from the next decoding step on, as ``version``.
+
+        Raises:
+            EngineError: The weights did not load (the engine serves the old ones).
+        """
         ...
 
     async def pause(self) -> None:

@@ -2,26 +2,31 @@
 GPU (GPU to GPU, as verl and OpenRLHF push to vLLM), gloo on CPU (the same code, tested here).
 
 Rank 0 of the group is the trainer's rank 0; the engines (torch engines in Ray actors, or
-vLLM's workers themselves) are ranks 1..N. A push is one broadcast per bucket: rank 0 flattens
-the bucket into one buffer, every engine receives it into a buffer of its own and loads the
-views. The driver only creates the group and hands out the buckets' layouts, never a tensor.
+vLLM's workers themselves) are ranks 1..N, in the order they join. A push
+(`CollectiveWeights`: the group and the buckets' layouts, the same value for every engine) is
+one broadcast per bucket: rank 0 flattens the bucket into one buffer, every engine receives it
+into a buffer of its own and loads the views. A process joins a group on its first push through
+it and stays a member (`joined`). The driver only hands out the group and the layouts, never a
+tensor.
 """
 
 from __future__ import annotations
 
 import datetime
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal
 
 import torch
 
 __all__ = [
     "BucketLayout",
-    "CollectiveWeightsEngine",
+    "CollectiveWeights",
     "TensorSlot",
     "WeightGroup",
     "broadcast_bucket",
+    "joined",
     "receive_buckets",
 ]
 
@@ -97,12 +102,15 @@ class WeightGroup:
     backend: Literal["gloo", "nccl"]
     timeout_s: float = 600.0
 
-    def join(self, rank: int) -> Any:
-        """Join as ``rank`` (blocks until every rank joined); returns the process group."""
+    def join(self, rank: int | None = None) -> Any:
+        """Join as ``rank`` (None: the next engine rank, 1..N, in the order engines join;
+        blocks until every rank joined); returns the process group."""
         import torch.distributed as dist
 
         timeout = datetime.timedelta(seconds=self.timeout_s)
         store = dist.TCPStore(self.address, self.port, self.world_size, rank == 0, timeout=timeout)
+        if rank is None:
+            rank = store.add(_NEXT_RANK, 1)
         if self.backend == "nccl":
             return dist.ProcessGroupNCCL(store, rank, self.world_size)
         return dist.ProcessGroupGloo(store, rank, self.world_size, timeout)
@@ -136,19 +144,44 @@ def receive_buckets(
         yield layout.unflatten(buffer)
 
 
-@runtime_checkable
-class CollectiveWeightsEngine(Protocol):
-    """An engine whose process(es) join a `WeightGroup` and receive pushes by broadcast."""
+_NEXT_RANK = "agentrl/next_engine_rank"
+_JOINED: dict[WeightGroup, tuple[Any, torch.device]] = {}
+_JOINING = threading.Lock()
 
-    @property
-    def takes_collective_weights(self) -> bool:
-        """Whether the engine can join a push group."""
-        ...
 
-    async def join_weight_group(self, group: WeightGroup, rank: int) -> None:
-        """Join ``group`` as ``rank`` (returns once every rank joined)."""
-        ...
+def joined(group: WeightGroup, rank: int | None = None) -> tuple[Any, torch.device]:
+    """This process's membership of ``group`` and its buffers' device, joining on first use
+    (as ``rank``; None: the next engine rank). Blocks until every rank joined."""
+    with _JOINING:
+        member = _JOINED.get(group)
+        if member is None:
+            member = _JOINED[group] = (group.join(rank), group.device())
+        return member
 
-    async def update_collective_weights(self, layouts: Sequence[BucketLayout]) -> int:
-        """Receive the buckets rank 0 broadcasts and load them; returns the new version."""
-        ...
+
+@dataclass(frozen=True)
+class CollectiveWeights:
+    """A push by broadcast (a `WeightPush` of kind ``collective``): the push group and each
+    bucket's layout. The tensors arrive while the engines load it, as rank 0 sends them."""
+
+    kind: ClassVar[Literal["collective"]] = "collective"
+    serves_in_place: ClassVar[bool] = False
+    group: WeightGroup
+    layouts: tuple[BucketLayout, ...]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Every bucket rank 0 broadcasts, received in this process (joining the group on the
+        first push; blocking)."""
+        member, device = joined(self.group)
+        return {key: tensor for bucket in receive_buckets(member, self.layouts, device)
+                for key, tensor in bucket.items()}  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for RPCs that only carry JSON-like values (vLLM's ``collective_rpc``)."""
+        return {"group": self.group.to_json(), "layouts": [x.to_json() for x in self.layouts]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CollectiveWeights:
+        """The push `to_json` wrote."""
+        return cls(WeightGroup(**data["group"]),
+                   tuple(BucketLayout.from_json(x) for x in data["layouts"]))  # fmt: skip

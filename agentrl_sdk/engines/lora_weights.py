@@ -11,12 +11,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["AdapterEngine", "AdapterWeights", "merged_weight", "write_adapter_folder"]
+__all__ = ["AdapterWeights", "merged_weight", "write_adapter_folder"]
 
 _FILE_PREFIX = "base_model.model."
 
@@ -36,14 +36,23 @@ def merged_weight(
 @dataclass(frozen=True)
 class AdapterWeights:
     """One LoRA adapter: full A and B tensors by the keys of PEFT's ``adapter_model.safetensors``
-    (``base_model.model.<module>.lora_A.weight``), and how they combine with the base."""
+    (``base_model.model.<module>.lora_A.weight``), and how they combine with the base.
 
+    A `WeightPush` of kind ``adapter``; pickled (to a Ray actor) as numpy arrays."""
+
+    kind: ClassVar[Literal["adapter"]] = "adapter"
     tensors: Mapping[str, torch.Tensor]
     scaling: float  # alpha / rank
     fan_in_fan_out: frozenset[str] = field(default_factory=frozenset)  # engine keys stored (in, out)
     # None: the engine merges the adapter into the weights it serves. A name: the engine keeps
     # it apart and applies it to the requests whose ``SamplingParams.adapter`` names it.
     name: str | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from agentrl_sdk.engines.tensor_transport import PackedTensors
+
+        packed = PackedTensors.pack(self.tensors)
+        return _unpacked_adapter, (packed, self.scaling, self.fan_in_fan_out, self.name)
 
     @property
     def nbytes(self) -> int:
@@ -109,16 +118,7 @@ def write_adapter_folder(
     return folder
 
 
-@runtime_checkable
-class AdapterEngine(Protocol):
-    """An engine that can take adapter pushes: it serves its base plus the adapter."""
-
-    @property
-    def takes_adapters(self) -> bool:
-        """Whether `update_adapter` works on this instance (vLLM: only with ``enable_lora``)."""
-        ...
-
-    async def update_adapter(self, adapter: AdapterWeights) -> int:
-        """Serve ``base + adapter`` from now on (to the requests naming ``adapter.name``, when
-        it has one); returns the new policy version."""
-        ...
+def _unpacked_adapter(
+    packed: Any, scaling: float, fan_in_fan_out: frozenset[str], name: str | None
+) -> AdapterWeights:
+    return AdapterWeights(packed.unpack(), scaling, fan_in_fan_out, name)

@@ -13,20 +13,14 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 from agentrl_sdk.engines.base import Engine
+from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
-
-if TYPE_CHECKING:
-    import torch
-
-    from agentrl_sdk.engines.lora_weights import AdapterWeights
-    from agentrl_sdk.engines.ray_weights import RayWeights
-    from agentrl_sdk.engines.shared_weights import SharedWeights
 
 __all__ = ["EnginePool"]
 
@@ -43,15 +37,15 @@ class EnginePool:
     that replica (no new work, its sessions forgotten) and is restarted on another one; the
     rollout repeats only its current call. A request that fails on a healthy replica raises.
 
-    `update_weights` is one operation with a version barrier: every replica is paused, all
-    load the weights, all must report the same version, then all resume. A replica that fails
-    to load is drained rather than left serving stale weights.
+    `load_weights` is one operation: every replica is paused, all load the push as the
+    driver's version, then all resume. A replica that fails to load is drained rather than
+    left serving stale weights. Every replica serves the version it was given, so results
+    carry the pool's versions as they are.
 
     Recovery: given ``restart``, a drained replica is replaced by a new one (at most
     ``max_restarts`` times in all). The new replica serves only once it holds the pool's
-    weights: at once if no update happened yet, else from the next `update_weights`. Its own
-    version count restarts, so the pool maps it onto the pool's (results carry the pool's
-    versions).
+    weights: at once if no push happened yet, else from the next `load_weights`, before which
+    it takes every named adapter the pool serves, each as the version it was pushed as.
 
     Args:
         replicas: The engines; any mix of backends (torch, vLLM, Ray actors).
@@ -87,13 +81,13 @@ class EnginePool:
         # Rollouts under sync invoke call in from several threads' loops.
         self._lock = threading.Lock()
         self._version = max(r.policy_version for r in self.replicas)
+        self._pushed = False  # a rebuilt replica serves at once until the first push
         self.reroutes = 0
         self.failed_health_checks = 0
         self._restart = restart
         self._restarts_left = max_restarts if restart is not None else 0
         self._restart_timeout = restart_timeout_s
-        self._versions = [_ReplicaVersions() for _ in self.replicas]
-        # Named adapters served, for rebuilds: each with the pool version of its last push.
+        # Named adapters served, for rebuilds: each with the version of its last push.
         self._named: dict[str, tuple[AdapterWeights, int]] = {}
         self._awaiting_weights: set[int] = set()  # rebuilt, not yet on the pool's weights
         self._restart_tasks: set[asyncio.Task[None]] = set()
@@ -103,7 +97,7 @@ class EnginePool:
 
     @property
     def policy_version(self) -> int:
-        """The version every healthy replica serves (set by the last `update_weights`)."""
+        """The version every healthy replica serves (set by the last `load_weights`)."""
         return self._version
 
     @property
@@ -139,10 +133,9 @@ class EnginePool:
                 index = self._route(session)
                 self._in_flight[index] += 1
             try:
-                result = await self.replicas[index].generate(
+                return await self.replicas[index].generate(
                     prompt_ids, sampling, request_id, session_id=session
                 )
-                return self._versions[index].shifted(result)
             except (EngineError, ConnectionError, OSError) as exc:
                 if await self._is_healthy(index):
                     raise
@@ -223,8 +216,7 @@ class EnginePool:
                 return
             self.replicas[index] = new
             self._in_flight[index] = 0
-            if new.policy_version == self._version:  # no update yet: it already holds them
-                self._versions[index] = _ReplicaVersions()
+            if not self._pushed:  # it holds the pool's weights already: the model folder's
                 self._drained.discard(index)
             else:
                 self._awaiting_weights.add(index)
@@ -268,118 +260,58 @@ class EnginePool:
                 self._drain(index, "failed its health check")
         return self.healthy
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Load ``state_dict`` into every healthy replica behind a pause, as one version.
+    @property
+    def weight_intake(self) -> WeightIntake:
+        """What every replica takes, but broadcasts: a pool is one receiver to a push, and its
+        replicas cannot all join a push group sized for one."""
+        common = WeightIntake.common(replica.weight_intake for replica in self.replicas)
+        return WeightIntake(common.kinds - {"collective"}, common.shared_host)
 
-        Restarted replicas waiting for the pool's weights take them too and rejoin; when
-        none serves, the update first waits for the rebuilds (up to ``restart_timeout_s``).
+    async def load_weights(self, push: WeightPush, version: int) -> None:
+        """Load ``push`` into every healthy replica behind a pause, as ``version``.
+
+        Restarted replicas waiting for the pool's weights take them too and rejoin, after
+        every other named adapter the pool serves (each as the version it was pushed as);
+        when none serves, the load first waits for the rebuilds (up to ``restart_timeout_s``).
 
         Raises:
-            EngineError: No replica took the weights, or they report different versions.
+            EngineError: No replica took the weights.
         """
-        return await self._update(lambda replica: replica.update_weights(state_dict), "weights")
+        name = push.name if isinstance(push, AdapterWeights) else None
+        others = [(a, v) for key, (a, v) in self._named.items() if key != name]
 
-    @property
-    def takes_ray_weights(self) -> bool:
-        """Whether every replica fetches pushed object references itself (Ray actors)."""
-        return all(getattr(replica, "takes_ray_weights", False) for replica in self.replicas)
+        async def rejoin(replica: Engine) -> None:
+            for adapter, adapter_version in others:
+                await replica.load_weights(adapter, adapter_version)
+            await replica.load_weights(push, version)
 
-    async def update_ray_weights(self, weights: RayWeights) -> int:
-        """`update_weights` from the trainer's object store: each replica fetches the buckets."""
-        return await self._update(lambda replica: replica.update_ray_weights(weights), "weights")
-
-    @property
-    def shared_weights_host(self) -> str | None:
-        """The host every replica maps staged weight files from (None: they differ or cannot)."""
-        hosts = {
-            getattr(replica, "shared_weights_host", None) for replica in self.replicas
-        }
-        return hosts.pop() if len(hosts) == 1 else None
-
-    async def update_shared_weights(self, weights: SharedWeights) -> int:
-        """`update_weights` from staged files: each replica maps them itself."""
-        return await self._update(
-            lambda replica: replica.update_shared_weights(weights), "weights"
-        )
-
-    @property
-    def takes_adapters(self) -> bool:
-        """Whether every replica takes adapter pushes (see `AdapterEngine`)."""
-        return all(getattr(replica, "takes_adapters", False) for replica in self.replicas)
-
-    async def update_adapter(self, adapter: AdapterWeights) -> int:
-        """`update_weights` for an adapter push: every replica serves its base + ``adapter``
-        (a rebuilt replica's base is the model folder), as one version.
-
-        A named adapter is one of several served side by side: a rebuilt replica rejoining
-        on this push first takes every other named adapter the pool serves, and reports for
-        each (and for the base) the pool's version of it, as the other replicas do.
-        """
-        others = [(a, v) for name, (a, v) in self._named.items() if name != adapter.name]
-
-        async def rejoin(replica: Any) -> tuple[int, dict[int, int]]:
-            pinned = {0: 0}  # its base: the model folder, as the pool's (adapters push no base)
-            for other, version in others:
-                pinned[await replica.update_adapter(other)] = version
-            return await replica.update_adapter(adapter), pinned
-
-        version = await self._update(
-            lambda replica: replica.update_adapter(adapter), "adapter", rejoin=rejoin
-        )
-        if adapter.name is not None:
-            self._named[adapter.name] = (adapter, version)
-        return version
-
-    async def _update(
-        self,
-        load: Callable[[Any], Awaitable[int]],
-        what: str,
-        rejoin: Callable[[Any], Awaitable[tuple[int, dict[int, int]]]] | None = None,
-    ) -> int:
-        """Load into every healthy replica behind a pause (``load``), and into each rebuilt one
-        waiting for weights (``rejoin``, which also gives the pool version of each own version
-        it loaded before its last; ``load`` alone without one); the pool's new version."""
-
-        async def loaded_alone(replica: Any) -> tuple[int, dict[int, int]]:
-            return await load(replica), {}
-
-        rejoin = rejoin or loaded_alone
         deadline = time.monotonic() + self._restart_timeout
         while not self.healthy and self.restarting and time.monotonic() < deadline:
             await asyncio.sleep(0.1)  # nothing serves: the weights must reach the rebuild
         live, rejoining = self.healthy, sorted(self._awaiting_weights)
         await self._each(live, "pause")
         try:
-            targets = live + rejoining
             results = await asyncio.gather(
-                *((rejoin if i in self._awaiting_weights else load)(self.replicas[i])
-                  for i in targets),
+                *(self.replicas[i].load_weights(push, version) for i in live),
+                *(rejoin(self.replicas[i]) for i in rejoining),
                 return_exceptions=True,
             )
-            versions: dict[int, int] = {}
-            rejoined: dict[int, tuple[int, dict[int, int]]] = {}
-            for index, result in zip(targets, results, strict=True):
+            loaded = []
+            for index, result in zip(live + rejoining, results, strict=True):
                 if isinstance(result, BaseException):
                     self._awaiting_weights.discard(index)
-                    self._drain(index, f"loading the new {what} failed: {result!r}")
-                elif index in self._awaiting_weights:
-                    rejoined[index] = result
+                    self._drain(index, f"loading the new {push.kind} failed: {result!r}")
                 else:
-                    versions[index] = self._versions[index].to_pool(result)
-            if not versions and not rejoined:
-                raise EngineError(f"no replica loaded the new {what}: {results!r}")
-            if len(set(versions.values())) > 1:
-                raise EngineError(
-                    f"replicas report different policy versions after the update: {versions}; "
-                    "they must start from the same version (restart the lagging ones)"
-                )
-            self._version = next(iter(versions.values()), self._version + 1)
+                    loaded.append(index)
+            if not loaded:
+                raise EngineError(f"no replica loaded the new {push.kind}: {results!r}")
+            self._version, self._pushed = version, True
+            if name is not None:
+                self._named[name] = (push, version)
             with self._lock:
-                for index, (own, pinned) in rejoined.items():
-                    self._versions[index] = _ReplicaVersions(self._version - own, pinned)
+                for index in set(rejoining) & set(loaded):
                     self._awaiting_weights.discard(index)
                     self._drained.discard(index)
-            return self._version
         finally:
             await self._each([i for i in live if i not in self._drained], "resume")
 
@@ -391,10 +323,12 @@ class EnginePool:
         """Resume every healthy replica."""
         await self._each(self.healthy, "resume")
 
-    async def _each(self, indices: list[int], method: str) -> None:
+    async def _each(self, indices: list[int], method: Literal["pause", "resume"]) -> None:
         results = await asyncio.gather(
-            *(getattr(self.replicas[i], method)() for i in indices), return_exceptions=True
-        )
+            *((r.pause() if method == "pause" else r.resume())
+              for r in (self.replicas[i] for i in indices)),
+            return_exceptions=True,
+        )  # fmt: skip
         for index, result in zip(indices, results, strict=True):
             if isinstance(result, BaseException):
                 self._drain(index, f"{method} failed: {result!r}")
@@ -429,27 +363,3 @@ def _on_own_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
 
     threading.Thread(target=run, daemon=True, name="engine-close").start()
     return asyncio.wrap_future(done)
-
-
-@dataclass
-class _ReplicaVersions:
-    """How a replica's own version counter maps onto the pool's: a rebuilt replica counts from
-    0 again, and takes on rejoining, one version each, adapters the others got long before."""
-
-    offset: int = 0
-    """Pool version - own version, for every version it loaded as one of the pool's pushes."""
-    pinned: dict[int, int] = field(default_factory=dict)
-    """The pool version of each own version it loaded on rejoining, before that push."""
-
-    def to_pool(self, own: int) -> int:
-        return self.pinned.get(own, own + self.offset)
-
-    def shifted(self, result: GenerateResult) -> GenerateResult:
-        """``result`` with its versions on the pool's count."""
-        if not self.offset and not self.pinned:
-            return result
-        tokens = result.token_versions
-        return result.model_copy(update={
-            "policy_version": self.to_pool(result.policy_version),
-            "token_versions": None if tokens is None else [self.to_pool(v) for v in tokens],
-        })  # fmt: skip

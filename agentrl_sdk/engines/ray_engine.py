@@ -9,22 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup, receive_buckets
-from agentrl_sdk.engines.lora_weights import AdapterWeights
-from agentrl_sdk.engines.ray_weights import RayWeights
-from agentrl_sdk.engines.shared_weights import SharedWeights
-from agentrl_sdk.engines.tensor_transport import PackedTensors
+from agentrl_sdk.engines.weights import StateDict, WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import RAY_SUBMIT_LOCK
 from agentrl_sdk.types import GenerateResult, SamplingParams
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = ["RayEngine"]
 
@@ -45,51 +38,16 @@ class _EngineActor:
         )
         return result.model_dump()
 
-    async def update_weights(self, packed: PackedTensors) -> int:
-        return await self.engine.update_weights(packed.unpack())
+    def weight_intake(self) -> WeightIntake:
+        return self.engine.weight_intake
 
-    def takes_adapters(self) -> bool:
-        return bool(getattr(self.engine, "takes_adapters", False))
-
-    async def update_adapter(
-        self, packed: PackedTensors, scaling: float, fifo: list[str], name: str | None = None
-    ) -> int:
-        return await self.engine.update_adapter(
-            AdapterWeights(packed.unpack(), scaling, frozenset(fifo), name)
-        )
-
-    def shared_weights_host(self) -> str | None:
-        return getattr(self.engine, "shared_weights_host", None)
-
-    def takes_collective_weights(self) -> bool:
-        return True
-
-    async def join_weight_group(self, group: WeightGroup, rank: int) -> None:
-        if getattr(self.engine, "takes_collective_weights", False):
-            await self.engine.join_weight_group(group, rank)  # vLLM: its worker joins
-        else:
-            self._weight_group = (await asyncio.to_thread(group.join, rank), group.device())
-
-    async def update_collective_weights(self, layouts: list[BucketLayout]) -> int:
-        if getattr(self.engine, "takes_collective_weights", False):
-            return await self.engine.update_collective_weights(layouts)
-        group, device = self._weight_group
-
-        def receive() -> dict[str, torch.Tensor]:
-            return {k: v for bucket in receive_buckets(group, layouts, device)
-                    for k, v in bucket.items()}  # fmt: skip
-
-        return await self.engine.update_weights(await asyncio.to_thread(receive))
-
-    async def update_ray_weights(self, refs: list[Any]) -> int:
-        """Fetch the buckets from the trainer's object store (not through the driver)."""
-        state: dict[str, torch.Tensor] = {}
-        for packed in await asyncio.gather(*refs):
-            state.update(packed.unpack())
-        return await self.engine.update_weights(state)
-
-    async def update_shared_weights(self, weights: SharedWeights) -> int:
-        return await self.engine.update_shared_weights(weights)
+    async def load_weights(self, push: WeightPush, version: int) -> int:
+        """Load ``push`` into the engine; a kind it does not take (object references, a
+        broadcast) is turned into tensors here first, off the actor's event loop."""
+        if not self.engine.weight_intake.accepts(push):
+            push = StateDict(await asyncio.to_thread(push.state_dict))
+        await self.engine.load_weights(push, version)
+        return self.engine.policy_version
 
     async def pause(self) -> None:
         await self.engine.pause()
@@ -151,15 +109,17 @@ class RayEngine:
         self._actor = actor.remote(backend, model_path, options)
         self._timeout = call_timeout_s
         try:
-            (
-                self._version, (self.node_id, self.pid), self._takes_adapters, self._shm_host
-            ) = ray.get(
+            self._version, (self.node_id, self.pid), inner = ray.get(
                 [self._actor.policy_version.remote(), self._actor.where.remote(),
-                 self._actor.takes_adapters.remote(), self._actor.shared_weights_host.remote()],
+                 self._actor.weight_intake.remote()],
                 timeout=start_timeout_s,
             )  # fmt: skip
         except Exception as exc:
             raise EngineError(f"the {backend!r} engine actor failed to start: {exc}") from exc
+        # The actor turns object references and broadcasts into tensors for the engine inside.
+        self.weight_intake = WeightIntake(
+            inner.kinds | {"state_dict", "object_refs", "collective"}, inner.shared_host
+        )
         self._closed = False
 
     @property
@@ -201,58 +161,12 @@ class RayEngine:
         )
         return result
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Ship ``state_dict`` through the object store (as arrays: no copies) and load it."""
-        self._version = await self._call("update_weights", PackedTensors.pack(state_dict))
-        return self._version
-
-    @property
-    def takes_collective_weights(self) -> bool:
-        """Always: the actor (or vLLM's worker in it) joins a push group."""
-        return True
-
-    async def join_weight_group(self, group: WeightGroup, rank: int) -> None:
-        """The actor's process (or its vLLM worker) joins ``group`` as ``rank``."""
-        await self._call("join_weight_group", group, rank)
-
-    async def update_collective_weights(self, layouts: Sequence[BucketLayout]) -> int:
-        """The actor receives the broadcast buckets and loads them: no tensor travels here."""
-        self._version = await self._call("update_collective_weights", list(layouts))
-        return self._version
-
-    @property
-    def takes_ray_weights(self) -> bool:
-        """Always: the actor fetches pushed buckets from the trainer's object store itself."""
-        return True
-
-    async def update_ray_weights(self, weights: RayWeights) -> int:
-        """Hand the bucket references to the actor, which fetches them: no tensor travels here."""
-        self._version = await self._call("update_ray_weights", list(weights.refs))
-        return self._version
-
-    @property
-    def shared_weights_host(self) -> str | None:
-        """The host whose staged weight files the engine inside reads (None: it cannot)."""
-        return self._shm_host
-
-    async def update_shared_weights(self, weights: SharedWeights) -> int:
-        """Hand the files' description to the actor, which maps them: no tensor travels."""
-        self._version = await self._call("update_shared_weights", weights)
-        return self._version
-
-    @property
-    def takes_adapters(self) -> bool:
-        """Whether the engine inside takes adapter pushes (see `AdapterEngine`)."""
-        return self._takes_adapters
-
-    async def update_adapter(self, adapter: AdapterWeights) -> int:
-        """Ship the adapter tensors through the object store; the engine inside serves them."""
-        packed = PackedTensors.pack(adapter.tensors)
-        fifo = sorted(adapter.fan_in_fan_out)
-        self._version = await self._call(
-            "update_adapter", packed, adapter.scaling, fifo, adapter.name
-        )
-        return self._version
+    async def load_weights(self, push: WeightPush, version: int) -> None:
+        """Hand ``push`` to the actor, which loads it: tensors travel as numpy arrays through
+        the object store; staged files, object references and broadcasts as their
+        descriptions (the actor maps, fetches or receives the tensors itself)."""
+        await self._call("load_weights", push, version)
+        self._version = version
 
     async def pause(self) -> None:
         """Pause the engine in the actor."""

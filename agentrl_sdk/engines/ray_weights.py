@@ -8,14 +8,17 @@ store; the driver only holds the references, never a tensor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-__all__ = ["RayWeights", "RayWeightsEngine"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["RayWeights"]
 
 
 @dataclass(frozen=True)
 class RayWeights:
-    """A push's weights in the object store.
+    """A push's weights in the object store (a `WeightPush` of kind ``object_refs``).
 
     Attributes:
         refs: One ``ObjectRef`` of a `PackedTensors` per bucket, owned by trainer rank 0.
@@ -23,20 +26,17 @@ class RayWeights:
         nbytes: Their bytes.
     """
 
+    kind: ClassVar[Literal["object_refs"]] = "object_refs"
+    serves_in_place: ClassVar[bool] = False
     refs: tuple[Any, ...]
     tensors: int
     nbytes: int
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The tensors, fetched from the object store (blocking; Ray must be initialised)."""
+        import ray
 
-@runtime_checkable
-class RayWeightsEngine(Protocol):
-    """An engine that fetches `RayWeights` itself (an engine in a Ray actor)."""
-
-    @property
-    def takes_ray_weights(self) -> bool:
-        """Whether the engine fetches object references itself."""
-        ...
-
-    async def update_ray_weights(self, weights: RayWeights) -> int:
-        """Load ``weights`` as `update_weights` would; returns the new policy version."""
-        ...
+        state: dict[str, torch.Tensor] = {}
+        for packed in ray.get(list(self.refs)):
+            state.update(packed.unpack())
+        return state

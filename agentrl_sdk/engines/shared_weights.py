@@ -24,13 +24,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Literal
 
 import torch
 
 __all__ = [
     "SharedWeights",
-    "SharedWeightsEngine",
     "StagedFile",
     "host_id",
     "make_stage_folder",
@@ -221,7 +220,9 @@ def write_bucket_file(
 
 @dataclass(frozen=True)
 class SharedWeights:
-    """A push's weights as files on ``host`` (see the module docstring).
+    """A push's weights as files on ``host`` (a `WeightPush` of kind ``shared_files``; see the
+    module docstring). An engine may serve the mapped tensors without a copy
+    (``serves_in_place``): the trainer rewrites them only two pushes later.
 
     Attributes:
         host: `host_id` of the machine whose shared memory holds the files.
@@ -231,6 +232,8 @@ class SharedWeights:
         nbytes: Their bytes.
     """
 
+    kind: ClassVar[Literal["shared_files"]] = "shared_files"
+    serves_in_place: ClassVar[bool] = True
     host: str
     folder: str
     paths: tuple[str, ...]
@@ -244,22 +247,3 @@ class SharedWeights:
                 f"weights staged on {self.host!r} cannot be mapped on {host_id()!r}"
             )
         return _READER.state_dict(self)
-
-
-@runtime_checkable
-class SharedWeightsEngine(Protocol):
-    """An engine that loads `SharedWeights` itself: the push moves no tensor through the caller.
-
-    ``shared_weights_host`` is the `host_id` whose shared memory the engine reads (None: it
-    cannot, e.g. a remote server); a push stages files only when every engine reads them
-    where the trainer writes them.
-    """
-
-    @property
-    def shared_weights_host(self) -> str | None:
-        """Where the engine maps staged files from, or None."""
-        ...
-
-    async def update_shared_weights(self, weights: SharedWeights) -> int:
-        """Load ``weights`` as `update_weights` would; returns the new policy version."""
-        ...

@@ -21,7 +21,8 @@ from agentrl_sdk.engines._scheduler import (
 )
 from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
-from agentrl_sdk.engines.shared_weights import SharedWeights, host_id
+from agentrl_sdk.engines.shared_weights import host_id
+from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import GenerateResult, SamplingParams
@@ -46,8 +47,8 @@ class TorchEngine:
     ``generate`` may be awaited from any event loop in any thread: the answer is delivered
     with ``loop.call_soon_threadsafe``, so the caller's loop never waits on a forward.
 
-    A response's ``policy_version`` is the version current when it *finished*; after an
-    ``update_weights`` the requests already in flight continue on the new weights (their
+    A response's ``policy_version`` is the version current when it *finished*; after a
+    `load_weights` the requests already in flight continue on the new weights (their
     prompt and partial output prefilled again) and ``token_versions`` says which version
     sampled each token. `pause` stops decoding with every request held where it is;
     `resume` continues them.
@@ -126,12 +127,12 @@ class TorchEngine:
 
     @property
     def model(self) -> PreTrainedModel:
-        """The served model. Read it freely; change weights only through `update_weights`."""
+        """The served model. Read it freely; change weights only through `load_weights`."""
         return self._scheduler.model
 
     @property
     def policy_version(self) -> int:
-        """Version of the weights currently served; bumped by every `update_weights`."""
+        """Version of the weights currently served: the one the last `load_weights` gave."""
         return self._scheduler.version
 
     @property
@@ -196,55 +197,45 @@ class TorchEngine:
             request.cancelled = True
             raise
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Load ``state_dict`` (strictly: same keys and shapes) between decode steps.
+    @property
+    def weight_intake(self) -> WeightIntake:
+        """Tensors, files staged on this host, and adapters (merged or named). A `RayEngine`
+        around it also takes object references and broadcasts, turned into tensors there."""
+        return WeightIntake(frozenset({"state_dict", "shared_files", "adapter"}), host_id())
 
-        Requests in flight continue on the new weights. Once submitted, the update is
-        applied even if the awaiting caller is cancelled.
+    async def load_weights(self, push: WeightPush, version: int) -> None:
+        """Serve ``push`` from the next decode step on, as ``version``.
 
-        Returns:
-            The new policy version.
+        Full weights must match the model (same keys and shapes). Requests in flight continue
+        on the new weights. Where a push's tensors may be served in place (staged files) and
+        every one matches its parameter's dtype and shape, they are served without a copy.
+        An adapter: see `_load_adapter`. Once submitted, the load is applied even if the
+        awaiting caller is cancelled.
 
         Raises:
-            EngineError: Keys or shapes do not match the model (the weights are left
-                unchanged), or the engine closed first.
+            EngineError: The weights do not fit the model (the old ones are left as they
+                were), or the engine closed first.
         """
-        self._lora_base.clear()  # new base weights: the next adapter merges into these
-        loop = asyncio.get_running_loop()
-        update = WeightUpdate(state_dict, loop, loop.create_future())
-        self._submit(update)
-        return await update.future
-
-    @property
-    def shared_weights_host(self) -> str:
-        """This host: the engine maps staged weight files (`SharedWeights`) from here."""
-        return host_id()
-
-    async def update_shared_weights(self, weights: SharedWeights) -> int:
-        """`update_weights` from files the trainer staged, memory-mapped. Where every tensor
-        matches its parameter's dtype and shape, the engine serves the mapped tensors
-        themselves (no copy: the trainer rewrites those files only after the next push, see
-        `SharedWeights`), else it copies them into its parameters as `update_weights` does.
-        """
-        state = await run_blocking(weights.state_dict)
+        if isinstance(push, AdapterWeights):
+            await self._load_adapter(push, version)
+            return
+        state = await run_blocking(push.state_dict)
         served = self._scheduler.layout
-        assign = all(
+        assign = push.serves_in_place and all(
             served.get(key) == (tensor.dtype, tuple(tensor.shape), "cpu")
             for key, tensor in state.items()
         )
         self._lora_base.clear()  # new base weights: the next adapter merges into these
+        await self._apply(WeightUpdate, state, version, assign=assign)
+
+    async def _apply(self, kind: type, *args: Any, **options: Any) -> None:
+        """Submit a weight or adapter update to the engine thread and wait for it."""
         loop = asyncio.get_running_loop()
-        update = WeightUpdate(state, loop, loop.create_future(), assign=assign)
+        update = kind(*args, loop=loop, future=loop.create_future(), **options)
         self._submit(update)
-        return await update.future
+        await update.future
 
-    @property
-    def takes_adapters(self) -> bool:
-        """Always: the engine merges unnamed adapters into its own copy of the base and serves
-        named ones per request (`update_adapter`)."""
-        return True
-
-    async def update_adapter(self, adapter: AdapterWeights) -> int:
+    async def _load_adapter(self, adapter: AdapterWeights, version: int) -> None:
         """Serve base + ``adapter``: only the adapter tensors travel.
 
         A named adapter (``adapter.name``) is kept apart and applied, row by row, to the
@@ -253,31 +244,20 @@ class TorchEngine:
         that name, and only its requests in flight prefill again. An unnamed one is merged into
         the served weights.
 
-        The base is the weights served when the first adapter arrived (or the last
-        `update_weights`): the engine keeps a copy of each adapted base weight, so every
-        version is merged from the base, never stacked on the previous adapter. The merge is
-        the trainer's (`merged_weight`, float32), so the served weights equal a merged push's.
-
-        Returns:
-            The new policy version.
-
-        Raises:
-            EngineError: The adapter does not fit the model (weights unchanged), or the
-                engine closed first.
+        The base is the weights served when the first adapter arrived (or the last full
+        push): the engine keeps a copy of each adapted base weight, so every version is
+        merged from the base, never stacked on the previous adapter. The merge is the
+        trainer's (`merged_weight`, float32), so the served weights equal a merged push's.
         """
         if adapter.name is not None:
-            loop = asyncio.get_running_loop()
-            named = AdapterUpdate(adapter, loop, loop.create_future())
-            self._submit(named)
-            return await named.future
+            await self._apply(AdapterUpdate, adapter, version)
+            return
         try:
             merged = await run_blocking(self._merge_adapter, adapter)
         except (KeyError, ValueError, RuntimeError) as exc:
-            raise EngineError(f"update_adapter failed, weights unchanged: {exc}") from exc
-        loop = asyncio.get_running_loop()
-        update = WeightUpdate(merged, loop, loop.create_future(), partial=True)
-        self._submit(update)
-        return await update.future
+            raise EngineError(f"load_weights of an adapter failed, weights unchanged: "
+                              f"{exc}") from exc  # fmt: skip
+        await self._apply(WeightUpdate, merged, version, partial=True)
 
     def _merge_adapter(self, adapter: AdapterWeights) -> dict[str, torch.Tensor]:
         served = self.model.state_dict()

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +22,11 @@ from agentrl_sdk.engines._loop_thread import LoopThread
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
 from agentrl_sdk.engines._vllm_cpu_env import cpu_engine_args, vllm_cpu_env
-from agentrl_sdk.engines._vllm_weights import (
-    JOIN_METHOD,
-    RECEIVE_METHOD,
-    RPC_METHOD,
-    WORKER_EXTENSION,
-)
-from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup
+from agentrl_sdk.engines._vllm_weights import RECEIVE_METHOD, RPC_METHOD, WORKER_EXTENSION
+from agentrl_sdk.engines.collective_weights import CollectiveWeights
 from agentrl_sdk.engines.lora_weights import AdapterWeights, write_adapter_folder
 from agentrl_sdk.engines.shared_weights import shm_root
+from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, SamplingParams
@@ -56,11 +53,11 @@ class VLLMEngine(VLLMBackend):
 
     Pause/resume aborts the vLLM requests in flight and keeps their streamed partial output;
     on resume each request is submitted again with prompt + partial output and the rest of its
-    budget. `update_weights` does exactly that around a reload, so no request ever mixes KV
+    budget. `load_weights` does exactly that around a reload, so no request ever mixes KV
     cache from two policies; ``token_versions`` records which version sampled each token.
 
     Started with ``engine_args={"enable_lora": True, "max_lora_rank": R}`` it also takes
-    adapter pushes (`update_adapter`), each version a vLLM LoRA: an unnamed adapter is carried
+    adapter pushes (`load_weights`), each a vLLM LoRA: an unnamed adapter is carried
     by every request; named ones (several policies as adapters of one base, `AdapterView`) are
     carried by the requests whose ``SamplingParams.adapter`` names them, requests without one
     are served by the base, and all share vLLM's batch (up to ``max_loras`` adapters per step,
@@ -72,7 +69,7 @@ class VLLMEngine(VLLMBackend):
         max_batch_size: vLLM's ``max_num_seqs``.
         max_model_len: Longest prompt + response; ``None`` takes the model's.
         eos_token_ids: Ids that end every request; ``None`` reads the model folder.
-        bucket_bytes: Size of one weight file written by `update_weights`.
+        bucket_bytes: Size of one weight file written by `load_weights` for tensors.
         start_timeout_s: Longest wait for the engine to start.
         request_timeout_s: Longest wait for a control call (weights, health) to the engine.
         engine_args: More ``AsyncEngineArgs`` fields, overriding ours.
@@ -109,6 +106,7 @@ class VLLMEngine(VLLMBackend):
         self._lora: Any = None  # the LoRARequest of the last unnamed push, sent with every request
         self._named: dict[str, Any] = {}  # the LoRARequest of each named adapter's last push
         self._adapters: Path | None = None  # adapter folders, made on the first push
+        self._lora_ids = itertools.count(1)  # vLLM loads an adapter anew only under a new id
         args = {
             "model": path,
             "dtype": dtype,
@@ -152,14 +150,29 @@ class VLLMEngine(VLLMBackend):
         return llm, ResumableRequests(lambda partial: self.served_version(partial.sampling.adapter))
 
     @property
-    def takes_adapters(self) -> bool:
-        """True when started with ``enable_lora``: `update_adapter` works (and `WeightSync`
-        sends adapters alone)."""
-        return self._takes_adapters
+    def weight_intake(self) -> WeightIntake:
+        """Tensors, files staged where its workers run, broadcasts (its worker joins the push
+        group itself), and adapters when started with ``enable_lora``."""
+        base = super().weight_intake
+        extra = {"collective", "adapter"} if self._takes_adapters else {"collective"}
+        return WeightIntake(base.kinds | extra, base.shared_host)
+
+    async def load_weights(self, push: WeightPush, version: int) -> None:
+        """`VLLMBackend.load_weights`, plus adapters (`_load_adapter`) and broadcasts: vLLM's
+        worker receives the buckets (joining the push group on the first one) and reloads from
+        them, requests held."""
+        self._check_open()
+        if isinstance(push, AdapterWeights):
+            await self._load_adapter(push, version)
+        elif isinstance(push, CollectiveWeights):
+            change = self._load_by(RECEIVE_METHOD, (push.to_json(),))
+            await self._loop.call(self._held(change, version))
+        else:
+            await super().load_weights(push, version)
 
     @property
     def policy_version(self) -> int:
-        """Version of the weights currently served; bumped by every `update_weights`."""
+        """Version of the weights currently served: the one the last `load_weights` gave."""
         return self._version
 
     @property
@@ -181,7 +194,7 @@ class VLLMEngine(VLLMBackend):
         if name is not None and lora is None:
             raise EngineError(
                 f"request {request_id!r} names adapter {name!r}, which this engine does not "
-                f"hold (it holds {sorted(self._named)}); push it with update_adapter first"
+                f"hold (it holds {sorted(self._named)}); push it with load_weights first"
             )
         params = to_vllm_sampling(partial.sampling, partial.remaining, self._eos)
         version = self.served_version(name)
@@ -201,19 +214,16 @@ class VLLMEngine(VLLMBackend):
             raise EngineError(f"request {request_id!r}: vLLM ended without a finish reason")
         return partial.finish_reason
 
-    async def update_adapter(self, adapter: AdapterWeights) -> int:
+    async def _load_adapter(self, adapter: AdapterWeights, version: int) -> None:
         """Serve base + ``adapter`` as a vLLM LoRA: only the adapter is written and loaded.
 
-        Each version gets a new adapter id (the previous one of that name, or the previous
+        Each push gets a new adapter id (the previous one of that name, or the previous
         unnamed one, is removed), loaded before any request uses it; requests in flight are
-        held and resubmitted, as for `update_weights` (a request of another adapter keeps its
-        version). An unnamed adapter serves every request and a later `update_weights` drops
-        it; a named one serves the requests naming it and stays over new base weights.
-        Versions are the TorchEngine's: a request's tokens carry the version of the last
-        change to the base or to its adapter (`served_version`).
-
-        Returns:
-            The new policy version.
+        held and resubmitted, as for full weights (a request of another adapter keeps its
+        version). An unnamed adapter serves every request and later full weights drop it; a
+        named one serves the requests naming it and stays over new base weights. Versions
+        are the TorchEngine's: a request's tokens carry the version of the last change to the
+        base or to its adapter (`served_version`).
 
         Raises:
             EngineError: The engine was started without ``enable_lora``; an unnamed adapter
@@ -221,8 +231,7 @@ class VLLMEngine(VLLMBackend):
                 or vLLM refused the adapter (e.g. its rank is above ``max_lora_rank``): the
                 old one is still served.
         """
-        self._check_open()
-        if not self.takes_adapters:
+        if not self._takes_adapters:
             raise EngineError(
                 "this VLLMEngine takes no adapters: start it with engine_args "
                 "{'enable_lora': True, 'max_lora_rank': <the adapter's rank or more>}"
@@ -242,7 +251,7 @@ class VLLMEngine(VLLMBackend):
         folder = Path(tempfile.mkdtemp(prefix=f"{name or 'unnamed'}-", dir=self._adapters))
         await run_blocking(write_adapter_folder, folder, adapter)
         try:
-            return await self._loop.call(self._held(self._swap_adapter(folder, name), name))
+            await self._loop.call(self._held(self._swap_adapter(folder, name), version, name))
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
@@ -250,9 +259,9 @@ class VLLMEngine(VLLMBackend):
     async def _swap_adapter(self, folder: Path, name: str | None) -> None:
         from vllm.lora.request import LoRARequest
 
-        version = self._version + 1  # ids must be positive and new for vLLM to load anew
-        label = f"agentrl-v{version}" if name is None else f"agentrl-{name}-v{version}"
-        request = LoRARequest(label, version, str(folder))
+        lora_id = next(self._lora_ids)
+        label = f"agentrl-{lora_id}" if name is None else f"agentrl-{name}-{lora_id}"
+        request = LoRARequest(label, lora_id, str(folder))
         try:
             await asyncio.wait_for(self._llm.add_lora(request), self._timeout)
         except Exception as exc:
@@ -273,23 +282,6 @@ class VLLMEngine(VLLMBackend):
         if old is not None:
             await asyncio.wait_for(self._llm.remove_lora(old.lora_int_id), self._timeout)
             shutil.rmtree(old.lora_path, ignore_errors=True)
-
-    @property
-    def takes_collective_weights(self) -> bool:
-        """Always: vLLM's worker joins a push group itself (`CollectiveWeightsEngine`)."""
-        return True
-
-    async def join_weight_group(self, group: WeightGroup, rank: int) -> None:
-        """vLLM's worker joins ``group`` as ``rank`` (one worker: no tensor parallelism)."""
-        self._check_open()
-        call = self._llm.collective_rpc(JOIN_METHOD, args=(group.to_json(), rank))
-        await self._loop.call(asyncio.wait_for(call, self._timeout))
-
-    async def update_collective_weights(self, layouts: Sequence[BucketLayout]) -> int:
-        """vLLM's worker receives the broadcast buckets and reloads from them, requests held."""
-        self._check_open()
-        args = ([layout.to_json() for layout in layouts],)
-        return await self._loop.call(self._held(self._load_by(RECEIVE_METHOD, args)))
 
     async def _load(self, paths: list[str]) -> None:
         await self._load_by(RPC_METHOD, (paths,))

@@ -56,7 +56,7 @@ class VLLMServerEngine(VLLMBackend):
         max_batch_size: A started server's ``--max-num-seqs``.
         max_model_len: A started server's ``--max-model-len``; ``None`` takes the model's.
         eos_token_ids: Ids that end every request; ``None`` reads ``model_path``.
-        bucket_bytes: Size of one weight file written by `update_weights`.
+        bucket_bytes: Size of one weight file written by `load_weights` for tensors.
         start_timeout_s: Longest wait for the server to report healthy.
         request_timeout_s: Longest wait for one HTTP call (a whole generation included).
         server_args: More command-line arguments for a started server.
@@ -182,7 +182,7 @@ class VLLMServerEngine(VLLMBackend):
 
     @property
     def policy_version(self) -> int:
-        """Version of the weights currently served; bumped by every `update_weights`."""
+        """Version of the weights currently served: the one the last `load_weights` gave."""
         return self._version
 
     def _request_error(self, request_id: str, exc: Exception) -> Exception | None:

@@ -40,7 +40,6 @@ from agentrl_sdk.pipeline.job import (
 from agentrl_sdk.pipeline.progress import step_log
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.pipeline.staleness import (
-    VersionSteps,
     may_admit,
     sampled_steps,
     staleness_metrics,
@@ -65,7 +64,6 @@ class Rollouter:
     Args:
         job: The training job (engines, graph, rewards, loader).
         queue: Where finished groups go.
-        versions: Engine version -> trainer step, per policy (updated by weight pushes).
         state: Where to continue from (a resumed run's queue and unfinished rows).
         trained_groups: Groups already trained (``start_step * batch_size``).
     """
@@ -74,7 +72,6 @@ class Rollouter:
         self,
         job: Job,
         queue: GroupQueue,
-        versions: VersionSteps,
         state: PipelineState,
         *,
         trained_groups: int,
@@ -82,7 +79,6 @@ class Rollouter:
     ) -> None:
         self.job = job
         self.queue = queue
-        self.versions = versions
         self.served_step = served_step
         self.next_index = state.next_index
         self.dropped_stale = state.dropped_stale
@@ -168,8 +164,8 @@ class Rollouter:
             counts = await score_rollouts(job, trajectories, [pending.row])
             counts |= shape_rewards(job, trajectories)
             trained = [p.name for p in job.trained]
-            steps = sampled_steps(trajectories, self.versions, trained)
-            mixed = sum(len(sampled_steps([t], self.versions, trained)) > 1 for t in trajectories)
+            steps = sampled_steps(trajectories, trained)
+            mixed = sum(len(sampled_steps([t], trained)) > 1 for t in trajectories)
             group = FinishedGroup(
                 index=pending.index, row=pending.row, trajectories=trajectories, counts=counts,
                 admitted_step=admitted_step, oldest_step=steps[0] if steps else admitted_step,
@@ -229,17 +225,14 @@ async def run_fully_async(spec: JobSpec, *, console: Console | None = None) -> T
         if folder is not None and (folder / PIPELINE_STATE).exists():
             # The loader resumes after every row drawn; those not trained are in the state.
             state = PipelineState.model_validate_json((folder / PIPELINE_STATE).read_text())
-        versions = VersionSteps()
-        for policy in job.trained:
-            versions.record(policy.name, policy.engine.policy_version, start)
         queue = GroupQueue(config.data.batch_size * (config.fully_async.max_staleness + 1))
         for group in state.queued:
             await queue.put(group)
         rollouter = Rollouter(
-            job, queue, versions, state,
+            job, queue, state,
             trained_groups=start * config.data.batch_size, served_step=start,
         )  # fmt: skip
-        trainer = _Trainer(job, queue, rollouter, versions)
+        trainer = _Trainer(job, queue, rollouter)
         if start == 0:  # a resumed run evaluated its starting weights before
             await maybe_evaluate(job, result, 0, console)
         rollouter.start()
@@ -269,13 +262,10 @@ async def run_fully_async(spec: JobSpec, *, console: Console | None = None) -> T
 class _Trainer:
     """The trainer side: takes batches of fresh groups, updates, pushes weights."""
 
-    def __init__(
-        self, job: Job, queue: GroupQueue, rollouter: Rollouter, versions: VersionSteps
-    ) -> None:
+    def __init__(self, job: Job, queue: GroupQueue, rollouter: Rollouter) -> None:
         self.job = job
         self.queue = queue
         self.rollouter = rollouter
-        self.versions = versions
         self.last_batch_at = time.perf_counter()
 
     async def step(self, step: int, stop: asyncio.Event) -> dict[str, float]:
@@ -366,9 +356,7 @@ class _Trainer:
         trained = self.job.trained
         await asyncio.gather(*(p.engine.pause() for p in trained))
         try:
-            metrics = await push_weights(self.job)
-            for policy in trained:
-                self.versions.record(policy.name, policy.engine.policy_version, step)
+            metrics = await push_weights(self.job, step)
         finally:
             await asyncio.gather(*(p.engine.resume() for p in trained))
         await self.rollouter.served(step)

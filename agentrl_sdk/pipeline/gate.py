@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
-    import torch
-
     from agentrl_sdk.engines import Engine
+    from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 
 __all__ = ["WeightGate"]
 
@@ -61,9 +59,14 @@ class WeightGate:
             prompt_ids, sampling, request_id, session_id=session_id
         )
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """The engine's ``update_weights``; a held gate does not hold it."""
-        return await self.engine.update_weights(state_dict)
+    @property
+    def weight_intake(self) -> WeightIntake:
+        """The engine's."""
+        return self.engine.weight_intake
+
+    async def load_weights(self, push: WeightPush, version: int) -> None:
+        """The engine's ``load_weights``; a held gate does not hold it."""
+        await self.engine.load_weights(push, version)
 
     async def pause(self) -> None:
         """The engine's ``pause`` (requests already inside keep their partial output)."""

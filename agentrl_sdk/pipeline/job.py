@@ -261,18 +261,16 @@ async def update_policies(job: Job, step: int, samples: list[Sample]) -> dict[st
     return metrics
 
 
-async def push_weights(job: Job) -> dict[str, float]:
-    """Push every trained policy's weights to its engine; the new versions, the bytes each
-    push moved (``weight_sync/bytes``: an adapter's with ``trainer.lora.sync=adapter``) and
-    the time."""
+async def push_weights(job: Job, version: int) -> dict[str, float]:
+    """Push every trained policy's weights to its engine as ``version`` (the updates they
+    have seen); the versions, the bytes each push moved (``weight_sync/bytes``: an adapter's
+    with ``trainer.lora.sync=adapter``) and the time."""
     started = time.perf_counter()
     metrics: dict[str, float] = {}
     for policy in job.trained:
-        versions = await policy.weight_sync.push(policy.group, [policy.engine])
-        metrics[policy.prefix("policy_version").rstrip("/")] = float(versions[0])
-        stats = policy.weight_sync.last_stats
-        if stats is not None:
-            metrics[f"{policy.prefix('weight_sync')}bytes"] = float(stats.bytes)
+        stats = await policy.weight_sync.push(policy.group, [policy.engine], version)
+        metrics[policy.prefix("policy_version").rstrip("/")] = float(stats.version)
+        metrics[f"{policy.prefix('weight_sync')}bytes"] = float(stats.bytes)
     metrics["time/weight_sync_s"] = time.perf_counter() - started
     return metrics
 

@@ -201,7 +201,7 @@ async def _adapter_policies(
             policy = Policy(name, base.path, view, WeightGate(view), owns_ray=base.owns_ray)
             if adapter is not None:
                 policy.group = AdapterGroup(group, adapter)
-                await policy.weight_sync.push(policy.group, [policy.engine])
+                await policy.weight_sync.push(policy.group, [policy.engine], version=0)
             policies[name] = policy
     except BaseException:
         if group is not None:

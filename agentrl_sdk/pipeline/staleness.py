@@ -1,5 +1,5 @@
-"""Staleness bookkeeping of the fully-async pipeline: whose weights sampled a token, how old it
-is when trained, and whether a new row may start."""
+"""Staleness rules of the fully-async pipeline: whose weights sampled a token, how old it is
+when trained, and whether a new row may start."""
 
 from __future__ import annotations
 
@@ -9,46 +9,15 @@ from collections.abc import Iterable, Sequence
 from agentrl_sdk.types import Trajectory
 
 
-class VersionSteps:
-    """Per policy, which trainer step's weights each engine ``policy_version`` served.
-
-    Engines count their own versions (one per weight push); the staleness bound is in
-    trainer updates. Every push records ``version -> step`` here.
-    """
-
-    def __init__(self) -> None:
-        self._steps: dict[str, dict[int, int]] = {}
-
-    def record(self, policy: str, version: int, step: int) -> None:
-        """The engine of ``policy`` serves the weights after ``step`` updates as ``version``."""
-        self._steps.setdefault(policy, {})[version] = step
-
-    def step_of(self, policy: str, version: int) -> int:
-        """The trainer step of ``policy``'s engine ``version``.
-
-        Raises:
-            KeyError: The version was never recorded (a token from an unknown engine state).
-        """
-        try:
-            return self._steps[policy][version]
-        except KeyError:
-            raise KeyError(
-                f"policy {policy!r} sampled with engine version {version}, which no weight "
-                f"push recorded (known: {sorted(self._steps.get(policy, {}))})"
-            ) from None
-
-
-def sampled_steps(
-    trajectories: Iterable[Trajectory], versions: VersionSteps, policies: Sequence[str]
-) -> list[int]:
-    """The trainer steps whose weights sampled the trained tokens of ``policies``, sorted."""
+def sampled_steps(trajectories: Iterable[Trajectory], policies: Sequence[str]) -> list[int]:
+    """The trainer steps whose weights sampled the trained tokens of ``policies``, sorted: a
+    token's policy version is the updates its weights had seen (the driver's push version)."""
     steps: set[int] = set()
     for trajectory in trajectories:
         for segment in trajectory.trained_segments:
             if segment.policy in policies:
                 steps.update(
-                    versions.step_of(segment.policy, v)
-                    for v, m in zip(segment.response_versions, segment.response_mask, strict=True)
+                    v for v, m in zip(segment.response_versions, segment.response_mask, strict=True)
                     if m
                 )
     return sorted(steps)

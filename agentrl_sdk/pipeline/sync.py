@@ -133,7 +133,7 @@ async def _step(
         upcoming = _start_rollouts(job, current.step + 1)
     try:
         metrics.update(await update_policies(job, current.step, samples))
-        metrics.update(await push_weights(job))
+        metrics.update(await push_weights(job, current.step + 1))
     except BaseException:
         if upcoming:
             await _cancel(upcoming)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.weights import WeightIntake, WeightKind, WeightPush
 from agentrl_sdk.trainer.group import TrainerError, TrainerGroup
 from agentrl_sdk.types import Batch
 
@@ -72,6 +73,22 @@ class AdapterGroup:
             adapter = self.group.adapter_weights(self.adapter)
         assert adapter is not None  # a named adapter of a LoRA group
         return adapter
+
+    @property
+    def weight_offer(self) -> WeightIntake:
+        """Its named adapter only: the shared base never moves (`WeightSource`)."""
+        return WeightIntake(frozenset({"adapter"}))
+
+    def export_weights(
+        self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = ()
+    ) -> WeightPush:
+        """This adapter, named (``kind`` must be 'adapter': see `full_state_dict`)."""
+        if kind != "adapter":
+            self.full_state_dict()
+        return self.adapter_weights()
+
+    def send_weights(self, push: WeightPush) -> None:
+        """Nothing: an adapter travels whole in its push."""
 
     def full_state_dict(
         self, bucket_bytes: int = 0

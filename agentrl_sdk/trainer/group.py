@@ -14,15 +14,17 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from agentrl_sdk.algorithms import PolicyLossConfig
-from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup
 from agentrl_sdk.engines.lora_weights import AdapterWeights
 from agentrl_sdk.engines.ray_weights import RayWeights
 from agentrl_sdk.engines.shared_weights import SharedWeights
 from agentrl_sdk.engines.tensor_transport import PackedTensors
-from agentrl_sdk.errors import AgentRLError
+from agentrl_sdk.engines.weights import WeightIntake, WeightKind, WeightPush
 from agentrl_sdk.threads import RAY_SUBMIT_LOCK
 from agentrl_sdk.trainer.config import TrainerConfig
+from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 from agentrl_sdk.trainer.packing import FlatSamples
+from agentrl_sdk.trainer.ray_cluster import check_resources, init_ray
+from agentrl_sdk.trainer.weight_export import WeightExports
 from agentrl_sdk.trainer.worker import PolicyWorker
 from agentrl_sdk.types import Batch
 
@@ -31,20 +33,12 @@ _T = TypeVar("_T")
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["RankDiedError", "TrainerError", "TrainerGroup"]
+__all__ = ["RankDiedError", "TrainerError", "TrainerGroup", "init_ray"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BUCKET_BYTES = 256 << 20
 """Default size of one weight bucket streamed out of the trainer."""
-
-
-class TrainerError(AgentRLError):
-    """A policy worker failed or did not answer in time; the message names the rank."""
-
-
-class RankDiedError(TrainerError):
-    """A worker's process died (killed, out of memory): the group must be rebuilt."""
 
 
 class TrainerGroup:
@@ -89,9 +83,7 @@ class TrainerGroup:
             )
         self.config = trainer_config or TrainerConfig()
         self.loss_config = loss_config or PolicyLossConfig()
-        self._bucket_plans: dict[int, list[list[str]]] = {}
-        self._layouts: dict[int, list[BucketLayout]] = {}
-        self._stage_slot = 1  # the file set `stage_weights` wrote last (0 or 1)
+        self._exports = WeightExports(self)
         self._owns_ray = init_ray(self.config)
         # What a rebuilt group needs to reach the same state: the last checkpoint and the
         # updates since (their batches; token ids, small next to the weights).
@@ -101,7 +93,7 @@ class TrainerGroup:
         self._unreplayable: set[str | None] = set()  # updates dropped (max_replay_updates)
         self.restarts = 0
         try:
-            _check_resources(self.config)
+            check_resources(self.config)
         except TrainerError:
             self.shutdown()
             raise
@@ -178,6 +170,24 @@ class TrainerGroup:
             lambda: self._call(*_on(adapter, "compute_logprobs", flat)))[0]
         return [values[flat.response_slice(i)].tolist() for i in range(len(flat))]
 
+    # ------------------------------------------------------------------ weights out
+
+    @property
+    def weight_offer(self) -> WeightIntake:
+        """The push kinds `export_weights` makes (see `WeightExports.offer`)."""
+        return self._exports.offer()
+
+    def export_weights(
+        self, kind: WeightKind, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        audience: tuple[int, ...] = (),
+    ) -> WeightPush:  # fmt: skip
+        """The current weights as a push of ``kind`` (`WeightSource`; see `WeightExports`)."""
+        return self._exports.export(kind, bucket_bytes, audience)
+
+    def send_weights(self, push: WeightPush) -> None:
+        """Broadcast a collective push's tensors from rank 0 (`WeightSource`)."""
+        self._exports.send(push)
+
     def full_state_dict(
         self, bucket_bytes: int = DEFAULT_BUCKET_BYTES
     ) -> Iterator[dict[str, torch.Tensor]]:
@@ -187,14 +197,7 @@ class TrainerGroup:
         tied keys come together, sharing one tensor). The next bucket is gathered while the
         caller consumes the current one. Finish (or close) the iterator before the next call.
         """
-        plan = self._plan(bucket_bytes)
-        method = "gather_packed_bucket"
-        pending = self._submit(method, plan[0]) if plan else None
-        for i in range(len(plan)):
-            current = pending
-            pending = self._submit(method, plan[i + 1]) if i + 1 < len(plan) else None
-            packed: PackedTensors = self._wait(current, method, self.config.call_timeout_s)[0]
-            yield packed.unpack()
+        return self._exports.stream(bucket_bytes)
 
     @property
     def staging_host(self) -> str:
@@ -212,70 +215,12 @@ class TrainerGroup:
         The files stay until the group shuts down. A rank dying meanwhile: the group is
         rebuilt (`trainer.max_restarts`) and the new rank 0 stages the weights again.
         """
-        plan = self._plan(bucket_bytes)
-        self._stage_slot ^= 1
-        slot = self._stage_slot
-
-        def stage() -> list[tuple[str, int, int]]:
-            refs = self._submit("stage_buckets", plan, slot)
-            return self._wait(refs, "stage_buckets", self.config.call_timeout_s)[0]
-
-        files = self._recovering(stage)
-        return SharedWeights(
-            host=self.staging_host,
-            folder=os.path.dirname(files[0][0]),
-            paths=tuple(path for path, _, _ in files),
-            tensors=sum(count for _, count, _ in files),
-            nbytes=sum(nbytes for _, _, nbytes in files),
-        )
-
-    def weight_group(self, engines: int) -> WeightGroup:
-        """A push group for rank 0 and ``engines`` engine processes (ranks 1..N): its store
-        on rank 0's node, NCCL when the trainer runs on GPUs, else gloo."""
-        address = self._actors[0].rendezvous_address.remote()
-        ip, port = self._wait([address], "weight_group", self.config.call_timeout_s)[0]
-        backend = "nccl" if self.info["device"].startswith("cuda") else "gloo"
-        return WeightGroup(ip, port, 1 + engines, backend, self.config.call_timeout_s)
-
-    def join_weight_group(self, group: WeightGroup) -> None:
-        """Rank 0 joins ``group`` (blocks until every engine joined too)."""
-        self._call("join_weight_group", group)
-
-    def bucket_layouts(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[BucketLayout]:
-        """The broadcast layout of each bucket (shapes and dtypes, planned once)."""
-        layouts = self._layouts.get(bucket_bytes)
-        if layouts is None:
-            layouts = self._layouts[bucket_bytes] = self._call("bucket_layouts", bucket_bytes)[0]
-        return layouts
-
-    def broadcast_weights(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> int:
-        """Gathers every bucket and broadcasts it from rank 0 to its push group (the engines
-        receive meanwhile: `CollectiveWeightsEngine`); returns the bytes."""
-        return self._call("broadcast_weights", bucket_bytes)[0]
+        return self._exports.stage(bucket_bytes)
 
     def put_weights(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> RayWeights:
         """Puts the full weights in rank 0's object store, a Ray object per bucket; only the
         references come here. The objects live while a reference does (and rank 0)."""
-        plan = self._plan(bucket_bytes)
-
-        def put() -> list[tuple[list[Any], int, int]]:
-            pending = [self._submit("put_bucket", keys) for keys in plan]
-            return [self._wait(refs, "put_bucket", self.config.call_timeout_s)[0]
-                    for refs in pending]  # fmt: skip
-
-        buckets = self._recovering(put)
-        return RayWeights(
-            refs=tuple(ref for (ref,), _, _ in buckets),
-            tensors=sum(count for _, count, _ in buckets),
-            nbytes=sum(nbytes for _, _, nbytes in buckets),
-        )
-
-    def _plan(self, bucket_bytes: int) -> list[list[str]]:
-        """The engine keys cut into buckets (the keys and shapes never change: planned once)."""
-        plan = self._bucket_plans.get(bucket_bytes)
-        if plan is None:
-            plan = self._bucket_plans[bucket_bytes] = self._call("state_dict_plan", bucket_bytes)[0]
-        return plan
+        return self._exports.put(bucket_bytes)
 
     def adapter_state_dict(self, adapter: str | None = None) -> dict[str, torch.Tensor]:
         """The full LoRA tensors (``trainer.lora`` only), by the keys of PEFT's
@@ -495,56 +440,3 @@ def _failed_ranks(refs: list[Any], rank_of: dict[Any, int], wait_s: float = 1.0)
         except Exception:  # noqa: BLE001 - only which ranks failed matters here
             failed.append(rank_of[ref])
     return sorted(failed)
-
-
-def _check_resources(config: TrainerConfig) -> None:
-    """Fails fast when the cluster can never host the workers; warns when it is busy now."""
-    import ray
-
-    need = {
-        "CPU": config.world_size * config.num_cpus_per_worker,
-        "GPU": config.world_size * config.num_gpus_per_worker,
-        **{name: config.world_size * amount for name, amount in config.resources.items()},
-    }
-    total, free = ray.cluster_resources(), ray.available_resources()
-    for name, amount in need.items():
-        if amount and total.get(name, 0.0) < amount:
-            raise TrainerError(
-                f"{config.world_size} workers need {amount:g} {name} but the Ray cluster has "
-                f"{total.get(name, 0.0):g}; lower world_size or "
-                + (f"num_{name.lower()}s_per_worker" if name in ("CPU", "GPU") else
-                   f"trainer.resources[{name!r}], or start nodes that offer it")
-            )
-        if amount and free.get(name, 0.0) < amount:
-            logger.warning(
-                "%d workers need %g %s but only %g are free now; they start when other actors "
-                "release theirs (or fail after init_timeout_s)",
-                config.world_size, amount, name, free.get(name, 0.0),
-            )  # fmt: skip
-
-
-def init_ray(config: TrainerConfig) -> bool:
-    """Initialises Ray (``config.ray_address``, or a private local cluster) unless it already
-    is; True when this call started it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if config.ray_address:
-        ray.init(address=config.ray_address, logging_level=logging.WARNING)
-        return True
-    # Ray >= 2.60 turns token authentication on by default; a private local cluster needs none.
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    # Ray starts worker processes at nice 15. Our actors (trainer ranks, engines) are the job's
-    # main work: niced, an update got ~20% of a core while the driver sampled the next batch.
-    os.environ.setdefault("RAY_worker_niceness", "0")
-    ray.init(
-        # "local": a private cluster even when another one runs on this machine (ray.init()
-        # would join the newest `ray start` cluster it finds, and refuse num_cpus there).
-        address="local",
-        num_cpus=os.cpu_count() or 1,
-        include_dashboard=False,
-        logging_level=logging.WARNING,
-        configure_logging=True,
-    )
-    return True

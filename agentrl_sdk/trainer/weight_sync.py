@@ -5,24 +5,36 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
-from agentrl_sdk.engines.lora_weights import AdapterEngine, AdapterWeights
-from agentrl_sdk.engines.shared_weights import SharedWeightsEngine
+from agentrl_sdk.engines.base import Engine
+from agentrl_sdk.engines.weights import WeightIntake, WeightKind, WeightPush, size_of
 from agentrl_sdk.errors import AgentRLError
 from agentrl_sdk.threads import run_blocking
-
-if TYPE_CHECKING:
-    import torch
-
-    from agentrl_sdk.engines.base import Engine
 
 __all__ = ["SyncStats", "Via", "WeightSource", "WeightSync", "WeightSyncError"]
 
 Via = Literal["adapter", "shared_memory", "collective", "object_store", "driver"]
 """The way a push took (`WeightSync`)."""
+
+VIA: dict[WeightKind, Via] = {
+    "adapter": "adapter", "shared_files": "shared_memory", "collective": "collective",
+    "object_refs": "object_store", "state_dict": "driver",
+}  # fmt: skip
+"""The way each push kind takes."""
+
+Transport = Literal["auto", "collective", "object_store", "driver"]
+
+PREFERENCE: dict[Transport, tuple[WeightKind, ...]] = {
+    "auto": ("shared_files", "object_refs", "state_dict"),
+    "collective": ("collective", "shared_files", "object_refs", "state_dict"),
+    "object_store": ("object_refs", "shared_files", "state_dict"),
+    "driver": ("state_dict",),
+}
+"""The full-weights kinds each ``transport`` tries, in order (an adapter, when the source
+offers one, comes first)."""
 
 logger = logging.getLogger(__name__)
 
@@ -32,14 +44,27 @@ class WeightSyncError(AgentRLError):
 
 
 class WeightSource(Protocol):
-    """Where weights come from: `TrainerGroup`, or anything that streams a full state dict.
+    """Where pushes come from: `TrainerGroup` (and `AdapterGroup`), or anything that makes them.
 
-    A source may also offer ``adapter_weights() -> AdapterWeights | None``: when it returns an
-    adapter and every engine takes adapters (`AdapterEngine`), a push moves the adapter only.
+    ``weight_offer`` says as data which push kinds it makes (and the host it stages files
+    on); `export_weights` makes one; `send_weights` sends what flows while the engines load
+    it (a broadcast's tensors; nothing for the other kinds).
     """
 
-    def full_state_dict(self, bucket_bytes: int = ...) -> Iterator[dict[str, torch.Tensor]]:
-        """The full weights, as buckets of at most ``bucket_bytes``."""
+    @property
+    def weight_offer(self) -> WeightIntake:
+        """The kinds `export_weights` makes."""
+        ...
+
+    def export_weights(
+        self, kind: WeightKind, bucket_bytes: int, audience: tuple[int, ...]
+    ) -> WeightPush:
+        """The current weights as a push of ``kind`` (blocking). ``audience`` identifies the
+        receiving engines (a broadcast's push group is made anew when they change)."""
+        ...
+
+    def send_weights(self, push: WeightPush) -> None:
+        """Send the tensors of ``push`` that travel during the engines' load (blocking)."""
         ...
 
 
@@ -53,7 +78,7 @@ class SyncStats:
     bytes: int
     buckets: int
     gather_s: float  # streaming the buckets out of the trainer
-    load_s: float  # the engines' update_weights, concurrently
+    load_s: float  # the engines' load_weights, concurrently
     total_s: float
     adapter: bool = False  # only LoRA adapter tensors moved (the engines merged them)
     via: Via = "driver"  # the way the weights took (see `WeightSync`)
@@ -68,30 +93,29 @@ class SyncStats:
 
 
 class WeightSync:
-    """Streams the trainer's weights in buckets and loads them into every engine.
+    """Moves the trainer's weights to every engine as one `WeightPush`, the first kind that the
+    source offers and every engine takes (`WeightIntake`), in this order:
 
-    Three ways, the first that applies:
-
-    - A LoRA trainer with ``lora.sync='adapter'`` sends its adapter alone when every engine
-      takes adapters.
-    - Direct from a `TrainerGroup` (``transport`` 'auto' or 'collective'), never through
-      this process, whose memory does not grow with the model:
-      - ``shared_memory``: every engine maps files on the machine of the trainer's rank 0
-        (`SharedWeightsEngine`: torch engines here or in Ray actors there, vLLM): rank 0
-        writes the buckets to /dev/shm as it gathers them, each engine loads from there.
+    - ``adapter``: a LoRA trainer with ``lora.sync='adapter'`` (or a named adapter) sends
+      its adapter alone.
+    - Direct from a `TrainerGroup`, never through this process, whose memory does not grow
+      with the model:
+      - ``shared_files``: every engine maps files on the machine of the trainer's rank 0
+        (torch engines here or in Ray actors there, vLLM): rank 0 writes the buckets to
+        /dev/shm as it gathers them, each engine loads from there.
       - ``collective`` (only when asked, ``transport='collective'``): rank 0 and the engines'
-        processes form a push group (`WeightGroup`: NCCL on GPU, GPU to GPU as verl and
-        OpenRLHF push to vLLM; gloo on CPU) and each bucket is broadcast. Every engine must
-        join (Ray-actor engines, vLLM; not pools), and one dying mid-push stalls it until
-        ``timeout_s``: the other ways isolate engine faults.
-      - ``object_store``: every engine is a Ray actor (`RayWeightsEngine`), some elsewhere
-        (or ``transport='object_store'``): rank 0 puts each bucket in its object store, the
+        processes form a push group (NCCL on GPU, GPU to GPU as verl and OpenRLHF push to
+        vLLM; gloo on CPU) and each bucket is broadcast. Every engine must join (Ray-actor
+        engines, vLLM; not pools), and one dying mid-push stalls it until ``timeout_s``: the
+        other ways isolate engine faults.
+      - ``object_refs``: every engine is a Ray actor, some elsewhere (or
+        ``transport='object_store'``): rank 0 puts each bucket in its object store, the
         actors fetch them from there.
-    - ``driver``: the buckets are assembled here into one mapping (tied keys keep sharing a
-      tensor) and handed to every engine (other engines or `WeightSource`s).
+    - ``state_dict``: the buckets are assembled here into one mapping (tied keys keep sharing
+      a tensor) and handed to every engine.
 
-    The push is a version barrier, the only thing this process orders: every engine must
-    report the same new version.
+    The driver assigns the version (the trainer updates the weights have seen); every engine
+    must report it once loaded.
 
     Args:
         bucket_bytes: Size of one bucket streamed from the trainer.
@@ -108,169 +132,91 @@ class WeightSync:
         bucket_bytes: int = 256 << 20,
         timeout_s: float = 600.0,
         *,
-        transport: Literal["auto", "collective", "object_store", "driver"] = "auto",
+        transport: Transport = "auto",
     ) -> None:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
         self.transport = transport
-        self._warned_transport = False
-        self._members: tuple[int, ...] | None = None
+        self._warned: set[str] = set()
         self.last_stats: SyncStats | None = None
-        self._warned_adapter = False
 
-    async def push(self, group: WeightSource, engines: Sequence[Engine]) -> list[int]:
-        """Sends the current weights of ``group`` to ``engines``.
+    async def push(self, source: WeightSource, engines: Sequence[Engine], version: int) -> SyncStats:
+        """Sends the current weights of ``source`` to ``engines`` as ``version``.
 
         Returns:
-            The new policy version of each engine, all equal. Timings are in `last_stats`.
+            What the push did and how long it took (also in `last_stats`).
 
         Raises:
-            WeightSyncError: An engine failed or timed out, or the versions differ.
+            WeightSyncError: An engine failed or timed out, reports another version, or no
+                push kind suits both the source and every engine.
         """
         if not engines:
             raise ValueError("push needs at least one engine")
+        foreign = [type(e).__name__ for e in engines if not isinstance(e, Engine)]
+        if foreign:
+            raise WeightSyncError(
+                f"{foreign} do not implement the Engine protocol: an engine takes weights "
+                "through load_weights(push, version) and lists the kinds it takes in "
+                "weight_intake (see agentrl_sdk.engines.Engine)"
+            )
         start = time.perf_counter()
-        adapter = await self._adapter(group, engines)
-        via = "adapter" if adapter is not None else self._direct_way(group, engines)
-        if adapter is not None:
-            tensors, nbytes, buckets = len(adapter.tensors), adapter.nbytes, 1
-            loads = [engine.update_adapter(adapter) for engine in engines]
-        elif via == "shared_memory":
-            staged = await run_blocking(group.stage_weights, self.bucket_bytes)
-            tensors, nbytes, buckets = staged.tensors, staged.nbytes, len(staged.paths)
-            loads = [engine.update_shared_weights(staged) for engine in engines]
-        elif via == "object_store":
-            stored = await run_blocking(group.put_weights, self.bucket_bytes)
-            tensors, nbytes, buckets = stored.tensors, stored.nbytes, len(stored.refs)
-            loads = [engine.update_ray_weights(stored) for engine in engines]
-        elif via == "collective":
-            await self._join(group, engines)
-            layouts = await run_blocking(group.bucket_layouts, self.bucket_bytes)
-            tensors, buckets = sum(len(x.slots) for x in layouts), len(layouts)
-            nbytes = sum(x.nbytes for x in layouts)
-            loads = [engine.update_collective_weights(layouts) for engine in engines]
-            sending = run_blocking(group.broadcast_weights, self.bucket_bytes)
-        else:
-            state, buckets = await self._collect(group)
-            unique = {id(t): t for t in state.values()}.values()
-            tensors, nbytes = len(state), sum(t.numel() * t.element_size() for t in unique)
-            loads = [engine.update_weights(state) for engine in engines]
+        kind = self._kind(source.weight_offer, WeightIntake.common(e.weight_intake for e in engines))
+        push = await run_blocking(
+            source.export_weights, kind, self.bucket_bytes, tuple(map(id, engines))
+        )
         gathered = time.perf_counter()
-        if via == "collective":  # the engines receive while rank 0 sends
-            loads.append(sending)
+        loads = [engine.load_weights(push, version) for engine in engines]
         try:
-            versions = await asyncio.wait_for(asyncio.gather(*loads), self.timeout_s)
-            versions = versions[: len(engines)]
+            await asyncio.wait_for(
+                asyncio.gather(*loads, run_blocking(source.send_weights, push)), self.timeout_s
+            )
         except TimeoutError as exc:
             raise WeightSyncError(
                 f"engines did not load the new weights within {self.timeout_s:.0f}s"
             ) from exc
         except Exception as exc:
             raise WeightSyncError(f"an engine failed to load the new weights: {exc}") from exc
-        if len(set(versions)) != 1:
+        reported = [engine.policy_version for engine in engines]
+        if any(v != version for v in reported):
             raise WeightSyncError(
-                f"engines report different policy versions after the sync: {list(versions)}; "
-                "they must start from the same version (restart the lagging ones)"
+                f"engines report policy versions {reported} after loading version {version}"
             )
         done = time.perf_counter()
+        size = size_of(push)
         self.last_stats = SyncStats(
-            version=versions[0],
-            engines=len(engines),
-            tensors=tensors,
-            bytes=nbytes,
-            buckets=buckets,
-            gather_s=gathered - start,
-            load_s=done - gathered,
-            total_s=done - start,
-            adapter=adapter is not None,
-            via=via,
-        )
+            version=version, engines=len(engines), tensors=size.tensors, bytes=size.nbytes,
+            buckets=size.buckets, gather_s=gathered - start, load_s=done - gathered,
+            total_s=done - start, adapter=kind == "adapter", via=VIA[kind],
+        )  # fmt: skip
         logger.info(
             "weight sync v%d: %.1f MB (%s) in %d buckets to %d engines in %.3fs "
-            "(gather %.3fs, load %.3fs)",
-            versions[0], self.last_stats.bytes / 1e6, via, buckets,
-            len(engines),
-            self.last_stats.total_s, self.last_stats.gather_s, self.last_stats.load_s,
+            "(gather %.3fs, load %.3fs)", version, size.nbytes / 1e6, VIA[kind], size.buckets,
+            len(engines), done - start, gathered - start, done - gathered,
         )  # fmt: skip
-        return list(versions)
+        return self.last_stats
 
-    async def _adapter(
-        self, group: WeightSource, engines: Sequence[Engine]
-    ) -> AdapterWeights | None:
-        """The adapter to push alone, or None for merged weights."""
-        get = getattr(group, "adapter_weights", None)
-        adapter = None if get is None else await run_blocking(get)
-        if adapter is None or all(map(_takes_adapters, engines)):
-            return adapter
-        if not self._warned_adapter:
-            self._warned_adapter = True
-            kinds = sorted({type(e).__name__ for e in engines if not _takes_adapters(e)})
-            logger.warning(
-                "lora.sync='adapter' but %s take no adapters: pushing merged weights", kinds
-            )
-        return None
+    def _kind(self, offer: WeightIntake, intake: WeightIntake) -> WeightKind:
+        """The first kind of the preference order the source makes and every engine takes."""
+        if "adapter" in offer.kinds:
+            if intake.takes("adapter"):
+                return "adapter"
+            self._warn("adapter", "the source pushes adapters but some engines take none "
+                       "(vLLM: set engine_args.enable_lora): pushing merged weights")  # fmt: skip
+        wanted = PREFERENCE[self.transport]
+        for kind in wanted:
+            if offer.takes(kind, offer.shared_host) and intake.takes(kind, offer.shared_host):
+                if kind != wanted[0] and self.transport != "auto":
+                    self._warn(self.transport, f"transport={self.transport!r} but not every "
+                               f"engine takes {wanted[0]!r} pushes: choosing as 'auto' would")
+                return kind
+        raise WeightSyncError(
+            f"no push kind suits the source (it makes {sorted(offer.kinds)}) and every engine "
+            f"(they all take {sorted(intake.kinds)})"
+        )
 
-    def _direct_way(self, group: WeightSource, engines: Sequence[Engine]) -> Via:
-        """How full weights reach the engines from a `TrainerGroup` (see `WeightSync`)."""
-        if self.transport == "driver" or not hasattr(group, "stage_weights"):
-            return "driver"
-        if self.transport == "collective":
-            if all(getattr(engine, "takes_collective_weights", False) for engine in engines):
-                return "collective"
-            self._warn_transport("not every engine joins push groups (pools do not)")
-        if self.transport == "object_store":
-            if all(getattr(engine, "takes_ray_weights", False) for engine in engines):
-                return "object_store"
-            self._warn_transport("not every engine is a Ray actor")
-        host = getattr(group, "staging_host", None)
-        if all(
-            isinstance(engine, SharedWeightsEngine) and engine.shared_weights_host == host
-            for engine in engines
-        ):
-            return "shared_memory"
-        if all(getattr(engine, "takes_ray_weights", False) for engine in engines):
-            return "object_store"
-        return "driver"
-
-    def _warn_transport(self, why: str) -> None:
-        if not self._warned_transport:
-            self._warned_transport = True
-            logger.warning("transport=%r but %s: choosing the way as 'auto' would",
-                           self.transport, why)  # fmt: skip
-
-    async def _join(self, group: WeightSource, engines: Sequence[Engine]) -> None:
-        """Rank 0 and the engines form a push group, once per trainer and engine set (again
-        after the trainer group was rebuilt: its rank 0 is a new process)."""
-        members = (id(group), getattr(group, "restarts", 0), *map(id, engines))
-        if members == self._members:
-            return
-        spec = await run_blocking(group.weight_group, len(engines))
-        joins = [engine.join_weight_group(spec, rank) for rank, engine in enumerate(engines, 1)]
-        try:
-            await asyncio.wait_for(
-                asyncio.gather(run_blocking(group.join_weight_group, spec), *joins), self.timeout_s
-            )
-        except Exception as exc:
-            raise WeightSyncError(f"the engines did not join the push group: {exc!r}") from exc
-        self._members = members
-
-    async def _collect(self, group: WeightSource) -> tuple[Mapping[str, torch.Tensor], int]:
-        """Drains the bucket stream off the event loop (each bucket is a blocking Ray get)."""
-        stream = group.full_state_dict(self.bucket_bytes)
-        state: dict[str, torch.Tensor] = {}
-        buckets = 0
-        try:
-            while (bucket := await run_blocking(next, stream, None)) is not None:
-                state.update(bucket)
-                buckets += 1
-        finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()
-        return state, buckets
-
-
-def _takes_adapters(engine: object) -> bool:
-    return isinstance(engine, AdapterEngine) and engine.takes_adapters
+    def _warn(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message)

@@ -11,7 +11,7 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -26,18 +26,8 @@ from agentrl_sdk.algorithms import (
     ppo_policy_loss,
     sequence_mass,
 )
-from agentrl_sdk.engines.collective_weights import (
-    BucketLayout,
-    WeightGroup,
-    broadcast_bucket,
-)
 from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
-from agentrl_sdk.engines.shared_weights import (
-    StagedFile,
-    host_id,
-    make_stage_folder,
-    remove_stage_folder,
-)
+from agentrl_sdk.engines.shared_weights import host_id
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
@@ -54,11 +44,14 @@ from agentrl_sdk.trainer.lora import (
     lora_dropout_active,
 )
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, mini_batches, pack, shard_plan
+from agentrl_sdk.trainer.weight_export import release_staged
 
 if TYPE_CHECKING:
     from torch import nn
 
 __all__ = ["PolicyWorker"]
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -135,10 +128,6 @@ class PolicyWorker:
         self.model: nn.Module | None = None
         self.ref_model: nn.Module | None = None
         self._adapted: dict[str, AdaptedWeight] = {}  # engine key -> its LoRA pieces
-        self._stage_folder: str | None = None  # rank 0's staged weights (`stage_buckets`)
-        self._weight_group: Any = None  # rank 0's push group to the engines, if any
-        self._weight_device = torch.device("cpu")
-        self._staged: dict[str, StagedFile] = {}
         self._trainer_keys: dict[str, str] = {}  # engine key -> trainer key (LoRA renames)
         if adapters and config.lora is None:
             raise ValueError(f"adapters {list(adapters)} need trainer.lora")
@@ -148,12 +137,11 @@ class PolicyWorker:
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This node's IP and a free TCP port on it, for rank 0 to host the rendezvous."""
-        try:
-            import ray
+        import ray
 
-            ip = ray.util.get_node_ip_address()
-        except Exception:  # noqa: BLE001 - outside Ray, fall back to the loopback address
-            ip = "127.0.0.1"
+        # Outside Ray (a rank built by hand) the ranks share this machine; inside, every rank
+        # must reach this node's address: no fallback that would hang a 2-node rendezvous.
+        ip = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("", 0))
             return ip, s.getsockname()[1]
@@ -560,7 +548,7 @@ class PolicyWorker:
 
     # ---------------------------------------------------------------- weights out
 
-    def _engine_tensors(self) -> list[tuple[list[str], torch.Tensor]]:
+    def engine_tensors(self) -> list[tuple[list[str], torch.Tensor]]:
         """The engine's state dict as the trainer holds it: keys of the base model (adapters
         left out, a LoRA base under its plain name), tied keys grouped."""
         out = []
@@ -579,7 +567,7 @@ class PolicyWorker:
         """
         buckets: list[list[str]] = []
         size = 0
-        for keys, tensor in self._engine_tensors():
+        for keys, tensor in self.engine_tensors():
             nbytes = tensor.numel() * tensor.element_size()
             if buckets and size + nbytes <= bucket_bytes:
                 buckets[-1].extend(keys)
@@ -645,87 +633,10 @@ class PolicyWorker:
         state = self.gather_adapter()
         return None if state is None else PackedTensors.pack(state)
 
-    def stage_buckets(
-        self, plan: Sequence[Sequence[str]], slot: int
-    ) -> list[tuple[str, int, int]] | None:
-        """Each bucket of ``plan`` gathered (a collective) and written by rank 0 as staged
-        file ``index`` of ``slot`` (0 or 1), in one call per push (one state dict, no round
-        trip per bucket).
-
-        The files live in one folder of this host's shared memory for the worker's life:
-        the first push to a slot writes them, later pushes overwrite their tensors in place
-        (`StagedFile`). Pushes alternate slots, so an engine may serve the tensors of one
-        push straight from its files until the next push has moved it to the other slot.
-
-        Returns:
-            On rank 0, each file's path, tensor count and bytes; else None.
-        """
-        state = self.model.state_dict(keep_vars=True)
-        files = []
-        for index, keys in enumerate(plan):
-            bucket = self.gather_bucket(keys, state)
-            if bucket is not None:
-                files.append(self._stage(bucket, f"slot{slot}-bucket-{index:05d}.safetensors"))
-        return files if self.rank == 0 else None
-
-    def _stage(self, bucket: dict[str, torch.Tensor], name: str) -> tuple[str, int, int]:
-        if self._stage_folder is None:
-            self._stage_folder = make_stage_folder()
-        path = f"{self._stage_folder}/{name}"
-        staged = self._staged.get(path)
-        if staged is None:
-            staged = self._staged[path] = StagedFile(path, bucket)
-            return path, len(bucket), staged.nbytes
-        return path, len(bucket), staged.overwrite(bucket)
-
-    def bucket_layouts(self, bucket_bytes: int) -> list[BucketLayout]:
-        """How each bucket of `state_dict_plan` is laid out for a broadcast (shapes only)."""
-        meta = {}
-        for keys, tensor in self._engine_tensors():
-            full = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
-            meta |= dict.fromkeys(keys, full)  # tied keys: one tensor object
-        return [BucketLayout.of({k: meta[k] for k in keys}) for keys in self.state_dict_plan(bucket_bytes)]
-
-    def join_weight_group(self, group: WeightGroup) -> None:
-        """Rank 0 joins a push group as its rank 0 (blocks until the engines joined)."""
-        if self.rank == 0:
-            self._weight_group = group.join(0)
-            self._weight_device = group.device()
-
-    def broadcast_weights(self, bucket_bytes: int) -> int:
-        """Every bucket of `state_dict_plan` gathered (a collective on every rank) and
-        broadcast by rank 0 to its push group (`join_weight_group`); returns the bytes."""
-        sent = 0
-        layouts = self.bucket_layouts(bucket_bytes) if self.rank == 0 else None
-        for i, keys in enumerate(self.state_dict_plan(bucket_bytes)):
-            state = self.gather_bucket(keys)
-            if state is not None:
-                if self._weight_group is None:
-                    raise RuntimeError("broadcast_weights before join_weight_group")
-                broadcast_bucket(self._weight_group, layouts[i], state, self._weight_device)
-                sent += layouts[i].nbytes
-        return sent
-
-    def put_bucket(self, keys: Sequence[str]) -> tuple[list[Any], int, int] | None:
-        """`gather_bucket` put in this node's object store by rank 0 (a collective).
-
-        Returns:
-            On rank 0, ``[ref]`` (in a list, so Ray hands over the reference, not the
-            object), its tensor count and distinct bytes; else None.
-        """
-        import ray
-
-        state = self.gather_bucket(keys)
-        if state is None:
-            return None
-        unique = {id(t): t for t in state.values()}.values()
-        nbytes = sum(t.numel() * t.element_size() for t in unique)
-        return [ray.put(PackedTensors.pack(state))], len(state), nbytes
-
-    def gather_packed_bucket(self, keys: Sequence[str]) -> PackedTensors | None:
-        """`gather_bucket` as numpy arrays, which leave the actor without a copy (rank 0)."""
-        state = self.gather_bucket(keys)
-        return None if state is None else PackedTensors.pack(state)
+    def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(self, *args)`` on this rank: the group's calls of functions that work on a rank
+        (the weight exporters of `weight_export`) without being its methods."""
+        return fn(self, *args)
 
     def export_pretrained(self, path: str, form: str | None = None) -> None:
         """Writes the current weights as a ``save_pretrained`` folder (rank 0), with the
@@ -739,7 +650,7 @@ class PolicyWorker:
         if lora is not None and (form or lora.export) == "adapter":
             self._export_adapter(path)
             return
-        state = self.gather_bucket([k for keys, _ in self._engine_tensors() for k in keys])
+        state = self.gather_bucket([k for keys, _ in self.engine_tensors() for k in keys])
         if self.rank == 0:
             save_merged_folder(path, self.model_path, state)
         dist.barrier()
@@ -776,10 +687,7 @@ class PolicyWorker:
 
     def close(self) -> None:
         """Deletes the staged weights and leaves the process group."""
-        if self._stage_folder is not None:
-            self._staged.clear()
-            remove_stage_folder(self._stage_folder)
-            self._stage_folder = None
+        release_staged()
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
@@ -13,7 +13,7 @@ class VerlServerEngine:
     """Token ids in and out through verl's ``server_manager.generate`` (an `Engine`).
 
     verl owns the servers' weights and their lifecycle (weight sync, sleep/wake), so
-    ``update_weights`` is refused and ``pause``/``resume`` leave the servers alone.
+    ``load_weights`` is refused and ``pause``/``resume`` leave the servers alone.
 
     Args:
         server_manager: verl's ``LLMServerClient`` (the agent loop's ``server_manager``).
@@ -86,7 +86,12 @@ class VerlServerEngine:
             policy_version=self._version,
         )
 
-    async def update_weights(self, state_dict: Mapping[str, Any]) -> int:
+    @property
+    def weight_intake(self) -> WeightIntake:
+        """None: verl's trainer syncs the servers' weights."""
+        return WeightIntake(frozenset())
+
+    async def load_weights(self, push: WeightPush, version: int) -> None:
         """Refused: verl's trainer syncs the servers' weights."""
         raise EngineError("verl syncs its rollout servers' weights; agentrl_sdk does not")
 

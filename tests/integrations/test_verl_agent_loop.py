@@ -14,6 +14,8 @@ from itertools import groupby
 
 import pytest
 
+from agentrl_sdk.engines.weights import StateDict
+
 # `make test` installs verl's agent-loop set; CI sets AGENTRL_REQUIRE_VERL so a missing module
 # fails the run instead of skipping this test.
 _load = importlib.import_module if os.environ.get("AGENTRL_REQUIRE_VERL") else pytest.importorskip
@@ -137,5 +139,6 @@ async def test_engine_maps_sampling_and_refuses_weight_updates(qwen_tokenizer):
                                    "seed": 1})
     assert result.finish_reason == "abort" and result.logprobs == [0.0, 0.0, 0.0]
     assert engine.logprobs_missing
+    assert not engine.weight_intake.kinds
     with pytest.raises(Exception, match="verl syncs"):
-        await engine.update_weights({})
+        await engine.load_weights(StateDict({}), 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
@@ -22,9 +23,8 @@ class _VersionedEngine:
         return GenerateResult(token_ids=[1], logprobs=[0.0], finish_reason="length",
                               policy_version=self.policy_version)
 
-    async def update_weights(self, state_dict) -> int:
-        self.policy_version += 1
-        return self.policy_version
+    async def load_weights(self, push, version) -> None:
+        self.policy_version = version
 
     async def health(self) -> bool:
         return True
@@ -38,7 +38,7 @@ async def test_closed_gate_holds_generate_until_the_new_weights() -> None:
     held = [asyncio.ensure_future(gate.generate([1], SamplingParams(), f"r{i}")) for i in range(4)]
     await asyncio.sleep(0.01)
     assert not any(t.done() for t in held)
-    assert await gate.update_weights({}) == 1  # not held by the held gate
+    await gate.load_weights(StateDict({}), 1)  # not held by the held gate
     gate.release()
     results = await asyncio.wait_for(asyncio.gather(*held), timeout=5)
     assert [r.policy_version for r in results] == [1, 1, 1, 1]

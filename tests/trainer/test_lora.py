@@ -125,7 +125,8 @@ async def test_one_rank_matches_peft_reference_and_adapter_push_equals_merged(
                 assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
             assert got["optimizer_steps"] == 4
             sync = WeightSync()
-            assert await sync.push(group, [engine]) == [1]
+            await sync.push(group, [engine], 1)
+            assert engine.policy_version == 1
             merged = full_state(group)
             engine_logp, trainer_logp = await sampled_logprobs(engine, group, CONFIG_L1)
         assert trainer_logp == pytest.approx(engine_logp, abs=1e-4)
@@ -173,7 +174,8 @@ async def test_merged_sync_keeps_engine_logprobs_exact_and_exports_agree(
         before = (await engine.generate(prompt, greedy, "before")).token_ids
         teach(group, prompt, target, updates=10)
         sync = WeightSync(bucket_bytes=64 << 10)
-        assert await sync.push(group, [engine]) == [1]
+        await sync.push(group, [engine], 1)
+        assert engine.policy_version == 1
         after = (await engine.generate(prompt, greedy, "after")).token_ids
         assert after[0] == target and after != before
         engine_logp, trainer_logp = await sampled_logprobs(engine, group, CONFIG_L)

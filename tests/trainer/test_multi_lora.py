@@ -74,8 +74,8 @@ async def test_each_push_serves_its_adapter_with_the_trainers_logprobs(
     try:
         served = {name: AdapterView(engine, name) for name in NAMES}
         syncs = {name: WeightSync() for name in NAMES}
-        for name in NAMES:
-            await syncs[name].push(views[name], [served[name]])
+        for version, name in enumerate(NAMES, 1):  # versions the driver picks, per push
+            await syncs[name].push(views[name], [served[name]], version)
             assert syncs[name].last_stats.adapter
         assert [served[n].policy_version for n in NAMES] == [1, 2]
         prompt = [5, 99, 310, 7]

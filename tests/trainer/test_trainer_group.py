@@ -26,6 +26,7 @@ from agentrl_sdk.algorithms import (
     ppo_policy_loss,
 )
 from agentrl_sdk.engines.torch_engine import TorchEngine
+from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.trainer import (
     FlatSamples,
     TrainerConfig,
@@ -324,7 +325,7 @@ async def test_weight_sync_to_engines_and_export(scenario_a, model_path, tmp_pat
         teach(group, prompt, target, updates=TEACH_UPDATES)
         trained = full_state(group)
         sync = WeightSync(bucket_bytes=64 << 10)
-        assert await sync.push(group, engines) == [1, 1]
+        await sync.push(group, engines, 1)
         assert [e.policy_version for e in engines] == [1, 1]
         stats = sync.last_stats
         print(f"\nweight sync: {stats.bytes / 1e3:.0f} kB, {stats.buckets} buckets, "
@@ -378,12 +379,12 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
     by_driver, fresh = TorchEngine.from_pretrained(model_path), TorchEngine.from_pretrained(model_path)
     try:
         shared = WeightSync(bucket_bytes=64 << 10)
-        assert await shared.push(group, [actor]) == [1]
+        assert (await shared.push(group, [actor], 1)).version == actor.policy_version == 1
         assert shared.last_stats.via == "shared_memory" and shared.last_stats.buckets > 1
         staged = Path(shm_root() or tempfile.gettempdir()).glob(f"agentrl-weights-{group.pids[0]}-*")
         assert len(list(staged)) == 1  # rank 0's files, overwritten in place by later pushes
         driver = WeightSync(bucket_bytes=64 << 10, transport="driver")
-        assert await driver.push(group, [by_driver]) == [1]
+        await driver.push(group, [by_driver], 1)
         assert driver.last_stats.via == "driver"
         assert driver.last_stats.bytes == shared.last_stats.bytes
         assert all(torch.equal(by_driver.model.state_dict()[k], trained[k]) for k in trained)
@@ -399,9 +400,9 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
         # An actor on another machine (as it would say) fetches from rank 0's object store.
         remote = RayEngine("torch", str(model_path))
         try:
-            remote._shm_host = "another-machine/0"
+            remote.weight_intake = WeightIntake(remote.weight_intake.kinds, "another-machine/0")
             stored = WeightSync(bucket_bytes=64 << 10)
-            assert await stored.push(group, [remote]) == [1]
+            await stored.push(group, [remote], 1)
             assert stored.last_stats.via == "object_store" and stored.last_stats.buckets > 1
             got = await remote.generate(prompt, greedy, "remote")
             assert (got.token_ids, got.logprobs) == (want.token_ids, want.logprobs)
@@ -409,7 +410,8 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
             remote.close()
         # Asked for, the object store even to an actor on this machine.
         asked = WeightSync(bucket_bytes=64 << 10, transport="object_store")
-        assert await asked.push(group, [actor]) == [2]
+        await asked.push(group, [actor], 2)
+        assert actor.policy_version == 2
         assert asked.last_stats.via == "object_store"
         got = await actor.generate(prompt, greedy, "asked")
         assert got.token_ids == want.token_ids
@@ -419,7 +421,8 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
         try:
             collective = WeightSync(bucket_bytes=64 << 10, transport="collective")
             for version in (1, 2):  # the second push reuses the group
-                assert await collective.push(group, actors) == [version, version]
+                await collective.push(group, actors, version)
+                assert [e.policy_version for e in actors] == [version, version]
                 assert collective.last_stats.via == "collective"
                 assert collective.last_stats.buckets > 1
             for i, engine in enumerate(actors):
@@ -440,7 +443,7 @@ async def test_engines_serve_staged_weights_without_a_copy_and_never_write_them(
     engine = TorchEngine.from_pretrained(model_path)
     try:
         first = group.stage_weights(64 << 10)
-        assert await engine.update_shared_weights(first) == 1
+        await engine.load_weights(first, 1)
         staged = first.state_dict()
         served = engine.model.state_dict()
         assert all(served[k].data_ptr() == staged[k].data_ptr() for k in staged)  # no copy
@@ -448,7 +451,7 @@ async def test_engines_serve_staged_weights_without_a_copy_and_never_write_them(
         assert set(second.paths).isdisjoint(first.paths)
         before = {k: v.clone() for k, v in staged.items()}
         zeros = {k: torch.zeros_like(v) for k, v in served.items()}
-        assert await engine.update_weights(zeros) == 2  # a copy-in update...
+        await engine.load_weights(StateDict(zeros), 2)  # a copy-in update...
         assert all(torch.equal(first.state_dict()[k], before[k]) for k in before)  # ...files kept
         assert not any(v.any() for v in engine.model.state_dict().values())
     finally:

@@ -1,4 +1,5 @@
-"""WeightSync with a fake weight source and fake engines: assembly, concurrency, version barrier."""
+"""WeightSync with a fake weight source and fake engines: the kind chosen, concurrency, the
+driver's version."""
 
 from __future__ import annotations
 
@@ -9,132 +10,181 @@ import pytest
 import torch
 
 from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.trainer import WeightSync, WeightSyncError
 
 
 class FakeSource:
+    """Streams its weights through the driver only, in two buckets (one tied tensor)."""
+
+    kinds = frozenset({"state_dict"})
+    staging_host = None
+
     def __init__(self):
         self.tied = torch.ones(2, 3)
-        self.bucket_sizes = []
+        self.exports = []
 
-    def full_state_dict(self, bucket_bytes=0):
-        self.bucket_sizes.append(bucket_bytes)
-        yield {"a": torch.zeros(4), "emb": self.tied, "head": self.tied}
-        yield {"b": torch.arange(3.0)}
+    @property
+    def weight_offer(self):
+        return WeightIntake(self.kinds, self.staging_host)
+
+    def export_weights(self, kind, bucket_bytes, audience):
+        self.exports.append((kind, bucket_bytes, len(audience)))
+        if kind == "adapter":
+            return AdapterWeights({
+                "base_model.model.m.lora_A.weight": torch.zeros(2, 3),
+                "base_model.model.m.lora_B.weight": torch.zeros(4, 2),
+            }, scaling=2.0)  # fmt: skip
+        assert kind == "state_dict", kind
+        state = {"a": torch.zeros(4), "emb": self.tied, "head": self.tied, "b": torch.arange(3.0)}
+        return StateDict(state, buckets=2)
+
+    def send_weights(self, push):
+        pass
 
 
 class FakeEngine:
-    def __init__(self, version=0, fail=False, delay=0.05):
-        self.version, self.fail, self.delay = version, fail, delay
-        self.loaded = None
-        self.running = 0
-        self.peak = 0
+    """Takes the kinds it is given; records what it loaded."""
 
-    async def update_weights(self, state_dict):
-        self.running += 1
+    def __init__(self, version=0, fail=False, delay=0.05, kinds=("state_dict",), host=None):
+        self.policy_version, self.fail, self.delay = version, fail, delay
+        self.weight_intake = WeightIntake(frozenset(kinds), host)
+        self.loaded = self.adapter = None
+        self.keep_version = False
+
+    async def load_weights(self, push, version):
         await asyncio.sleep(self.delay)
-        self.running -= 1
         if self.fail:
             raise RuntimeError("boom")
-        self.loaded = dict(state_dict)
-        self.version += 1
-        return self.version
+        if isinstance(push, AdapterWeights):
+            self.adapter = push
+        else:
+            self.loaded = dict(push.state_dict())
+        if not self.keep_version:
+            self.policy_version = version
+
+    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
+        raise AssertionError("not called")
+
+    async def pause(self):
+        pass
+
+    async def resume(self):
+        pass
+
+    async def health(self):
+        return True
+
+    def close(self):
+        pass
 
 
-async def test_push_assembles_buckets_and_bumps_versions():
-    source, engines = FakeSource(), [FakeEngine(), FakeEngine()]
+async def test_push_loads_every_engine_concurrently_as_the_drivers_version():
+    source, engines = FakeSource(), [FakeEngine(), FakeEngine(version=3)]
     sync = WeightSync(bucket_bytes=1234)
     loop = asyncio.get_running_loop()
     start = loop.time()
-    assert await sync.push(source, engines) == [1, 1]
+    stats = await sync.push(source, engines, 7)
     assert loop.time() - start < 0.09  # the two 50 ms loads ran concurrently
-    assert source.bucket_sizes == [1234]
+    assert source.exports == [("state_dict", 1234, 2)]
+    assert [e.policy_version for e in engines] == [7, 7]  # whatever each counted before
     for engine in engines:
         assert sorted(engine.loaded) == ["a", "b", "emb", "head"]
         assert torch.equal(engine.loaded["b"], torch.arange(3.0))
-    stats = sync.last_stats
-    assert (stats.version, stats.engines, stats.tensors, stats.buckets) == (1, 2, 4, 2)
+    assert stats is sync.last_stats and stats.via == "driver"
+    assert (stats.version, stats.engines, stats.tensors, stats.buckets) == (7, 2, 4, 2)
     assert stats.bytes == (4 + 6 + 3) * 4  # the tied tensor counts once
     assert stats.total_s >= stats.load_s > 0
     assert set(stats.as_metrics()) >= {"weight_sync/total_s", "weight_sync/bytes"}
 
 
-async def test_diverging_versions_raise():
-    with pytest.raises(WeightSyncError, match=r"different policy versions.*\[1, 4\]"):
-        await WeightSync().push(FakeSource(), [FakeEngine(0), FakeEngine(3)])
+async def test_an_engine_reporting_another_version_raises():
+    lagging = FakeEngine()
+    lagging.keep_version = True
+    with pytest.raises(WeightSyncError, match=r"versions \[1, 0\] after loading version 1"):
+        await WeightSync().push(FakeSource(), [FakeEngine(), lagging], 1)
 
 
 async def test_engine_failure_raises():
     with pytest.raises(WeightSyncError, match="boom"):
-        await WeightSync().push(FakeSource(), [FakeEngine(), FakeEngine(fail=True)])
+        await WeightSync().push(FakeSource(), [FakeEngine(), FakeEngine(fail=True)], 1)
 
 
 async def test_timeout_raises():
     with pytest.raises(WeightSyncError, match="within"):
-        await WeightSync(timeout_s=0.01).push(FakeSource(), [FakeEngine(delay=1.0)])
+        await WeightSync(timeout_s=0.01).push(FakeSource(), [FakeEngine(delay=1.0)], 1)
+
+
+async def test_an_engine_without_load_weights_is_refused_with_what_to_add():
+    class OldEngine:  # the protocol before the weight handoff: update_weights(state_dict)
+        policy_version = 0
+
+        async def update_weights(self, state_dict):
+            return 1
+
+    with pytest.raises(WeightSyncError, match=r"OldEngine.*load_weights\(push, version\)"):
+        await WeightSync().push(FakeSource(), [OldEngine()], 1)
+
+
+async def test_no_kind_both_sides_take_is_refused():
+    with pytest.raises(WeightSyncError, match=r"makes \['state_dict'\].*take \[\]"):
+        await WeightSync().push(FakeSource(), [FakeEngine(kinds=())], 1)
 
 
 class AdapterSource(FakeSource):
-    def adapter_weights(self):
-        return AdapterWeights({
-            "base_model.model.m.lora_A.weight": torch.zeros(2, 3),
-            "base_model.model.m.lora_B.weight": torch.zeros(4, 2),
-        }, scaling=2.0)  # fmt: skip
-
-
-class FakeAdapterEngine(FakeEngine):
-    adapter = None
-    takes_adapters = True
-
-    async def update_adapter(self, adapter):
-        self.adapter = adapter
-        self.version += 1
-        return self.version
+    kinds = frozenset({"state_dict", "adapter"})
 
 
 async def test_adapter_push_only_when_every_engine_takes_adapters(caplog):
-    engines = [FakeAdapterEngine(), FakeAdapterEngine()]
+    both = ("state_dict", "adapter")
+    engines = [FakeEngine(kinds=both), FakeEngine(kinds=both)]
     sync = WeightSync()
-    assert await sync.push(AdapterSource(), engines) == [1, 1]
+    await sync.push(AdapterSource(), engines, 1)
     assert all(e.loaded is None and e.adapter.scaling == 2.0 for e in engines)
     assert sync.last_stats.adapter and sync.last_stats.bytes == (6 + 8) * 4
     assert list(engines[0].adapter.by_weight()) == ["m.weight"]
-    off = FakeAdapterEngine()
-    off.takes_adapters = False  # e.g. a VLLMEngine started without enable_lora
-    mixed = [FakeAdapterEngine(), FakeEngine(), off]
-    assert await sync.push(AdapterSource(), mixed) == [1, 1, 1]
+    mixed = [FakeEngine(kinds=both), FakeEngine()]  # e.g. a VLLMEngine without enable_lora
+    await sync.push(AdapterSource(), mixed, 2)
     assert not sync.last_stats.adapter and mixed[0].adapter is None
     assert sorted(mixed[0].loaded) == ["a", "b", "emb", "head"]
-    assert "take no adapters" in caplog.text
+    assert "take none" in caplog.text
 
 
 class StagingSource(FakeSource):
-    """A source that can stage files, on a host of the test's choosing."""
+    """A source that stages files on a host of the test's choosing (never here)."""
+
+    kinds = frozenset({"state_dict", "shared_files"})
 
     def __init__(self, host):
         super().__init__()
         self.staging_host = host
-        self.staged = 0
-
-    def stage_weights(self, bucket_bytes=0):
-        self.staged += 1
-        raise AssertionError("the engines cannot map this host's files: no staging expected")
-
-
-class MappingEngine(FakeEngine):
-    shared_weights_host = "host-a"
-
-    async def update_shared_weights(self, weights):
-        raise AssertionError("not called in this test")
 
 
 async def test_push_goes_through_this_process_when_an_engine_cannot_map_the_files():
     source = StagingSource("host-b")  # rank 0 writes on another machine than the engines map
-    engines = [MappingEngine(), FakeEngine()]
+    mapping = ("state_dict", "shared_files")
+    engines = [FakeEngine(kinds=mapping, host="host-a"), FakeEngine()]
     sync = WeightSync(bucket_bytes=1234)
-    assert await sync.push(source, engines) == [1, 1]
-    assert source.staged == 0 and sync.last_stats.via == "driver"
+    await sync.push(source, engines, 1)
+    assert [k for k, _, _ in source.exports] == ["state_dict"] and sync.last_stats.via == "driver"
     assert sorted(engines[0].loaded) == ["a", "b", "emb", "head"]
+    engines = [FakeEngine(kinds=mapping, host="host-b")]  # where the files are: staged
+    with pytest.raises(AssertionError, match="shared_files"):
+        await WeightSync().push(source, engines, 2)
+
+
+def test_pushes_pickle_their_tensors_as_arrays():
+    import pickle
+
+    tied = torch.arange(6.0).reshape(2, 3)
+    push = pickle.loads(pickle.dumps(StateDict({"emb": tied, "head": tied}, buckets=3)))
+    assert push.buckets == 3 and torch.equal(push.tensors["emb"], tied)
+    assert push.tensors["emb"] is push.tensors["head"]  # tied keys stay one tensor
+    adapter = AdapterWeights({"base_model.model.m.lora_A.weight": torch.ones(2, 3)}, 0.5,
+                             frozenset({"m.weight"}), "a")  # fmt: skip
+    back = pickle.loads(pickle.dumps(adapter))
+    assert (back.scaling, back.fan_in_fan_out, back.name) == (0.5, frozenset({"m.weight"}), "a")
+    assert torch.equal(back.tensors["base_model.model.m.lora_A.weight"], torch.ones(2, 3))
 
 
 def test_shared_weights_round_trip_with_tied_tensors(tmp_path):

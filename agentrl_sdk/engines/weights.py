@@ -1,0 +1,144 @@
+"""The weight handoff: what one push carries (`WeightPush`), which kinds an engine takes
+(`WeightIntake`), and the version a push installs.
+
+A push is one typed value, whatever the transport:
+
+- `StateDict`: the tensors themselves (through the caller; packed as arrays for Ray).
+- `SharedWeights` (`shared_weights`): safetensors files in one host's shared memory.
+- `RayWeights` (`ray_weights`): one object-store reference per bucket, owned by trainer rank 0.
+- `CollectiveWeights` (`collective_weights`): a push group and the buckets' layouts; the
+  tensors arrive by broadcast while the engines load.
+- `AdapterWeights` (`lora_weights`): LoRA tensors by name, merged or served per request.
+
+Every full-weights kind turns into tensors where it is read (``state_dict()``), so an engine
+that takes only tensors still takes any of them once something materialises them (a Ray
+actor does, for the engine inside it). An engine says which kinds it takes as data
+(`WeightIntake`); wrappers (pools, views, actors, gates) forward `Engine.load_weights`.
+
+The version is assigned by the driver: the trainer updates the weights have seen. An engine
+reports exactly that number for the weights it serves (and stamps it on tokens), so pools,
+replicas, adapters and the staleness rule all count alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
+
+from agentrl_sdk.engines.collective_weights import CollectiveWeights
+from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.ray_weights import RayWeights
+from agentrl_sdk.engines.shared_weights import SharedWeights
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "ALL_KINDS",
+    "PushSize",
+    "StateDict",
+    "WeightIntake",
+    "WeightKind",
+    "WeightPush",
+    "size_of",
+]
+
+WeightKind = Literal["state_dict", "shared_files", "object_refs", "collective", "adapter"]
+"""The kinds of `WeightPush`, as an engine's `WeightIntake` names them."""
+
+ALL_KINDS: tuple[WeightKind, ...] = (
+    "state_dict", "shared_files", "object_refs", "collective", "adapter",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StateDict:
+    """Full weights as tensors by key (tied keys may share one tensor).
+
+    Pickled (to a Ray actor) as numpy arrays (`PackedTensors`), which Ray moves without copies.
+    """
+
+    kind: ClassVar[WeightKind] = "state_dict"
+    serves_in_place: ClassVar[bool] = False  # the caller may reuse the tensors: copy them
+    tensors: Mapping[str, torch.Tensor]
+    buckets: int = field(default=1, compare=False)  # how many the source streamed them in
+
+    def state_dict(self) -> Mapping[str, torch.Tensor]:
+        """The tensors."""
+        return self.tensors
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from agentrl_sdk.engines.tensor_transport import PackedTensors
+
+        return _unpacked_state_dict, (PackedTensors.pack(self.tensors), self.buckets)
+
+
+def _unpacked_state_dict(packed: Any, buckets: int) -> StateDict:
+    return StateDict(packed.unpack(), buckets)
+
+
+WeightPush = StateDict | SharedWeights | RayWeights | CollectiveWeights | AdapterWeights
+"""One weight push, of one kind (see the module docstring)."""
+
+
+@dataclass(frozen=True)
+class WeightIntake:
+    """The push kinds an engine takes, as data.
+
+    Attributes:
+        kinds: The `WeightKind` s it loads.
+        shared_host: The `host_id` whose shared memory it maps `SharedWeights` from (None: it
+            cannot map staged files, e.g. a remote server); ``shared_files`` needs it.
+    """
+
+    kinds: frozenset[WeightKind]
+    shared_host: str | None = None
+
+    def takes(self, kind: WeightKind, host: str | None = None) -> bool:
+        """Whether a push of ``kind`` (staged on ``host``, for shared files) can be loaded."""
+        if kind == "shared_files":
+            return kind in self.kinds and host is not None and self.shared_host == host
+        return kind in self.kinds
+
+    def accepts(self, push: WeightPush) -> bool:
+        """Whether ``push`` itself can be loaded (its kind, and its host for staged files)."""
+        return self.takes(push.kind, push.host if isinstance(push, SharedWeights) else None)
+
+    @classmethod
+    def common(cls, intakes: Iterable[WeightIntake]) -> WeightIntake:
+        """What every one of ``intakes`` takes (a pool's replicas, a push's engines)."""
+        intakes = list(intakes)
+        if not intakes:
+            return cls(frozenset())
+        kinds = frozenset.intersection(*(i.kinds for i in intakes))
+        hosts = {i.shared_host for i in intakes}
+        host = hosts.pop() if len(hosts) == 1 else None
+        return cls(kinds if host is not None else kinds - {"shared_files"}, host)
+
+
+class PushSize(NamedTuple):
+    """How big a push is: tensors, their distinct bytes, and the buckets they travel in."""
+
+    tensors: int
+    nbytes: int
+    buckets: int
+
+
+def size_of(push: WeightPush) -> PushSize:
+    """The size of ``push`` (for `SyncStats` and logs)."""
+    match push:
+        case StateDict(tensors=tensors):
+            unique = {id(t): t for t in tensors.values()}.values()
+            nbytes = sum(t.numel() * t.element_size() for t in unique)
+            return PushSize(len(tensors), nbytes, push.buckets)
+        case SharedWeights():
+            return PushSize(push.tensors, push.nbytes, len(push.paths))
+        case RayWeights():
+            return PushSize(push.tensors, push.nbytes, len(push.refs))
+        case CollectiveWeights(layouts=layouts):
+            return PushSize(sum(len(x.slots) for x in layouts),
+                            sum(x.nbytes for x in layouts), len(layouts))  # fmt: skip
+        case AdapterWeights():
+            return PushSize(len(push.tensors), push.nbytes, 1)
+    raise TypeError(f"not a weight push: {type(push).__name__}")
