@@ -101,9 +101,9 @@ class Scheduler:
     records the version that sampled it. A named adapter's update sends back only the rows
     that use it; the others keep their cache and their version.
 
-    Versions: one counter per engine, bumped by every update; a request's version is the
-    counter's value at the last update of what serves it (the base, or its adapter), so a
-    policy's tokens carry the versions its own pushes returned.
+    Versions: each update carries the version the driver gave its push; a request's version
+    is that of the last update of what serves it (the base, or its adapter), so a policy's
+    tokens carry the versions of its own pushes.
 
     Args:
         model: The causal LM to run.

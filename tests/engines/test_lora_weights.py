@@ -13,7 +13,9 @@ from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from transformers import AutoModelForCausalLM
 
 from agentrl_sdk.engines import EnginePool, TorchEngine
-from agentrl_sdk.engines.lora_weights import AdapterEngine, AdapterWeights, merged_weight
+from agentrl_sdk.engines import Engine
+from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
+from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
 from tests.engines._tiny import hf_greedy, id_model, tiny_model_dir
@@ -57,19 +59,22 @@ def test_merged_weight_is_peft_merge_and_adapter_pairs(base):
 
 async def test_adapter_push_serves_base_plus_adapter_from_the_base(base):
     engine = TorchEngine(copy.deepcopy(base))
-    assert isinstance(engine, AdapterEngine)
+    assert isinstance(engine, Engine) and engine.weight_intake.takes("adapter")
     try:
         model, adapter = peft_adapter(base)
-        assert await engine.update_adapter(adapter) == 1
+        await engine.load_weights(adapter, 1)
+        assert engine.policy_version == 1
         merged = copy.deepcopy(model).merge_and_unload()
         served = engine.model.state_dict()
         assert all(torch.equal(served[k], v) for k, v in merged.state_dict().items())
         got = await engine.generate(PROMPT, GREEDY, "a")
         assert got.token_ids == hf_greedy(merged, PROMPT, 8) != hf_greedy(base, PROMPT, 8)
+        assert got.policy_version == 1
 
         # The next version merges into the base again, not into version 1's weights.
         _, stronger = peft_adapter(base, scale=2.0)
-        assert await engine.update_adapter(stronger) == 2
+        await engine.load_weights(stronger, 2)
+        assert engine.policy_version == 2
         lora_a, lora_b = stronger.by_weight()[KEY]
         want = merged_weight(base.state_dict()[KEY], lora_a, lora_b, 2.0)
         assert torch.equal(engine.model.state_dict()[KEY], want)
@@ -78,13 +83,15 @@ async def test_adapter_push_serves_base_plus_adapter_from_the_base(base):
         bad = AdapterWeights({"base_model.model.nope.lora_A.weight": torch.zeros(4, 64),
                               "base_model.model.nope.lora_B.weight": torch.zeros(64, 4)}, 2.0)
         with pytest.raises(EngineError, match="weights unchanged.*nope"):
-            await engine.update_adapter(bad)
+            await engine.load_weights(bad, 3)
         assert engine.policy_version == 2
         assert all(torch.equal(v, before[k]) for k, v in engine.model.state_dict().items())
 
         # Full weights replace the base the next adapter merges into.
-        assert await engine.update_weights(merged.state_dict()) == 3
-        assert await engine.update_adapter(adapter) == 4
+        await engine.load_weights(StateDict(merged.state_dict()), 3)
+        assert engine.policy_version == 3
+        await engine.load_weights(adapter, 4)
+        assert engine.policy_version == 4
         lora_a, lora_b = adapter.by_weight()[KEY]
         want = merged_weight(merged.state_dict()[KEY], lora_a, lora_b, 2.0)
         assert torch.equal(engine.model.state_dict()[KEY], want)
@@ -97,8 +104,10 @@ async def test_pool_pushes_the_adapter_to_every_replica_as_one_version(base):
     merged = copy.deepcopy(model).merge_and_unload().state_dict()
     pool = EnginePool([TorchEngine(copy.deepcopy(base)) for _ in range(2)])
     try:
-        assert pool.takes_adapters and isinstance(pool, AdapterEngine)
-        assert await pool.update_adapter(adapter) == 1 == pool.policy_version
+        assert pool.weight_intake.takes("adapter") and isinstance(pool, Engine)
+        await pool.load_weights(adapter, 1)
+        assert pool.policy_version == 1
+        assert [r.policy_version for r in pool.replicas] == [1, 1]
         for replica in pool.replicas:
             served = replica.model.state_dict()
             assert all(torch.equal(served[k], v) for k, v in merged.items())
@@ -120,8 +129,9 @@ async def test_ray_engine_forwards_adapter_pushes():
     local = TorchEngine(copy.deepcopy(model).merge_and_unload())
     remote = RayEngine("torch", str(path))
     try:
-        assert remote.takes_adapters
-        assert await remote.update_adapter(adapter) == 1 == remote.policy_version
+        assert remote.weight_intake.takes("adapter")
+        await remote.load_weights(adapter, 1)
+        assert remote.policy_version == 1
         got = await remote.generate(PROMPT, GREEDY, "remote")
         assert got.token_ids == (await local.generate(PROMPT, GREEDY, "local")).token_ids
         assert got.policy_version == 1

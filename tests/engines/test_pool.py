@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from agentrl_sdk.engines import Engine, EnginePool, TorchEngine
+from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.trainer.weight_sync import WeightSync
 from agentrl_sdk.types import SamplingParams
@@ -183,15 +184,21 @@ async def test_check_health_drains_unhealthy_replicas_before_a_request_fails(poo
 
 
 class _Source:
-    """A WeightSource streaming one model's state dict in two buckets."""
+    """A WeightSource offering one model's state dict (as if streamed in two buckets)."""
 
     def __init__(self, model: PreTrainedModel) -> None:
         self.state = model.state_dict()
 
-    def full_state_dict(self, bucket_bytes: int = 0):
-        items = list(self.state.items())
-        yield dict(items[: len(items) // 2])
-        yield dict(items[len(items) // 2 :])
+    @property
+    def weight_offer(self) -> WeightIntake:
+        return WeightIntake(frozenset({"state_dict"}))
+
+    def export_weights(self, kind, bucket_bytes, audience) -> StateDict:
+        assert kind == "state_dict"
+        return StateDict(dict(self.state), buckets=2)
+
+    def send_weights(self, push) -> None:
+        pass
 
 
 async def test_weight_sync_reaches_every_replica_behind_one_barrier(pool_of, model) -> None:
@@ -200,9 +207,10 @@ async def test_weight_sync_reaches_every_replica_behind_one_barrier(pool_of, mod
     long = SamplingParams(temperature=0.0, max_tokens=200)
     running = [asyncio.ensure_future(pool.generate([3, i + 1], long, f"w{i}-0")) for i in range(4)]
     await asyncio.sleep(0.05)
-    versions = await WeightSync().push(_Source(new_model), [pool])
+    stats = await WeightSync().push(_Source(new_model), [pool], 1)
     results = await asyncio.gather(*running)
-    assert versions == [1] and pool.policy_version == 1
+    assert stats.version == 1 and stats.via == "driver" and stats.buckets == 2
+    assert pool.policy_version == 1
     assert [r.policy_version for r in pool.replicas] == [1, 1]
     for i, result in enumerate(results):
         k = result.versions.count(0)
@@ -247,8 +255,8 @@ async def test_pool_over_an_in_process_and_a_ray_actor_replica(ray_started) -> N
             assert [r.token_ids for r in results] == [r.token_ids for r in expected]
         assert {pool.replica_of(f"ray{i}:0") for i in range(4)} == {0, 1}
         new_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(1), dtype=torch.float32)
-        assert await pool.update_weights(new_model.state_dict()) == 1
-        assert remote.policy_version == local.policy_version == 1
+        await pool.load_weights(StateDict(new_model.state_dict()), 1)
+        assert pool.policy_version == remote.policy_version == local.policy_version == 1
         moved = await asyncio.gather(
             *(pool.generate(p, GREEDY, f"ray{i}:0-2", session_id=f"ray{i}:0")
               for i, p in enumerate(prompts))
@@ -278,7 +286,7 @@ async def _restarted(pool: EnginePool) -> None:
 
 async def test_a_dead_replica_is_rebuilt_and_rejoins_on_the_pools_weights(model) -> None:
     """Before any update the rebuilt replica serves at once; after one it waits for the next
-    push, then serves on it with the pool's version count (its own restarted at 0)."""
+    push, then serves on it as the driver's version, like the other replica."""
     built: list[int] = []
 
     def restart(index: int) -> TorchEngine:
@@ -295,20 +303,22 @@ async def test_a_dead_replica_is_rebuilt_and_rejoins_on_the_pools_weights(model)
         assert built == [0] and pool.healthy == [0, 1]  # version 0 = the base: serves at once
 
         new_model = id_model(1)
-        assert await pool.update_weights(new_model.state_dict()) == 1
+        await pool.load_weights(StateDict(new_model.state_dict()), 1)
+        assert pool.policy_version == 1
         pool.replicas[1].close()
         await pool.check_health()
         await _restarted(pool)
         assert built == [0, 1] and pool.healthy == [0]  # rebuilt on the base: waits
         assert pool.stats()["restarts"] == 2.0
-        assert await pool.update_weights(new_model.state_dict()) == 2
-        assert pool.healthy == [0, 1] and pool.replicas[1].policy_version == 1  # its own count
+        await pool.load_weights(StateDict(new_model.state_dict()), 5)  # the driver's version
+        assert pool.healthy == [0, 1] and pool.policy_version == 5
+        assert [r.policy_version for r in pool.replicas] == [5, 5]  # the rebuilt one too
         prompts = [[7, i + 1, 9] for i in range(4)]
         results = await asyncio.gather(*(
             pool.generate(p, GREEDY, f"s{i}-0", session_id=f"s{i}") for i, p in enumerate(prompts)))
         assert {pool.replica_of(f"s{i}") for i in range(4)} == {0, 1}
         assert [r.token_ids for r in results] == [hf_greedy(new_model, p, 8) for p in prompts]
-        assert {r.policy_version for r in results} == {2}  # the pool's version, from both
+        assert {r.policy_version for r in results} == {5}  # the driver's version, from both
         # The budget is spent: the next death only drains.
         pool.replicas[0].close()
         await pool.check_health()
@@ -318,11 +328,11 @@ async def test_a_dead_replica_is_rebuilt_and_rejoins_on_the_pools_weights(model)
         pool.close()
 
 
-async def test_a_rebuilt_replica_reports_the_pools_version_of_every_adapter(model) -> None:
-    """Named adapters pushed at pool versions 1 (a, then again at 3) and 2 (b): a replica
-    rebuilt after them takes b and a again when it rejoins on a's next push, and reports for
-    b's, a's and the base's requests the versions the other replica does (2, 4, 0), not its
-    own count shifted by the last push."""
+async def test_a_rebuilt_replica_reports_the_drivers_version_of_every_adapter(model) -> None:
+    """Named adapters pushed as driver versions 1 (a, then again as 3) and 2 (b): a replica
+    rebuilt after them takes b (as 2) and then a's next push (as 6, skipping numbers) when it
+    rejoins, so both replicas report exactly the driver's versions for b's, a's and the base's
+    requests (2, 6, 0)."""
     from tests.engines.test_row_adapters import peft_adapter
 
     adapters = {name: peft_adapter(model, seed, name)[1] for name, seed in (("a", 1), ("b", 2))}
@@ -333,14 +343,17 @@ async def test_a_rebuilt_replica_reports_the_pools_version_of_every_adapter(mode
     pool = EnginePool([restart(0), restart(1)], restart=restart, max_restarts=1)
     try:
         for name, version in (("a", 1), ("b", 2), ("a", 3)):
-            assert await pool.update_adapter(adapters[name]) == version
+            await pool.load_weights(adapters[name], version)
+            assert pool.policy_version == version
+            assert [r.policy_version for r in pool.replicas] == [version, version]
         pool.replicas[1].close()
         await pool.check_health()
         await _restarted(pool)
         assert pool.healthy == [0]  # rebuilt on the base: waits for the next push
-        assert await pool.update_adapter(adapters["a"]) == 4
-        assert pool.healthy == [0, 1] and pool.replicas[1].policy_version == 2  # took b, then a
-        for adapter, version in (("b", 2), ("a", 4), (None, 0)):
+        await pool.load_weights(adapters["a"], 6)
+        assert pool.healthy == [0, 1] and pool.policy_version == 6
+        assert [r.policy_version for r in pool.replicas] == [6, 6]  # took b, then a as 6
+        for adapter, version in (("b", 2), ("a", 6), (None, 0)):
             sampling = GREEDY.model_copy(update={"adapter": adapter})
             results = await asyncio.gather(*(
                 pool.generate([7, i + 1, 9], sampling, f"{adapter}{i}-0", session_id=f"{adapter}{i}")
@@ -348,5 +361,35 @@ async def test_a_rebuilt_replica_reports_the_pools_version_of_every_adapter(mode
             assert {pool.replica_of(f"{adapter}{i}") for i in range(4)} == {0, 1}
             assert {r.policy_version for r in results} == {version}, adapter
             assert {v for r in results for v in r.token_versions or []} <= {version}
+            # Each replica, asked directly, serves the same tokens as the same version.
+            direct = [await r.generate([7, 1, 9], sampling, f"{adapter}-direct{j}")
+                      for j, r in enumerate(pool.replicas)]  # fmt: skip
+            assert [d.policy_version for d in direct] == [version, version], adapter
+            assert direct[0].token_ids == direct[1].token_ids, adapter
     finally:
         pool.close()
+
+
+def test_pool_weight_intake_is_the_replicas_common_kinds_without_collective(model) -> None:
+    """A pool is one receiver: it takes what every replica takes, but no broadcast."""
+    from types import SimpleNamespace
+
+    def replica(*kinds: str, host: str | None = "h") -> SimpleNamespace:
+        return SimpleNamespace(policy_version=0, weight_intake=WeightIntake(frozenset(kinds), host))
+
+    pool = EnginePool([
+        replica("state_dict", "shared_files", "collective", "adapter"),
+        replica("state_dict", "shared_files", "object_refs", "collective"),
+    ])  # fmt: skip
+    assert pool.weight_intake == WeightIntake(frozenset({"state_dict", "shared_files"}), "h")
+    mixed_hosts = EnginePool([replica("state_dict", "shared_files"),
+                              replica("state_dict", "shared_files", host="other")])  # fmt: skip
+    assert mixed_hosts.weight_intake.kinds == frozenset({"state_dict"})
+
+    torch_pool = EnginePool([TorchEngine(copy.deepcopy(model)) for _ in range(2)])
+    try:
+        assert torch_pool.weight_intake == torch_pool.replicas[0].weight_intake
+        assert torch_pool.weight_intake.kinds == frozenset({"state_dict", "shared_files", "adapter"})
+        assert isinstance(torch_pool, Engine)
+    finally:
+        torch_pool.close()

@@ -15,6 +15,7 @@ from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from agentrl_sdk.engines import TorchEngine
 from agentrl_sdk.engines.adapter_view import AdapterView
 from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
 from tests.engines._tiny import hf_greedy, id_model
@@ -60,8 +61,9 @@ def peft_logprobs(model, prompt: list[int], ids: list[int]) -> torch.Tensor:
 async def test_mixed_batch_serves_each_row_its_adapter(base, adapters):
     engine = TorchEngine(copy.deepcopy(base))
     try:
-        assert await engine.update_adapter(adapters["a"][1]) == 1
-        assert await engine.update_adapter(adapters["b"][1]) == 2
+        await engine.load_weights(adapters["a"][1], 1)
+        await engine.load_weights(adapters["b"][1], 2)
+        assert engine.policy_version == 2
         names = [None, "a", "b"]
         alone = {}
         for name in names:  # each alone, one request at a time
@@ -101,8 +103,8 @@ async def test_adapter_push_changes_that_policy_only(base, adapters):
     try:
         a, b = AdapterView(engine, "a"), AdapterView(engine, "b")
         frozen = AdapterView(engine, None)
-        await a.update_adapter(adapters["a"][1])
-        assert await b.update_adapter(adapters["b"][1]) == 2
+        await a.load_weights(adapters["a"][1], 1)
+        await b.load_weights(adapters["b"][1], 2)
         assert (a.policy_version, b.policy_version, frozen.policy_version) == (1, 2, 0)
 
         async def outputs():
@@ -112,7 +114,8 @@ async def test_adapter_push_changes_that_policy_only(base, adapters):
 
         before = await outputs()
         _, new_a = peft_adapter(base, 3, "a")
-        assert await a.update_adapter(new_a) == 3
+        await a.load_weights(new_a, 3)
+        assert a.policy_version == 3 and b.policy_version == 2
         after = await outputs()
         assert after["a"] != before["a"]
         assert after["b"] == before["b"] and after[None] == before[None]
@@ -122,9 +125,10 @@ async def test_adapter_push_changes_that_policy_only(base, adapters):
         with pytest.raises(EngineError, match="does not hold"):
             await engine.generate(PROMPTS[0], greedy("nope"), "x")
         with pytest.raises(EngineError, match="got a push of adapter 'b'"):
-            await a.update_adapter(adapters["b"][1])
+            await a.load_weights(adapters["b"][1], 4)
         with pytest.raises(EngineError, match="frozen"):
-            await a.update_weights(base.state_dict())
+            await a.load_weights(StateDict(base.state_dict()), 4)
+        assert (a.policy_version, b.policy_version) == (3, 2)  # refused pushes change nothing
     finally:
         engine.close()
 
@@ -134,8 +138,8 @@ async def test_adapter_push_reprefills_only_its_rows(base, adapters):
     (their later tokens carry the new version), b's keep their cache and version."""
     engine = TorchEngine(copy.deepcopy(base))
     try:
-        await engine.update_adapter(adapters["a"][1])
-        await engine.update_adapter(adapters["b"][1])
+        await engine.load_weights(adapters["a"][1], 1)
+        await engine.load_weights(adapters["b"][1], 2)
         long = SamplingParams(temperature=0.0, max_tokens=64)
         await engine.pause()
         rows = [asyncio.ensure_future(engine.generate(PROMPTS[0], long.model_copy(
@@ -144,7 +148,8 @@ async def test_adapter_push_reprefills_only_its_rows(base, adapters):
         await engine.resume()
         await asyncio.sleep(0.02)
         _, new_a = peft_adapter(base, 3, "a")
-        assert await engine.update_adapter(new_a) == 3
+        await engine.load_weights(new_a, 3)
+        assert engine.policy_version == 3
         got_a, got_b = await asyncio.gather(*rows)
         assert got_b.token_versions is None and got_b.policy_version == 2
         assert got_a.policy_version == 3
@@ -162,8 +167,8 @@ async def test_a_rebuilt_pool_replica_rejoins_with_every_named_adapter(base, ada
     pool = EnginePool([TorchEngine(copy.deepcopy(base)) for _ in range(2)],
                       restart=lambda i: TorchEngine(copy.deepcopy(base)), max_restarts=1)  # fmt: skip
     try:
-        await pool.update_adapter(adapters["a"][1])
-        await pool.update_adapter(adapters["b"][1])
+        await pool.load_weights(adapters["a"][1], 1)
+        await pool.load_weights(adapters["b"][1], 2)
         pool.replicas[1].close()
         await pool.check_health()
         for _ in range(200):
@@ -172,10 +177,12 @@ async def test_a_rebuilt_pool_replica_rejoins_with_every_named_adapter(base, ada
             await asyncio.sleep(0.05)
         assert pool.healthy == [0]  # rebuilt on the bare base: waits for the next push
         _, new_a = peft_adapter(base, 3, "a")
-        await pool.update_adapter(new_a)
+        await pool.load_weights(new_a, 3)
         assert pool.healthy == [0, 1]
+        assert [r.policy_version for r in pool.replicas] == [3, 3]
         rebuilt = pool.replicas[1]
         got = await rebuilt.generate(PROMPTS[0], greedy("b"), "b-on-rebuilt")
         assert got.token_ids == hf_greedy(adapters["b"][0], PROMPTS[0], N)
+        assert got.policy_version == 2  # b as the driver pushed it
     finally:
         pool.close()

@@ -15,6 +15,7 @@ from transformers import PreTrainedModel
 import agentrl_sdk.engines as engines
 from agentrl_sdk.engines import Engine, TorchEngine
 from agentrl_sdk.engines._sampling import sample_next
+from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
 from tests.engines._tiny import ID_VOCAB, hf_greedy, id_model
@@ -181,18 +182,54 @@ async def test_cancelled_request_leaves_the_batch(model, prompts) -> None:
     assert result.token_ids == hf_greedy(model, prompts[1], GREEDY.max_tokens)
 
 
-async def test_update_weights_between_steps(model, prompts) -> None:
+def test_torch_engine_takes_tensors_staged_files_and_adapters(engine) -> None:
+    from agentrl_sdk.engines.shared_weights import host_id
+
+    assert engine.weight_intake == WeightIntake(
+        frozenset({"state_dict", "shared_files", "adapter"}), host_id()
+    )
+
+
+async def test_adapter_view_refuses_full_weights_and_other_adapters(model) -> None:
+    """A view takes its own named adapter only: full weights would change the base every
+    adapter policy shares, and another adapter's push is not its policy's."""
+    from agentrl_sdk.engines.adapter_view import AdapterView
+    from tests.engines.test_row_adapters import peft_adapter
+
+    served = TorchEngine(copy.deepcopy(model))
+    try:
+        view, frozen = AdapterView(served, "a"), AdapterView(served, None)
+        assert view.weight_intake == WeightIntake(frozenset({"adapter"}))
+        _, other = peft_adapter(model, 2, "b")
+        with pytest.raises(EngineError, match="got a push of state_dict"):
+            await view.load_weights(StateDict(id_model(seed=1).state_dict()), 1)
+        with pytest.raises(EngineError, match="got a push of adapter 'b'"):
+            await view.load_weights(other, 1)
+        with pytest.raises(EngineError, match="got a push of adapter 'b'"):
+            await frozen.load_weights(other, 1)  # the bare base takes no adapter
+        assert view.policy_version == frozen.policy_version == served.policy_version == 0
+        assert all(torch.equal(v, model.state_dict()[k]) for k, v in served.model.state_dict().items())
+        _, own = peft_adapter(model, 1, "a")
+        await view.load_weights(own, 4)  # its own adapter loads, as the version given
+        assert view.policy_version == served.policy_version == 4
+    finally:
+        served.close()
+
+
+async def test_load_weights_between_steps(model, prompts) -> None:
     served = TorchEngine(copy.deepcopy(model))
     new_model = id_model(seed=1)
     try:
         assert served.policy_version == 0
         before = await served.generate(prompts[4], GREEDY, "before")
-        assert await served.update_weights(new_model.state_dict()) == 1
+        # The driver assigns the version: 7 skips numbers, so the engine is not counting.
+        await served.load_weights(StateDict(new_model.state_dict()), 7)
+        assert served.policy_version == 7
         after = await served.generate(prompts[4], GREEDY, "after")
     finally:
         served.close()
-    assert served.policy_version == 1
-    assert (before.policy_version, after.policy_version) == (0, 1)
+    assert served.policy_version == 7
+    assert (before.policy_version, after.policy_version) == (0, 7)
     assert after.token_ids == hf_greedy(new_model, prompts[4], GREEDY.max_tokens)
     assert after.token_ids != before.token_ids
 
@@ -203,7 +240,8 @@ async def test_in_flight_request_finishes_on_new_weights(model, prompts) -> None
     try:
         running = asyncio.ensure_future(served.generate(prompts[4], long, "long"))
         await asyncio.sleep(0.02)
-        version = await served.update_weights(id_model(seed=1).state_dict())
+        await served.load_weights(StateDict(id_model(seed=1).state_dict()), 1)
+        version = served.policy_version
         result = await running
     finally:
         served.close()
@@ -212,10 +250,13 @@ async def test_in_flight_request_finishes_on_new_weights(model, prompts) -> None
     assert result.token_ids != hf_greedy(model, prompts[4], 300)
 
 
-async def test_mismatched_weights_fail_and_keep_the_version(engine) -> None:
+async def test_mismatched_weights_fail_and_keep_the_version(engine, model, prompts) -> None:
     with pytest.raises(EngineError, match="missing"):
-        await engine.update_weights({"lm_head.weight": torch.zeros(ID_VOCAB, 64)})
+        await engine.load_weights(StateDict({"lm_head.weight": torch.zeros(ID_VOCAB, 64)}), 1)
     assert engine.policy_version == 0
+    kept = await engine.generate(prompts[2], GREEDY, "kept")  # the old weights still serve
+    assert kept.token_ids == hf_greedy(model, prompts[2], GREEDY.max_tokens)
+    assert kept.policy_version == 0
 
 
 async def test_failing_forward_fails_in_flight_and_engine_recovers(model, prompts) -> None:

@@ -9,6 +9,7 @@ import pytest
 from transformers import PreTrainedModel
 
 from agentrl_sdk.engines import TorchEngine
+from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.types import GenerateResult, SamplingParams
 from tests.engines._tiny import hf_greedy, id_model
 
@@ -61,7 +62,8 @@ async def test_weights_updated_while_paused_take_over_the_held_request(model) ->
     new_model = id_model(seed=1)
     try:
         running = await _paused_midway(engine, PROMPT)
-        assert await engine.update_weights(new_model.state_dict()) == 1
+        await engine.load_weights(StateDict(new_model.state_dict()), 1)
+        assert engine.policy_version == 1
         await engine.resume()
         result = await asyncio.wait_for(running, 60)
     finally:

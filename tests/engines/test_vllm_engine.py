@@ -14,6 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentrl_sdk.engines import EnginePool, TorchEngine
+from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.trainer.weight_sync import WeightSync
 from agentrl_sdk.types import SamplingParams
 from tests.engines._long_prompts import assert_seeded_long_prompts_served
@@ -141,23 +142,34 @@ async def test_pause_resume_gives_one_trajectory_equal_to_an_uninterrupted_run(
 
 
 class _Source:
-    """A WeightSource: one model's state dict, streamed in two buckets."""
+    """A WeightSource: one model's state dict (as if streamed in two buckets)."""
 
     def __init__(self, model) -> None:
         self.state = model.state_dict()
 
-    def full_state_dict(self, bucket_bytes: int = 0):
-        items = list(self.state.items())
-        yield dict(items[: len(items) // 2])
-        yield dict(items[len(items) // 2 :])
+    @property
+    def weight_offer(self) -> WeightIntake:
+        return WeightIntake(frozenset({"state_dict"}))
+
+    def export_weights(self, kind, bucket_bytes, audience) -> StateDict:
+        assert kind == "state_dict"
+        return StateDict(dict(self.state), buckets=2)
+
+    def send_weights(self, push) -> None:
+        pass
 
 
 async def test_pool_of_a_vllm_and_a_torch_replica(vllm_engine, models, prompts) -> None:
     torch_replica = TorchEngine(load(0))
     try:
-        for _ in range(vllm_engine.policy_version):  # a replica that missed updates catches up
-            await torch_replica.update_weights(models[0].state_dict())
+        v0 = vllm_engine.policy_version
+        if v0:  # a replica that missed updates catches up, as the driver's version
+            await torch_replica.load_weights(StateDict(models[0].state_dict()), v0)
+        assert torch_replica.policy_version == v0
         pool = EnginePool([vllm_engine, torch_replica])
+        assert pool.policy_version == v0
+        # Broadcasts are not for pools; tensors and this host's staged files are.
+        assert pool.weight_intake.kinds == frozenset({"state_dict", "shared_files"})
         for turn in range(2):
             results = await asyncio.gather(
                 *(pool.generate(p, GREEDY, f"row{i}:0-{turn}", session_id=f"row{i}:0")
@@ -166,8 +178,9 @@ async def test_pool_of_a_vllm_and_a_torch_replica(vllm_engine, models, prompts) 
             expected = [greedy(models[0], p, 48) for p in prompts[:4]]
             assert [r.token_ids for r in results] == expected
         assert {pool.replica_of(f"row{i}:0") for i in range(4)} == {0, 1}
-        version = await pool.update_weights(models[0].state_dict())
-        assert version == vllm_engine.policy_version == torch_replica.policy_version
+        await pool.load_weights(StateDict(models[0].state_dict()), v0 + 1)
+        assert pool.policy_version == vllm_engine.policy_version == v0 + 1
+        assert torch_replica.policy_version == v0 + 1
     finally:
         torch_replica.close()
 
@@ -177,14 +190,16 @@ async def test_weight_updates_change_outputs_to_the_new_weights(
 ) -> None:
     v0 = vllm_engine.policy_version
     before = await vllm_engine.generate(prompts[5], GREEDY, "before")
-    versions = await WeightSync().push(_Source(models[1]), [vllm_engine])
-    assert versions == [v0 + 1]
+    # The driver's version, skipping numbers: the engine reports it, it does not count.
+    stats = await WeightSync().push(_Source(models[1]), [vllm_engine], v0 + 3)
+    assert stats.version == v0 + 3 == vllm_engine.policy_version
+    assert stats.via == "driver" and stats.buckets == 2
     after = await asyncio.gather(
         *(vllm_engine.generate(p, GREEDY, f"a{i}") for i, p in enumerate(prompts))
     )
     assert [r.token_ids for r in after] == [greedy(models[1], p, 48) for p in prompts]
     assert after[5].token_ids != before.token_ids
-    assert all(r.policy_version == v0 + 1 for r in after)
+    assert all(r.policy_version == v0 + 3 for r in after)
 
     # Back to the first weights while a request is held: its tail comes from them.
     long = SamplingParams(temperature=0.0, max_tokens=400)
@@ -193,12 +208,14 @@ async def test_weight_updates_change_outputs_to_the_new_weights(
     running, _ = await pause_midway(
         vllm_engine, lambda: vllm_engine.generate(prompt, long, "straddle"), len(first)
     )
-    assert await vllm_engine.update_weights(models[0].state_dict()) == v0 + 2
+    await vllm_engine.load_weights(StateDict(models[0].state_dict()), v0 + 4)
+    assert vllm_engine.policy_version == v0 + 4
     await vllm_engine.resume()
     result = await asyncio.wait_for(running, 120)
-    k = result.versions.count(v0 + 1)
+    k = result.versions.count(v0 + 3)
     assert 0 < k < len(result.token_ids)
-    assert result.versions == [v0 + 1] * k + [v0 + 2] * (len(result.token_ids) - k)
+    assert result.versions == [v0 + 3] * k + [v0 + 4] * (len(result.token_ids) - k)
+    assert result.policy_version == v0 + 4
     assert result.token_ids[:k] == first[:k]
     assert result.token_ids[k:] == greedy(models[0], prompt + result.token_ids[:k], 400 - k)
     restored = await vllm_engine.generate(prompts[5], GREEDY, "restored")
@@ -216,30 +233,42 @@ async def test_shared_weights_staged_in_place_reach_the_workers(vllm_engine, mod
         remove_stage_folder,
     )
 
-    assert vllm_engine.shared_weights_host == host_id()
+    assert vllm_engine.weight_intake == WeightIntake(
+        frozenset({"state_dict", "shared_files", "collective"}), host_id()
+    )
     folder = make_stage_folder()
     path = f"{folder}/bucket-00000.safetensors"
     try:
         staged = StagedFile(path, models[1].state_dict())
         weights = SharedWeights(host_id(), folder, (path,), 0, staged.nbytes)
         v0 = vllm_engine.policy_version
-        assert await vllm_engine.update_shared_weights(weights) == v0 + 1
+        await vllm_engine.load_weights(weights, v0 + 1)
+        assert vllm_engine.policy_version == v0 + 1
         got = await vllm_engine.generate(prompts[5], GREEDY, "shared-1")
         assert got.token_ids == greedy(models[1], prompts[5], 48)
+        assert got.policy_version == v0 + 1
         staged.overwrite(models[0].state_dict())
-        assert await vllm_engine.update_shared_weights(weights) == v0 + 2
+        await vllm_engine.load_weights(weights, v0 + 2)
+        assert vllm_engine.policy_version == v0 + 2
         got = await vllm_engine.generate(prompts[5], GREEDY, "shared-0")
         assert got.token_ids == greedy(models[0], prompts[5], 48)
+        assert got.policy_version == v0 + 2
     finally:
         remove_stage_folder(folder)
 
 
 async def test_a_push_group_broadcasts_weights_into_the_vllm_worker(vllm_engine, models, prompts):
-    """The collective way (NCCL on GPU, gloo here): vLLM's worker joins a push group as rank 1
-    and reloads from the buckets rank 0 (this test) broadcasts."""
+    """The collective way (NCCL on GPU, gloo here): vLLM's worker joins the push group on its
+    first push (taking engine rank 1) and reloads from the buckets rank 0 (this test)
+    broadcasts."""
     import socket
 
-    from agentrl_sdk.engines.collective_weights import BucketLayout, WeightGroup, broadcast_bucket
+    from agentrl_sdk.engines.collective_weights import (
+        BucketLayout,
+        CollectiveWeights,
+        WeightGroup,
+        broadcast_bucket,
+    )
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -248,23 +277,24 @@ async def test_a_push_group_broadcasts_weights_into_the_vllm_worker(vllm_engine,
     state = models[1].state_dict()
     keys = list(state)
     buckets = [keys[: len(keys) // 2], keys[len(keys) // 2 :]]
-    layouts = [BucketLayout.of({k: state[k] for k in bucket}) for bucket in buckets]
-    rank0, _ = await asyncio.gather(
-        asyncio.to_thread(spec.join, 0), vllm_engine.join_weight_group(spec, 1)
-    )
+    layouts = tuple(BucketLayout.of({k: state[k] for k in bucket}) for bucket in buckets)
 
-    def send() -> None:
+    def send() -> None:  # rank 0: join (the engine joins within its load), then broadcast
+        rank0 = spec.join(0)
         for layout, bucket in zip(layouts, buckets, strict=True):
             broadcast_bucket(rank0, layout, {k: state[k] for k in bucket}, torch.device("cpu"))
 
     v0 = vllm_engine.policy_version
-    version, _ = await asyncio.gather(
-        vllm_engine.update_collective_weights(layouts), asyncio.to_thread(send)
+    await asyncio.gather(
+        vllm_engine.load_weights(CollectiveWeights(spec, layouts), v0 + 1),
+        asyncio.to_thread(send),
     )
-    assert version == v0 + 1
+    assert vllm_engine.policy_version == v0 + 1
     got = await vllm_engine.generate(prompts[5], GREEDY, "collective")
     assert got.token_ids == greedy(models[1], prompts[5], 48)
-    assert await vllm_engine.update_weights(models[0].state_dict()) == v0 + 2  # put back
+    assert got.policy_version == v0 + 1
+    await vllm_engine.load_weights(StateDict(models[0].state_dict()), v0 + 2)  # put back
+    assert vllm_engine.policy_version == v0 + 2
 
 
 async def test_seeded_prompts_beyond_one_steps_token_budget(vllm_engine) -> None:

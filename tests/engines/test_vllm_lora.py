@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM
 
 from agentrl_sdk.engines import TorchEngine
 from agentrl_sdk.engines.lora_weights import AdapterWeights
+from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
 from tests.engines._tiny import tiny_model_dir
@@ -68,11 +69,14 @@ async def test_adapter_push_serves_the_merged_model(engine, base):
     merged = TorchEngine(copy.deepcopy(model).merge_and_unload(), eos_token_ids=[])  # greedy ids
     v = engine.policy_version
     try:
-        assert engine.takes_adapters
+        assert engine.weight_intake.kinds == frozenset(
+            {"state_dict", "shared_files", "collective", "adapter"})  # fmt: skip
         before = [a.token_ids for a in await answers(engine, GREEDY)]
-        assert await engine.update_adapter(adapter) == v + 1
+        await engine.load_weights(adapter, v + 1)
+        assert engine.policy_version == v + 1
         got, want = await answers(engine, GREEDY), await answers(merged, GREEDY)
-        assert [a.token_ids for a in got] == [a.token_ids for a in want] != before
+        merged_ids = [a.token_ids for a in want]
+        assert [a.token_ids for a in got] == merged_ids != before
         assert all(a.policy_version == v + 1 for a in got)
         for prompt, sampled in zip(PROMPTS, await answers(engine, SAMPLED), strict=True):
             want = hf_logprobs(merged.model, prompt, sampled.token_ids)
@@ -81,12 +85,16 @@ async def test_adapter_push_serves_the_merged_model(engine, base):
         too_big = {k: torch.cat([v] * 4, dim=0 if "lora_A" in k else 1)
                    for k, v in adapter.tensors.items()}  # rank 16 > max_lora_rank  # fmt: skip
         with pytest.raises(EngineError, match="refused the adapter"):
-            await engine.update_adapter(AdapterWeights(too_big, adapter.scaling))
+            await engine.load_weights(AdapterWeights(too_big, adapter.scaling), v + 2)
         assert engine.policy_version == v + 1
         with pytest.raises(EngineError, match="cannot be served together"):
-            await engine.update_adapter(named_peft_adapter(base, 1, "a")[1])
+            await engine.load_weights(named_peft_adapter(base, 1, "a")[1], v + 2)
+        assert engine.policy_version == v + 1
+        # The refused pushes left the adapter serving.
+        assert [a.token_ids for a in await answers(engine, GREEDY)] == merged_ids
 
-        assert await engine.update_weights(base.state_dict()) == v + 2  # the adapter goes
+        await engine.load_weights(StateDict(base.state_dict()), v + 2)  # the adapter goes
+        assert engine.policy_version == v + 2
         assert [a.token_ids for a in await answers(engine, GREEDY)] == before
     finally:
         merged.close()
@@ -113,10 +121,10 @@ async def test_named_adapters_serve_each_request_its_own(engine, base):
     torch_engine = TorchEngine(copy.deepcopy(base), eos_token_ids=[])
     v = engine.policy_version
     try:
-        for name in ("a", "b"):
-            await torch_engine.update_adapter(peft[name][1])
-        assert await engine.update_adapter(peft["a"][1]) == v + 1
-        assert await engine.update_adapter(peft["b"][1]) == v + 2
+        for name, version in (("a", v + 1), ("b", v + 2)):
+            await torch_engine.load_weights(peft[name][1], version)
+            await engine.load_weights(peft[name][1], version)
+            assert engine.policy_version == torch_engine.policy_version == version
         got, want = await outputs(engine), await outputs(torch_engine)
         for name in (None, "a", "b"):
             assert ids(got, name) == ids(want, name)
@@ -138,7 +146,8 @@ async def test_named_adapters_serve_each_request_its_own(engine, base):
                 for n in "ab"}  # fmt: skip
         while engine.in_flight < 2 or engine._requests.tokens_in_flight() < 16:
             await asyncio.sleep(0.005)
-        assert await engine.update_adapter(new_a) == v + 3
+        await engine.load_weights(new_a, v + 3)
+        assert engine.policy_version == v + 3
         long_a, long_b = await rows["a"], await rows["b"]
         assert engine._requests.resubmissions - resubmitted == 2  # held, then resumed
         assert long_b.policy_version == v + 2 and long_b.token_versions is None
@@ -146,7 +155,7 @@ async def test_named_adapters_serve_each_request_its_own(engine, base):
         assert long_a.policy_version == v + 3 and set(long_a.token_versions) == {v + 1, v + 3}
 
         after = await outputs(engine)
-        await torch_engine.update_adapter(new_a)
+        await torch_engine.load_weights(new_a, v + 3)
         assert ids(after, "a") == ids(await outputs(torch_engine, ["a"]), "a") != ids(got, "a")
         assert ids(after, "b") == ids(got, "b") and ids(after, None) == ids(got, None)
         assert {n: a.policy_version for (n, _), a in after.items()} == {
@@ -155,9 +164,11 @@ async def test_named_adapters_serve_each_request_its_own(engine, base):
         with pytest.raises(EngineError, match="does not hold"):
             await engine.generate(PROMPTS[0], GREEDY.model_copy(update={"adapter": "c"}), "c")
         with pytest.raises(EngineError, match="cannot be served together"):
-            await engine.update_adapter(peft_adapter(base)[1])  # unnamed beside named ones
+            await engine.load_weights(peft_adapter(base)[1], v + 4)  # unnamed beside named ones
+        assert engine.policy_version == v + 3
 
-        assert await engine.update_weights(base.state_dict()) == v + 4  # named ones stay
+        await engine.load_weights(StateDict(base.state_dict()), v + 4)  # named ones stay
+        assert engine.policy_version == v + 4
         again = await outputs(engine)
         assert all(ids(again, n) == ids(after, n) for n in (None, "a", "b"))
         assert {a.policy_version for a in again.values()} == {v + 4}

@@ -13,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentrl_sdk.engines import TorchEngine, create_engine
+from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
 from tests.engines._long_prompts import assert_seeded_long_prompts_served
@@ -63,6 +64,7 @@ async def test_token_ids_over_http_equal_the_torch_engine(server, prompts) -> No
 
 
 async def test_pause_update_resume_over_http(server, prompts) -> None:
+    assert server.weight_intake.kinds == frozenset({"state_dict", "shared_files"})
     new_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(1), dtype=torch.float32)
     long = SamplingParams(temperature=0.0, max_tokens=400)
     prompt = prompts[0]
@@ -70,11 +72,14 @@ async def test_pause_update_resume_over_http(server, prompts) -> None:
     running, _ = await pause_midway(
         server, lambda: server.generate(prompt, long, "held"), len(reference.token_ids)
     )
-    assert await server.update_weights(new_model.state_dict()) == 1
+    await server.load_weights(StateDict(new_model.state_dict()), 1)
+    assert server.policy_version == 1
     await server.resume()
     result = await asyncio.wait_for(running, 120)
     k = result.versions.count(0)
     assert 0 < k < len(result.token_ids)
+    assert result.versions == [0] * k + [1] * (len(result.token_ids) - k)
+    assert result.policy_version == 1
     assert result.token_ids[:k] == reference.token_ids[:k]
     tail = new_model.generate(
         torch.tensor([prompt + result.token_ids[:k]]), do_sample=False, max_new_tokens=400 - k
