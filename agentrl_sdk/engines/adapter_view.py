@@ -21,8 +21,8 @@ class AdapterView:
     Every request goes to the shared engine with ``SamplingParams.adapter`` set to
     ``adapter``, so requests of all the views share its continuous batch; every adapter push
     is named ``adapter``. The shared base never changes through a view (`load_weights` takes
-    this view's adapter only). Pause, resume and health are the shared engine's; `close` closes it (closing is
-    idempotent, so each view of it may).
+    this view's adapter only). Pause, resume and health are the shared engine's; `close`
+    closes it (closing is idempotent, so each view of it may).
 
     ``policy_version`` is the version of the view's last push (the engine's version when the
     view was made, before any): the version the engine stamps on this adapter's tokens.

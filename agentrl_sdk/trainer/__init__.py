@@ -3,7 +3,13 @@
 from agentrl_sdk.trainer.config import LoraConfig, TrainerConfig
 from agentrl_sdk.trainer.group import TrainerError, TrainerGroup, init_ray
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, micro_batches, pack, shard_plan
-from agentrl_sdk.trainer.weight_sync import SyncStats, WeightSource, WeightSync, WeightSyncError
+from agentrl_sdk.trainer.weight_sync import (
+    StateDictSource,
+    SyncStats,
+    WeightSource,
+    WeightSync,
+    WeightSyncError,
+)
 from agentrl_sdk.trainer.worker import PolicyWorker
 
 __all__ = [
@@ -11,6 +17,7 @@ __all__ = [
     "LoraConfig",
     "PackedBatch",
     "PolicyWorker",
+    "StateDictSource",
     "SyncStats",
     "TrainerConfig",
     "TrainerError",

@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from agentrl_sdk.engines.base import Engine
-from agentrl_sdk.engines.weights import WeightIntake, WeightKind, WeightPush, size_of
+from agentrl_sdk.engines.weights import StateDict, WeightIntake, WeightKind, WeightPush, size_of
 from agentrl_sdk.errors import AgentRLError
 from agentrl_sdk.threads import run_blocking
 
-__all__ = ["SyncStats", "Via", "WeightSource", "WeightSync", "WeightSyncError"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["StateDictSource", "SyncStats", "Via", "WeightSource", "WeightSync", "WeightSyncError"]
 
 Via = Literal["adapter", "shared_memory", "collective", "object_store", "driver"]
 """The way a push took (`WeightSync`)."""
@@ -66,6 +69,25 @@ class WeightSource(Protocol):
     def send_weights(self, push: WeightPush) -> None:
         """Send the tensors of ``push`` that travel during the engines' load (blocking)."""
         ...
+
+
+class StateDictSource:
+    """A `WeightSource` over tensors this process holds (a model trained outside a
+    `TrainerGroup`): every push hands them to the engines as a `StateDict`."""
+
+    weight_offer = WeightIntake(frozenset({"state_dict"}))
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        self.tensors = tensors
+
+    def export_weights(
+        self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = ()
+    ) -> StateDict:
+        """The tensors as they are now (``kind`` is 'state_dict': the only one offered)."""
+        return StateDict(dict(self.tensors))
+
+    def send_weights(self, push: WeightPush) -> None:
+        """Nothing: the tensors travel in the push."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +164,9 @@ class WeightSync:
         self._warned: set[str] = set()
         self.last_stats: SyncStats | None = None
 
-    async def push(self, source: WeightSource, engines: Sequence[Engine], version: int) -> SyncStats:
+    async def push(
+        self, source: WeightSource, engines: Sequence[Engine], version: int
+    ) -> SyncStats:
         """Sends the current weights of ``source`` to ``engines`` as ``version``.
 
         Returns:
@@ -162,7 +186,8 @@ class WeightSync:
                 "weight_intake (see agentrl_sdk.engines.Engine)"
             )
         start = time.perf_counter()
-        kind = self._kind(source.weight_offer, WeightIntake.common(e.weight_intake for e in engines))
+        intake = WeightIntake.common(engine.weight_intake for engine in engines)
+        kind = self._kind(source.weight_offer, intake)
         push = await run_blocking(
             source.export_weights, kind, self.bucket_bytes, tuple(map(id, engines))
         )

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from agentrl_sdk.engines import Engine, EnginePool, TorchEngine
 from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.errors import EngineError
-from agentrl_sdk.trainer.weight_sync import WeightSync
+from agentrl_sdk.trainer.weight_sync import StateDictSource, WeightSync
 from agentrl_sdk.types import SamplingParams
 from tests.engines._tiny import ID_VOCAB, hf_greedy, id_model
 
@@ -183,33 +183,15 @@ async def test_check_health_drains_unhealthy_replicas_before_a_request_fails(poo
     assert await pool.check_health() == [0]  # drained replicas stay drained
 
 
-class _Source:
-    """A WeightSource offering one model's state dict (as if streamed in two buckets)."""
-
-    def __init__(self, model: PreTrainedModel) -> None:
-        self.state = model.state_dict()
-
-    @property
-    def weight_offer(self) -> WeightIntake:
-        return WeightIntake(frozenset({"state_dict"}))
-
-    def export_weights(self, kind, bucket_bytes, audience) -> StateDict:
-        assert kind == "state_dict"
-        return StateDict(dict(self.state), buckets=2)
-
-    def send_weights(self, push) -> None:
-        pass
-
-
 async def test_weight_sync_reaches_every_replica_behind_one_barrier(pool_of, model) -> None:
     pool, log = pool_of(2)
     new_model = id_model(seed=1)
     long = SamplingParams(temperature=0.0, max_tokens=200)
     running = [asyncio.ensure_future(pool.generate([3, i + 1], long, f"w{i}-0")) for i in range(4)]
     await asyncio.sleep(0.05)
-    stats = await WeightSync().push(_Source(new_model), [pool], 1)
+    stats = await WeightSync().push(StateDictSource(new_model.state_dict()), [pool], 1)
     results = await asyncio.gather(*running)
-    assert stats.version == 1 and stats.via == "driver" and stats.buckets == 2
+    assert stats.version == 1 and stats.via == "driver" and stats.buckets == 1
     assert pool.policy_version == 1
     assert [r.policy_version for r in pool.replicas] == [1, 1]
     for i, result in enumerate(results):

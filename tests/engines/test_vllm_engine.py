@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from agentrl_sdk.engines import EnginePool, TorchEngine
 from agentrl_sdk.engines.weights import StateDict, WeightIntake
-from agentrl_sdk.trainer.weight_sync import WeightSync
+from agentrl_sdk.trainer.weight_sync import StateDictSource, WeightSync
 from agentrl_sdk.types import SamplingParams
 from tests.engines._long_prompts import assert_seeded_long_prompts_served
 from tests.engines._pausing import pause_midway
@@ -141,24 +141,6 @@ async def test_pause_resume_gives_one_trajectory_equal_to_an_uninterrupted_run(
     assert new.finish_reason in ("stop", "length")
 
 
-class _Source:
-    """A WeightSource: one model's state dict (as if streamed in two buckets)."""
-
-    def __init__(self, model) -> None:
-        self.state = model.state_dict()
-
-    @property
-    def weight_offer(self) -> WeightIntake:
-        return WeightIntake(frozenset({"state_dict"}))
-
-    def export_weights(self, kind, bucket_bytes, audience) -> StateDict:
-        assert kind == "state_dict"
-        return StateDict(dict(self.state), buckets=2)
-
-    def send_weights(self, push) -> None:
-        pass
-
-
 async def test_pool_of_a_vllm_and_a_torch_replica(vllm_engine, models, prompts) -> None:
     torch_replica = TorchEngine(load(0))
     try:
@@ -191,9 +173,9 @@ async def test_weight_updates_change_outputs_to_the_new_weights(
     v0 = vllm_engine.policy_version
     before = await vllm_engine.generate(prompts[5], GREEDY, "before")
     # The driver's version, skipping numbers: the engine reports it, it does not count.
-    stats = await WeightSync().push(_Source(models[1]), [vllm_engine], v0 + 3)
+    stats = await WeightSync().push(StateDictSource(models[1].state_dict()), [vllm_engine], v0 + 3)
     assert stats.version == v0 + 3 == vllm_engine.policy_version
-    assert stats.via == "driver" and stats.buckets == 2
+    assert stats.via == "driver" and stats.buckets == 1
     after = await asyncio.gather(
         *(vllm_engine.generate(p, GREEDY, f"a{i}") for i, p in enumerate(prompts))
     )

@@ -102,10 +102,10 @@ def test_brief_lora_run_trains_two_adapters_of_one_base(tmp_path):
                      for t in load_file(f"{config.model.path}/model.safetensors").values())
     for step, metrics in enumerate(result.history, start=1):
         assert metrics["train/trained_tokens"] > 0 and metrics["train/supervisor/trained_tokens"] > 0
-        # One engine, one version counter: the initial pushes were versions 1 and 2, then
-        # each step pushes the default policy's adapter, then the supervisor's.
-        assert metrics["policy_version"] == 1 + 2 * step
-        assert metrics["policy_version/supervisor"] == 2 + 2 * step
+        # One engine, the driver's versions: each adapter is the updates it has seen (its
+        # initial push was version 0), whatever the order of the pushes.
+        assert metrics["policy_version"] == step
+        assert metrics["policy_version/supervisor"] == step
         for prefix in ("weight_sync/", "weight_sync/supervisor/"):
             assert 0 < metrics[f"{prefix}bytes"] < 0.5 * full_bytes  # adapters only
         assert not any(key.startswith(("train/words", "policy_version/words")) for key in metrics)
@@ -140,6 +140,5 @@ def test_brief_lora_run_fully_async(tmp_path):
     result = run(config)
 
     for step, metrics in enumerate(result.history, start=1):
-        assert metrics["policy_version"] == 1 + 2 * step
-        assert metrics["policy_version/supervisor"] == 2 + 2 * step
+        assert metrics["policy_version"] == metrics["policy_version/supervisor"] == step
         assert metrics["weight_sync/bytes"] == metrics["weight_sync/supervisor/bytes"] > 0
