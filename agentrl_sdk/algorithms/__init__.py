@@ -1,4 +1,4 @@
-"""RL math as pure functions of tensors: advantages (group estimators and GAE), policy, value
+"""RL math as pure functions of tensors: advantage estimators (one registry), policy, value
 and KL losses, aggregation, and off-policy corrections."""
 
 from agentrl_sdk.algorithms.advantages import (
@@ -10,6 +10,13 @@ from agentrl_sdk.algorithms.advantages import (
 )
 from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate, loss_shares, sequence_mass
 from agentrl_sdk.algorithms.corrections import OffPolicyCorrection, importance_weights
+from agentrl_sdk.algorithms.estimators import (
+    ESTIMATORS,
+    Estimate,
+    Estimator,
+    Sequences,
+    make_estimator,
+)
 from agentrl_sdk.algorithms.kl import KLKind, kl_loss, kl_penalty
 from agentrl_sdk.algorithms.losses import PolicyLossConfig, entropy_from_logits, ppo_policy_loss
 from agentrl_sdk.algorithms.value import (
@@ -21,7 +28,10 @@ from agentrl_sdk.algorithms.value import (
 )
 
 __all__ = [
+    "ESTIMATORS",
     "AdvantageEstimator",
+    "Estimate",
+    "Estimator",
     "EstimatorName",
     "KLKind",
     "LossAgg",
@@ -39,8 +49,10 @@ __all__ = [
     "kl_loss",
     "kl_penalty",
     "loss_shares",
+    "make_estimator",
     "masked_whiten",
     "ppo_policy_loss",
+    "Sequences",
     "sequence_mass",
     "value_loss",
 ]

@@ -10,11 +10,11 @@ import torch
 from torch import Tensor
 
 AdvantageEstimator = Literal["grpo", "drgrpo", "rloo"]
-"""Advantage estimator names accepted by :func:`compute_advantages`."""
+"""The group baselines accepted by :func:`compute_advantages`."""
 
 EstimatorName = Literal["grpo", "drgrpo", "rloo", "gae"]
-"""Every ``algorithm.advantage_estimator``: the group estimators above, and ``gae`` (PPO with
-a critic: token advantages from its values, `agentrl_sdk.algorithms.value.compute_gae`)."""
+"""Every ``algorithm.advantage_estimator``: the group baselines above, and ``gae`` (PPO with
+a critic); each names an entry of `agentrl_sdk.algorithms.estimators.ESTIMATORS`."""
 
 GroupIds = Sequence[Hashable] | Tensor
 """One group key per rollout (e.g. ``(row_id, policy)``), or a 1-D tensor of keys."""
@@ -130,7 +130,7 @@ def compute_rloo_advantages(
     return _finish(g.r - baseline, g)
 
 
-_ESTIMATORS: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
+_BASELINES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
     "grpo": compute_grpo_advantages,
     "drgrpo": partial(compute_grpo_advantages, norm_by_std=False),
     "rloo": compute_rloo_advantages,
@@ -140,7 +140,8 @@ _ESTIMATORS: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
 def compute_advantages(
     name: AdvantageEstimator, rewards: Tensor, group_ids: GroupIds, **kw: object
 ) -> tuple[Tensor, dict[str, float]]:
-    """Runs the advantage estimator called ``name``; the one place names map to functions.
+    """Runs the group baseline called ``name`` on one reward per rollout (estimators over
+    sequences: `agentrl_sdk.algorithms.estimators`).
 
     Args:
         name: ``grpo``, ``drgrpo`` (GRPO without std division) or ``rloo``.
@@ -154,13 +155,10 @@ def compute_advantages(
     Raises:
         ValueError: ``name`` is not a known estimator.
     """
-    if name == "gae":
-        raise ValueError("gae advantages need a critic's values: use "
-                         "agentrl_sdk.algorithms.value.compute_gae")
     try:
-        estimator = _ESTIMATORS[name]
+        estimator = _BASELINES[name]
     except KeyError:
         raise ValueError(
-            f"unknown advantage estimator {name!r}; choose one of {sorted(_ESTIMATORS)}"
+            f"unknown group baseline {name!r}; choose one of {sorted(_BASELINES)}"
         ) from None
     return estimator(rewards, group_ids, **kw)

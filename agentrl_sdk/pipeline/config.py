@@ -8,7 +8,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agentrl_sdk.algorithms import PolicyLossConfig, ValueLossConfig
+from agentrl_sdk.algorithms import Estimator, PolicyLossConfig, ValueLossConfig, make_estimator
 from agentrl_sdk.algorithms.step_advantages import StepBaseline
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.engines.options import (
@@ -303,6 +303,17 @@ class AlgorithmConfig(PolicyLossConfig):
             raise ValueError(f"algorithm.step_level needs algorithm.advantage_estimator in "
                              f"{get_args(StepBaseline)}, not {self.advantage_estimator!r}")
         return self
+
+    @property
+    def estimator(self) -> Estimator:
+        """The advantage estimator these options make: step-level credit (``advantage_estimator``
+        its group baseline) when ``step_level`` is enabled, else ``advantage_estimator`` with
+        the ``gae`` options (the group estimators take none)."""
+        step = self.step_level
+        if step.enabled:
+            return make_estimator("step", baseline=self.advantage_estimator, gamma=step.gamma,
+                                  omega=step.anchor_weight)  # fmt: skip
+        return make_estimator(self.advantage_estimator, **self.gae.model_dump())
 
     @property
     def loss(self) -> PolicyLossConfig:

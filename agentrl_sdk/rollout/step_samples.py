@@ -1,4 +1,4 @@
-"""Trajectories -> one training sample per LLM call, each with its own step-level advantage.
+"""Trajectories -> one sequence per LLM call, for the step-level estimators.
 
 A step-level estimator gives the calls of one segment different advantages, so each trained
 call becomes its own sample: the exact prompt the engine saw and the exact tokens it sampled
@@ -12,73 +12,35 @@ from collections.abc import Sequence
 
 import torch
 
-from agentrl_sdk.algorithms.step_advantages import (
-    StepBaseline,
-    compute_anchor_advantages,
-    compute_step_advantages,
-)
-from agentrl_sdk.rollout.credit import PolicyCredit, trainable_credits
+from agentrl_sdk.rollout.credit import PolicyCredit
 from agentrl_sdk.types import LLMCall, Sample, Trajectory
 
 
-def build_step_samples(
-    trajectories: Sequence[Trajectory],
-    *,
-    gamma: float = 1.0,
-    baseline: StepBaseline = "grpo",
-    policies: Sequence[str] | None = None,
-    outcome_weight: float = 1.0,
-    drop_flat_groups: bool = False,
-    anchor_weight: float | None = None,
-) -> tuple[list[Sample], dict[str, float]]:
-    """One sample per trained LLM call that generated tokens, advantages per call.
+def call_samples(credits: Sequence[PolicyCredit]) -> tuple[list[Sample], dict[str, object]]:
+    """One sample (zero advantages) per trained call of every credit, calls that sampled
+    nothing included (their rewards still count), and the `Sequences` fields they add.
 
     A call's reward is the components crediting that call (``step``); the policy's last call
-    in the rollout also earns the rest of the policy's reward (`policy_reward`: its share of
-    the outcome and its nodes' call-agnostic credit). Returns are discounted by ``gamma`` over
-    the policy's calls; groups are ``(row, policy)`` (`compute_step_advantages`). With
-    ``anchor_weight``, GiGPO: calls from equal anchor states (`call_anchors`) also form step
-    groups, weighted by it (`compute_anchor_advantages`).
-
-    Returns:
-        The samples and metrics (``samples``, ``rollouts_skipped``,
-        ``groups_dropped_no_signal``, step advantage statistics).
+    in the rollout also earns the rest of the policy's reward (`call_rewards`). The anchor of
+    a call is its state (`call_anchors`), which GiGPO groups calls by.
     """
-    credits, counts = trainable_credits(
-        trajectories, policies=policies, outcome_weight=outcome_weight,
-        drop_flat_groups=drop_flat_groups,
-    )  # fmt: skip
-    steps = [(i, call, r) for i, credit in enumerate(credits)
+    steps = [(credit, call, r) for credit in credits
              for call, r in zip(_calls(credit), call_rewards(credit), strict=True)]
-    if not steps:
-        return [], {"samples": 0.0, **counts}
-    rewards = torch.tensor([r for _, _, r in steps], dtype=torch.float64)
-    rollout = torch.tensor([i for i, _, _ in steps])
-    groups = [c.group for c in credits]
-    if anchor_weight is None:
-        adv, metrics = compute_step_advantages(rewards, rollout, groups, gamma, baseline)
-    else:
-        anchors = {id(t): call_anchors(t) for t in {id(c.traj): c.traj for c in credits}.values()}
-        adv, metrics = compute_anchor_advantages(
-            rewards, rollout, groups, [anchors[id(credits[i].traj)][id(call)]
-                                       for i, call, _ in steps],
-            gamma=gamma, baseline=baseline, omega=anchor_weight,
-        )  # fmt: skip
-    versions = {id(t): _call_versions(t) for t in {id(c.traj): c.traj for c in credits}.values()}
-    samples = []
-    for (i, call, _), a in zip(steps, adv.tolist(), strict=True):
-        credit = credits[i]
-        if not call.response_ids:
-            continue  # nothing was sampled: nothing to train
-        samples.append(Sample(
-            row_id=credit.traj.row_id, sample_index=credit.traj.sample_index,
-            policy=credit.policy, node=call.node, prompt_ids=call.prompt_ids,
-            response_ids=call.response_ids, response_mask=[1] * len(call.response_ids),
-            old_logprobs=call.response_logprobs,
-            response_versions=versions[id(credit.traj)][id(call)],
-            advantage=float(a), reward=credit.reward, weight=1.0 / len(_calls(credit)),
-        ))  # fmt: skip
-    return samples, {**metrics, "samples": float(len(samples)), **counts}
+    trajs = {id(c.traj): c.traj for c in credits}.values()
+    anchors = {id(t): call_anchors(t) for t in trajs}
+    versions = {id(t): _call_versions(t) for t in trajs}
+    samples = [Sample(
+        row_id=credit.traj.row_id, sample_index=credit.traj.sample_index,
+        policy=credit.policy, node=call.node, prompt_ids=call.prompt_ids,
+        response_ids=call.response_ids, response_mask=[1] * len(call.response_ids),
+        old_logprobs=call.response_logprobs, response_versions=versions[id(credit.traj)][id(call)],
+        token_advantages=[0.0] * len(call.response_ids), reward=credit.reward,
+        weight=1.0 / len(_calls(credit)),
+    ) for credit, call, _ in steps]  # fmt: skip
+    return samples, {
+        "step_rewards": torch.tensor([r for _, _, r in steps], dtype=torch.float64),
+        "anchor_ids": [anchors[id(credit.traj)][id(call)] for credit, call, _ in steps],
+    }
 
 
 def call_rewards(credit: PolicyCredit) -> list[float]:

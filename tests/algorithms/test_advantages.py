@@ -17,7 +17,7 @@ from agentrl_sdk.algorithms import (
     compute_grpo_advantages,
     compute_rloo_advantages,
 )
-from agentrl_sdk.algorithms.advantages import _ESTIMATORS
+from agentrl_sdk.algorithms.advantages import _BASELINES
 
 SETTINGS = settings(max_examples=50, deadline=None)
 
@@ -95,8 +95,8 @@ def test_integer_rewards_become_float():
 
 
 def test_dispatch_covers_exactly_the_literal():
-    assert set(_ESTIMATORS) == set(get_args(AdvantageEstimator))
-    with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'"):
+    assert set(_BASELINES) == set(get_args(AdvantageEstimator))
+    with pytest.raises(ValueError, match="unknown group baseline 'ppo'"):
         compute_advantages("ppo", torch.zeros(2), [0, 0])  # type: ignore[arg-type]
     adv, _ = compute_advantages("grpo", torch.tensor([1.0, 0.0]), [0, 0], eps=0.0)
     assert adv.tolist() == pytest.approx([math.sqrt(0.5), -math.sqrt(0.5)])
