@@ -3,7 +3,6 @@ response token out. Adding an estimator is one class and one `ESTIMATORS` entry.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -11,12 +10,17 @@ from functools import partial
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from agentrl_sdk.algorithms.advantages import AdvantageEstimator, compute_advantages
-from agentrl_sdk.algorithms.step_advantages import (
-    compute_anchor_advantages,
-    compute_step_advantages,
+from agentrl_sdk.algorithms.advantages import (
+    AdvantageEstimator,
+    GroupIds,
+    _baseline,
+    _group,
+    _std,
+    compute_grpo_advantages,
+    compute_rloo_advantages,
 )
 from agentrl_sdk.algorithms.value import compute_gae, explained_variance, masked_whiten
 
@@ -61,11 +65,11 @@ class Sequences:
         )
 
     @property
-    def rollout_rewards(self) -> Tensor:
-        """``(N,)`` each rollout's reward (its first sequence's)."""
-        first = torch.ones_like(self.rollout, dtype=torch.bool)  # (M,)
+    def first(self) -> Tensor:
+        """``(M,)`` True at each rollout's first sequence."""
+        first = torch.ones_like(self.rollout, dtype=torch.bool)
         first[1:] = self.rollout[1:] != self.rollout[:-1]
-        return self.rewards[first]
+        return first
 
 
 class Estimate(NamedTuple):
@@ -83,76 +87,137 @@ class Estimator(Protocol):
     needs_values: ClassVar[bool]
     """Reads a critic's values (``Sequences.values``): the job trains value models."""
     per_call: ClassVar[bool]
-    """Reads one sequence per LLM call (with ``step_rewards`` and ``anchor_ids``) rather than
-    one per trained segment."""
+    """Reads one sequence per LLM call (``step_rewards``, ``anchor_ids``), not per segment."""
 
     def __call__(self, seqs: Sequences) -> Estimate:
         """The advantages of ``seqs``."""
         ...
 
 
-def _broadcast(adv: Tensor, mask: Tensor) -> Tensor:
-    """``(M,)`` -> ``(M, T)``: a sequence's one advantage on every response token."""
-    return adv[:, None].expand(-1, mask.shape[1])
+class GroupEstimator(BaseModel):
+    """GRPO, Dr.GRPO (no std division) or RLOO over each group's rollout rewards, each token
+    with its rollout's advantage (`compute_grpo_advantages`, `compute_rloo_advantages`)."""
 
-
-@dataclass(frozen=True)
-class GroupEstimator:
-    """GRPO, Dr.GRPO or RLOO over each group's rollout rewards (`compute_advantages`); every
-    token of a rollout gets its rollout's advantage."""
-
+    model_config = ConfigDict(extra="forbid", frozen=True)
     baseline: AdvantageEstimator = "grpo"
     needs_values: ClassVar[bool] = False
     per_call: ClassVar[bool] = False
 
+    def rollout_advantages(self, rewards: Tensor, group_ids: GroupIds) -> tuple[Tensor, dict]:
+        """``(N,)`` advantages of one reward per rollout, and their metrics."""
+        if self.baseline == "rloo":
+            return compute_rloo_advantages(rewards, group_ids)
+        return compute_grpo_advantages(rewards, group_ids, norm_by_std=self.baseline == "grpo")
+
     def __call__(self, seqs: Sequences) -> Estimate:
         """Rollout advantages, broadcast over every token of the rollout's sequences."""
-        adv, metrics = compute_advantages(self.baseline, seqs.rollout_rewards, seqs.group_ids)
-        return Estimate(_broadcast(adv[seqs.rollout], seqs.mask), metrics)  # (M, T)
+        adv, metrics = self.rollout_advantages(seqs.rewards[seqs.first], seqs.group_ids)
+        return Estimate(adv[seqs.rollout][:, None].expand(seqs.mask.shape), metrics)  # (M, T)
 
 
-@dataclass(frozen=True)
-class StepEstimator:
-    """Step-level credit: each call's discounted return against its group's rollout returns
-    (`compute_step_advantages`); with ``omega``, GiGPO's anchor-state groups on top
-    (`compute_anchor_advantages`)."""
+def discounted_returns(rewards: Tensor, rollout: Tensor, gamma: float) -> Tensor:
+    """``(M,)`` ``G_k = r_k + gamma * G_{k+1}`` within each rollout (0 after its last call),
+    for ``(M,)`` call ``rewards`` and ``rollout`` as in `Sequences`."""
+    returns = torch.empty_like(rewards)  # (M,)
+    running = rewards.new_zeros(())
+    for k in range(rewards.numel() - 1, -1, -1):
+        if k == rewards.numel() - 1 or rollout[k + 1] != rollout[k]:
+            running = rewards.new_zeros(())  # the rollout's last call
+        running = rewards[k] + gamma * running
+        returns[k] = running
+    return returns
 
+
+class StepEstimator(BaseModel):
+    """Step-level credit: each LLM call's discounted return ``G_k`` (`discounted_returns` of
+    ``step_rewards``, a rollout's outcome on its last call) against its group.
+
+    ``omega`` None: ``adv_k = (G_k - b_i) / s_i`` for call ``k`` of rollout ``i``, with
+    ``G_i = G_{first call of i}`` the rollout's return, ``b_i`` the mean of ``G`` over the
+    rollouts of ``i``'s group (``grpo``, ``drgrpo``) or over the others (``rloo``), ``s_i`` the
+    group's unbiased std of ``G`` plus ``eps`` for ``grpo`` (1 when that std is 0, so rewards
+    earned by single calls still count), else 1; groups of one rollout get 0. With ``gamma = 1``
+    and only a last-call reward these are the rollout-level advantages (to rounding).
+    Metrics: ``step_adv_mean``, ``step_adv_std``, ``step_return_mean``.
+
+    ``omega`` set, GiGPO (Feng et al., arXiv:2505.10978): ``adv_k = A_E(i) + omega * A_S(k)``,
+    ``A_E`` the ``baseline`` group estimator over the rollouts' total rewards, ``A_S`` the same
+    over the calls' returns within the step group of calls that share their rollout's group
+    and their anchor state (``anchor_ids``); a step group of one call adds nothing.
+    Metrics: ``step_adv_mean``, ``step_adv_std``, ``step_groups``, ``step_group_size_mean``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
     baseline: AdvantageEstimator = "grpo"
     gamma: float = 1.0
     omega: float | None = None
+    eps: float = 1e-6
     needs_values: ClassVar[bool] = False
     per_call: ClassVar[bool] = True
 
     def __call__(self, seqs: Sequences) -> Estimate:
         """Per-call advantages, broadcast over the call's tokens."""
-        if seqs.step_rewards is None:
-            raise ValueError("step-level advantages need Sequences.step_rewards, one per call")
+        if seqs.step_rewards is None or (self.omega is not None and seqs.anchor_ids is None):
+            raise ValueError("step-level advantages need Sequences.step_rewards (and "
+                             "anchor_ids, with omega), one per call")
+        r = seqs.step_rewards.to(torch.float64)  # (M,)
+        returns = discounted_returns(r, seqs.rollout, self.gamma)  # (M,)
         if self.omega is None:
-            adv, metrics = compute_step_advantages(
-                seqs.step_rewards, seqs.rollout, seqs.group_ids, self.gamma, self.baseline
-            )
+            adv = self._against_group(returns, seqs)
+            extra = {"step_return_mean": returns.mean().item() if returns.numel() else 0.0}
         else:
-            if seqs.anchor_ids is None:
-                raise ValueError("GiGPO advantages need Sequences.anchor_ids, one per call")
-            adv, metrics = compute_anchor_advantages(
-                seqs.step_rewards, seqs.rollout, seqs.group_ids, seqs.anchor_ids,
-                gamma=self.gamma, baseline=self.baseline, omega=self.omega,
-            )  # fmt: skip
-        return Estimate(_broadcast(adv, seqs.mask), metrics)  # (M, T)
+            adv, extra = self._anchored(r, returns, seqs)
+        metrics = {
+            "step_adv_mean": adv.mean().item() if adv.numel() else 0.0,
+            "step_adv_std": adv.std(correction=0).item() if adv.numel() else 0.0,
+            **extra,
+        }
+        return Estimate(adv[:, None].expand(seqs.mask.shape), metrics)  # (M, T)
+
+    def _against_group(self, returns: Tensor, seqs: Sequences) -> Tensor:
+        g = _group(returns[seqs.first], seqs.group_ids)  # per rollout (N,)
+        base = _baseline(g, leave_one_out=self.baseline == "rloo")  # (N,)
+        scale = torch.ones_like(base)  # (N,)
+        if self.baseline == "grpo":
+            std = _std(g, g.r - base)[g.index]  # (N,)
+            scale = torch.where(std > 0, std + self.eps, scale)
+        adv = (returns - base[seqs.rollout]) / scale[seqs.rollout]  # (M,)
+        return torch.where(g.count[g.index][seqs.rollout] > 1, adv, torch.zeros_like(adv))
+
+    def _anchored(self, r: Tensor, returns: Tensor, seqs: Sequences) -> tuple[Tensor, dict]:
+        group = GroupEstimator(baseline=self.baseline)
+        rollout, group_ids = seqs.rollout, seqs.group_ids
+        totals = r.new_zeros(len(group_ids)).index_add(0, rollout, r)  # (N,)
+        episode, _ = group.rollout_advantages(totals, group_ids)  # (N,)
+        step_keys = [(group_ids[i], a)
+                     for i, a in zip(rollout.tolist(), seqs.anchor_ids or (), strict=True)]
+        step, step_metrics = group.rollout_advantages(returns, step_keys)  # (M,)
+        groups = step_metrics["adv_groups"]
+        return episode[rollout] + self.omega * step, {  # type: ignore[operator]
+            "step_groups": groups,
+            "step_group_size_mean": returns.numel() / groups if groups else 0.0,
+        }
 
 
-@dataclass(frozen=True)
-class GAEEstimator:
+class GAEEstimator(BaseModel):
     """PPO with a critic: GAE over the sampled tokens from the critic's values (`compute_gae`),
-    each sequence ending in its rollout's reward; optionally whitened over the batch.
+    each sequence ending in its rollout's reward; optionally whitened over the batch. Its
+    options are the config's ``algorithm.gae`` section.
 
     Metrics: ``values_mean``, ``returns_mean``, ``advantages_mean`` (before whitening, all over
     sampled tokens) and ``explained_variance`` (left out when the returns do not vary).
     """
 
-    gamma: float = 1.0
-    lam: float = 1.0
-    whiten: bool = True
+    model_config = ConfigDict(extra="forbid")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per sampled token.")
+    lam: float = Field(
+        1.0, ge=0.0, le=1.0, description="GAE lambda: 1 is the Monte-Carlo return minus the "
+        "value, 0 one-step TD. Observation tokens (tool results) take no step either way."
+    )
+    whiten: bool = Field(
+        True, description="Standardise each policy's token advantages over the batch (as "
+        "verl's GAE); the critic's returns are not changed."
+    )
     needs_values: ClassVar[bool] = True
     per_call: ClassVar[bool] = False
 
@@ -183,21 +248,17 @@ ESTIMATORS: dict[str, Callable[..., Estimator]] = {
 
 
 def make_estimator(name: str, **options: object) -> Estimator:
-    """The estimator called ``name`` with the ``options`` it takes.
-
-    Options it does not take are left out, so a config can offer all its sections' options
-    (``gamma`` of step-level credit and of GAE are never offered together).
+    """The estimator called ``name`` with the ``options`` it takes; those it does not take are
+    left out, so a config can offer all its sections' options.
 
     Raises:
-        ValueError: ``name`` is not in `ESTIMATORS`.
+        ValueError: ``name`` is not in `ESTIMATORS`, or an option is out of range.
     """
-    try:
-        factory = ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; choose one of {sorted(ESTIMATORS)}"
-        ) from None
-    bound = factory.keywords if isinstance(factory, partial) else {}
-    cls = factory.func if isinstance(factory, partial) else factory
-    taken = {f.name for f in dataclasses.fields(cls)} - set(bound)  # type: ignore[arg-type]
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of "
+                         f"{sorted(ESTIMATORS)}")
+    factory = ESTIMATORS[name]
+    # An entry's own options (a partial's keywords) are not the caller's to change.
+    fixed = getattr(factory, "keywords", {})
+    taken = set(getattr(factory, "func", factory).model_fields) - set(fixed)
     return factory(**{k: v for k, v in options.items() if k in taken})

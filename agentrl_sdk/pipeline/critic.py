@@ -30,11 +30,6 @@ __all__ = [
 _UPDATE_METRICS = ("value_loss", "clip_fraction", "grad_norm", "lr", "time_s", "restarts")
 
 
-def uses_critic(config: TrainConfig) -> bool:
-    """Whether the job trains value models: its estimator reads a critic's values."""
-    return config.algorithm.estimator.needs_values
-
-
 def _prefix(name: str) -> str:
     return "critic/" if name == DEFAULT_POLICY else f"critic/{name}/"
 
@@ -49,7 +44,7 @@ async def start_critics(
 ) -> dict[str, CriticGroup]:
     """A `CriticGroup` per trained policy when the job uses GAE (else none); all shut down if
     one fails to start."""
-    if not uses_critic(config):
+    if not config.algorithm.estimator.needs_values:  # no value models to train
         return {}
     critic = config.critic
     trainer, loss = critic.trainer_config(trainer_options(config)), critic.loss

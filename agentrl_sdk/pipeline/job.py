@@ -20,7 +20,7 @@ from agentrl_sdk.chat.recorder import SharedEngine
 from agentrl_sdk.engines import Engine
 from agentrl_sdk.pipeline.checkpoints import checkpoint_run_id
 from agentrl_sdk.pipeline.config import TrainConfig
-from agentrl_sdk.pipeline.critic import start_critics, stop_critics, update_critic
+from agentrl_sdk.pipeline.critic import score_values, start_critics, stop_critics, update_critic
 from agentrl_sdk.pipeline.leftovers import forget_processes, note_processes, stop_leftovers
 from agentrl_sdk.pipeline.metrics import rollout_metrics
 from agentrl_sdk.pipeline.policies import (
@@ -205,13 +205,14 @@ def rows_with_signal(job: Job, trajectories: list[Trajectory]) -> list[str]:
     return list(dict.fromkeys(c.traj.row_id for c in credits if c.group not in flat))
 
 
-def batch_samples(
+async def batch_samples(
     job: Job,
     trajectories: list[Trajectory],
     rollout_s: float,
     surplus: Collection[str] = (),
 ) -> tuple[list[Sample], dict[str, float]]:
-    """The step's training samples (the estimator's token advantages) and its rollout metrics.
+    """The step's training samples with the estimator's token advantages (from the critics'
+    values, when it reads them: `score_values`), and the rollout and estimator metrics.
 
     Rollouts of the ``surplus`` rows (past a full batch) are logged, not trained on.
     """
@@ -224,7 +225,9 @@ def batch_samples(
         drop_flat_groups=algorithm.dynamic_sampling.enabled,
     )  # fmt: skip
     sample_metrics["rollouts_dropped_truncated"] = float(dropped)
-    return samples, {**rollout_metrics(trajectories, rollout_s), **sample_metrics}
+    samples, critic_metrics = await score_values(job, samples)  # when it reads values
+    return samples, {**rollout_metrics(trajectories, rollout_s), **sample_metrics,
+                     **critic_metrics}
 
 
 async def update_policies(job: Job, step: int, samples: list[Sample]) -> dict[str, float]:

@@ -11,10 +11,9 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
 import agentrl_sdk as sdk
-from agentrl_sdk.rollout.credit import credit_policies
 from agentrl_sdk.algorithms import make_estimator
-from agentrl_sdk.rollout.samples import build_samples
-from agentrl_sdk.rollout.step_samples import call_anchors, call_rewards
+from agentrl_sdk.rollout.credit import credit_policies
+from agentrl_sdk.rollout.samples import build_samples, call_anchors, call_rewards
 from agentrl_sdk.types import LLMCall, RewardComponent, Segment, Trajectory
 
 
