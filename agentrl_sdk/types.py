@@ -334,7 +334,7 @@ class Trajectory(BaseModel):
 
 
 class Sample(BaseModel):
-    """One trainable sequence: a trained segment with its rollout's advantage and weight.
+    """One trainable sequence: a trained segment or LLM call, its token advantages and weight.
 
     ``old_logprobs`` are the behaviour logprobs the engine recorded (0.0 at mask-0 positions);
     ``weight`` is the segment's share of its rollout (1 / trained segments of the rollout), so a
@@ -350,13 +350,12 @@ class Sample(BaseModel):
     response_mask: list[int]
     old_logprobs: list[float]
     response_versions: list[int] = Field(default_factory=list)
-    advantage: float = 0.0
+    token_advantages: list[float] = Field(
+        description="One advantage per response token (an estimator's, see "
+        "`agentrl_sdk.algorithms.estimators`): the one source of a sample's advantage."
+    )
     reward: float = 0.0
     weight: float = 1.0
-    token_advantages: list[float] = Field(
-        default_factory=list, description="Per-token advantages aligned with response_ids "
-        "(GAE); empty: every token gets `advantage`."
-    )
     values: list[float] = Field(
         default_factory=list, description="The critic's values the sample was scored with, "
         "aligned with response_ids (PPO with a critic); empty otherwise."
@@ -369,16 +368,24 @@ class Sample(BaseModel):
     @model_validator(mode="after")
     def _aligned(self) -> Sample:
         n = len(self.response_ids)
-        if len(self.response_mask) != n or len(self.old_logprobs) != n:
-            raise ValueError(
-                f"response_ids ({n}), response_mask ({len(self.response_mask)}) and "
-                f"old_logprobs ({len(self.old_logprobs)}) must have the same length"
-            )
-        for name in ("token_advantages", "values", "returns"):
+        lengths = {k: len(getattr(self, k))
+                   for k in ("response_mask", "old_logprobs", "token_advantages")}  # fmt: skip
+        if any(m != n for m in lengths.values()):
+            raise ValueError(f"response_ids ({n}) and {lengths} must have the same length")
+        for name in ("values", "returns"):
             if getattr(self, name) and len(getattr(self, name)) != n:
                 raise ValueError(f"{name} ({len(getattr(self, name))}) must be empty or as "
                                  f"long as response_ids ({n})")
         return self
+
+    @property
+    def advantage(self) -> float:
+        """The one number traces show: the token advantages' mean over sampled (mask-1)
+        tokens (over all tokens when none is sampled; 0.0 without tokens)."""
+        adv = [a for a, m in zip(self.token_advantages, self.response_mask, strict=True) if m]
+        adv = adv or self.token_advantages
+        # A rollout's one advantage on every token comes back exactly, not via a rounded mean.
+        return adv[0] if len(set(adv)) == 1 else math.fsum(adv) / len(adv) if adv else 0.0
 
 
 class Batch(BaseModel):

@@ -1,15 +1,15 @@
-"""RL math as pure functions of tensors: advantages (group estimators and GAE), policy, value
+"""RL math as pure functions of tensors: advantage estimators (one registry), policy, value
 and KL losses, aggregation, and off-policy corrections."""
 
 from agentrl_sdk.algorithms.advantages import (
     AdvantageEstimator,
     EstimatorName,
-    compute_advantages,
     compute_grpo_advantages,
     compute_rloo_advantages,
 )
 from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate, loss_shares, sequence_mass
 from agentrl_sdk.algorithms.corrections import OffPolicyCorrection, importance_weights
+from agentrl_sdk.algorithms.estimators import ESTIMATORS, Estimator, Sequences, make_estimator
 from agentrl_sdk.algorithms.kl import KLKind, kl_loss, kl_penalty
 from agentrl_sdk.algorithms.losses import PolicyLossConfig, entropy_from_logits, ppo_policy_loss
 from agentrl_sdk.algorithms.value import (
@@ -21,15 +21,17 @@ from agentrl_sdk.algorithms.value import (
 )
 
 __all__ = [
+    "ESTIMATORS",
     "AdvantageEstimator",
+    "Estimator",
     "EstimatorName",
     "KLKind",
     "LossAgg",
     "OffPolicyCorrection",
     "PolicyLossConfig",
+    "Sequences",
     "ValueLossConfig",
     "aggregate",
-    "compute_advantages",
     "compute_gae",
     "compute_grpo_advantages",
     "compute_rloo_advantages",
@@ -39,6 +41,7 @@ __all__ = [
     "kl_loss",
     "kl_penalty",
     "loss_shares",
+    "make_estimator",
     "masked_whiten",
     "ppo_policy_loss",
     "sequence_mass",

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from functools import partial
+from collections.abc import Hashable, Sequence
 from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
 AdvantageEstimator = Literal["grpo", "drgrpo", "rloo"]
-"""Advantage estimator names accepted by :func:`compute_advantages`."""
+"""The group baselines: GRPO, Dr.GRPO (GRPO without std division) and RLOO."""
 
 EstimatorName = Literal["grpo", "drgrpo", "rloo", "gae"]
-"""Every ``algorithm.advantage_estimator``: the group estimators above, and ``gae`` (PPO with
-a critic: token advantages from its values, `agentrl_sdk.algorithms.value.compute_gae`)."""
+"""Every ``algorithm.advantage_estimator``: the group baselines above, and ``gae`` (PPO with
+a critic); each names an entry of `agentrl_sdk.algorithms.estimators.ESTIMATORS`."""
 
 GroupIds = Sequence[Hashable] | Tensor
 """One group key per rollout (e.g. ``(row_id, policy)``), or a 1-D tensor of keys."""
@@ -61,6 +60,19 @@ def _group(rewards: Tensor, group_ids: GroupIds) -> _Groups:
     return _Groups(r, index, count, total, flat=lo == hi)
 
 
+def _baseline(g: _Groups, leave_one_out: bool = False) -> Tensor:
+    """``(N,)`` the mean reward of each rollout's group, or of the others in it (RLOO)."""
+    if leave_one_out:
+        return (g.total[g.index] - g.r) / (g.count[g.index] - 1).clamp_min(1)
+    return (g.total / g.count)[g.index]
+
+
+def _std(g: _Groups, dev: Tensor) -> Tensor:
+    """``(G,)`` each group's unbiased std, from the ``(N,)`` deviations from its mean."""
+    sq = torch.zeros_like(g.total).index_add(0, g.index, dev.square())
+    return (sq / (g.count - 1).clamp_min(1)).sqrt()
+
+
 def _finish(adv: Tensor, groups: _Groups) -> tuple[Tensor, dict[str, float]]:
     """Zeroes the advantages of flat groups exactly and summarises the result."""
     # Floating-point means of equal rewards can miss them by an ulp; a flat group has no signal.
@@ -99,14 +111,8 @@ def compute_grpo_advantages(
         groups whose rewards are all equal, singletons included).
     """
     g = _group(rewards, group_ids)
-    mean = g.total / g.count  # (G,)
-    dev = g.r - mean[g.index]  # (N,)
-    adv = dev
-    if norm_by_std:
-        sq = torch.zeros_like(mean).index_add(0, g.index, dev.square())  # (G,)
-        std = (sq / (g.count - 1).clamp_min(1)).sqrt()  # (G,) unbiased
-        adv = dev / (std[g.index] + eps)
-    return _finish(adv, g)
+    dev = g.r - _baseline(g)  # (N,)
+    return _finish(dev / (_std(g, dev)[g.index] + eps) if norm_by_std else dev, g)
 
 
 def compute_rloo_advantages(
@@ -116,51 +122,7 @@ def compute_rloo_advantages(
 
     ``adv_i = r_i - (sum_{j in g} r_j - r_i) / (n_g - 1)`` (Ahmadian et al., arXiv:2402.14740).
     Groups of one rollout and groups whose rewards are all equal get advantage exactly 0.
-
-    Args:
-        rewards: ``(N,)`` one outcome reward per rollout.
-        group_ids: ``N`` hashable group keys (rollouts of one prompt share a key).
-
-    Returns:
-        ``(adv, metrics)`` as in :func:`compute_grpo_advantages`.
+    Arguments and ``(adv, metrics)`` as in :func:`compute_grpo_advantages`.
     """
     g = _group(rewards, group_ids)
-    n = g.count[g.index]  # (N,)
-    baseline = (g.total[g.index] - g.r) / (n - 1).clamp_min(1)  # (N,) leave-one-out mean
-    return _finish(g.r - baseline, g)
-
-
-_ESTIMATORS: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
-    "grpo": compute_grpo_advantages,
-    "drgrpo": partial(compute_grpo_advantages, norm_by_std=False),
-    "rloo": compute_rloo_advantages,
-}
-
-
-def compute_advantages(
-    name: AdvantageEstimator, rewards: Tensor, group_ids: GroupIds, **kw: object
-) -> tuple[Tensor, dict[str, float]]:
-    """Runs the advantage estimator called ``name``; the one place names map to functions.
-
-    Args:
-        name: ``grpo``, ``drgrpo`` (GRPO without std division) or ``rloo``.
-        rewards: ``(N,)`` one outcome reward per rollout.
-        group_ids: ``N`` hashable group keys.
-        **kw: Passed on to the estimator (e.g. ``eps`` for ``grpo``).
-
-    Returns:
-        ``(adv, metrics)`` from the estimator.
-
-    Raises:
-        ValueError: ``name`` is not a known estimator.
-    """
-    if name == "gae":
-        raise ValueError("gae advantages need a critic's values: use "
-                         "agentrl_sdk.algorithms.value.compute_gae")
-    try:
-        estimator = _ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; choose one of {sorted(_ESTIMATORS)}"
-        ) from None
-    return estimator(rewards, group_ids, **kw)
+    return _finish(g.r - _baseline(g, leave_one_out=True), g)

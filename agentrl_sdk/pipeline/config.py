@@ -8,8 +8,8 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agentrl_sdk.algorithms import PolicyLossConfig, ValueLossConfig
-from agentrl_sdk.algorithms.step_advantages import StepBaseline
+from agentrl_sdk.algorithms import AdvantageEstimator, Estimator, PolicyLossConfig, ValueLossConfig
+from agentrl_sdk.algorithms.estimators import GAEEstimator, make_estimator
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.engines.options import (
     BACKEND_OPTIONS,
@@ -228,20 +228,6 @@ class StepLevelConfig(_Section):
         return self
 
 
-class GAEConfig(_Section):
-    """Generalised advantage estimation (``advantage_estimator: gae``) over sampled tokens."""
-
-    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per sampled token.")
-    lam: float = Field(
-        1.0, ge=0.0, le=1.0, description="GAE lambda: 1 is the Monte-Carlo return minus the "
-        "value, 0 one-step TD. Observation tokens (tool results) take no step either way."
-    )
-    whiten: bool = Field(
-        True, description="Standardise each policy's token advantages over the batch (as "
-        "verl's GAE); the critic's returns are not changed."
-    )
-
-
 class CriticConfig(ValueLossConfig):
     """The value model of ``advantage_estimator: gae``: a value head on the policy's
     architecture, trained on FSDP2 workers of its own beside the policy's."""
@@ -295,14 +281,25 @@ class AlgorithmConfig(PolicyLossConfig):
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
     step_level: StepLevelConfig = Field(default_factory=StepLevelConfig)
-    gae: GAEConfig = Field(default_factory=GAEConfig)
+    gae: GAEEstimator = Field(default_factory=GAEEstimator)
 
     @model_validator(mode="after")
     def _step_baseline(self) -> AlgorithmConfig:
-        if self.step_level.enabled and self.advantage_estimator not in get_args(StepBaseline):
+        baselines = get_args(AdvantageEstimator)
+        if self.step_level.enabled and self.advantage_estimator not in baselines:
             raise ValueError(f"algorithm.step_level needs algorithm.advantage_estimator in "
-                             f"{get_args(StepBaseline)}, not {self.advantage_estimator!r}")
+                             f"{baselines}, not {self.advantage_estimator!r}")
         return self
+
+    @property
+    def estimator(self) -> Estimator:
+        """The advantage estimator: step-level credit over the ``advantage_estimator`` baseline
+        when ``step_level`` is enabled, else ``advantage_estimator`` with the ``gae`` options."""
+        step = self.step_level
+        if step.enabled:
+            return make_estimator("step", baseline=self.advantage_estimator, gamma=step.gamma,
+                                  omega=step.anchor_weight)  # fmt: skip
+        return make_estimator(self.advantage_estimator, **self.gae.model_dump())
 
     @property
     def loss(self) -> PolicyLossConfig:

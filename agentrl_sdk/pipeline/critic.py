@@ -3,16 +3,15 @@ from its values before an update, and its own update after the policy's."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
-from agentrl_sdk.algorithms import compute_gae, explained_variance, masked_whiten
+from agentrl_sdk.algorithms import Sequences
+from agentrl_sdk.algorithms.estimators import padded
 from agentrl_sdk.pipeline.config import TrainConfig
 from agentrl_sdk.pipeline.policies import DEFAULT_POLICY, Policy, trainer_options
+from agentrl_sdk.rollout.samples import with_advantages
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer.critic import CriticGroup
 from agentrl_sdk.types import Batch, Sample
@@ -31,11 +30,6 @@ __all__ = [
 _UPDATE_METRICS = ("value_loss", "clip_fraction", "grad_norm", "lr", "time_s", "restarts")
 
 
-def uses_critic(config: TrainConfig) -> bool:
-    """Whether the job trains value models (``advantage_estimator: gae``)."""
-    return config.algorithm.advantage_estimator == "gae"
-
-
 def _prefix(name: str) -> str:
     return "critic/" if name == DEFAULT_POLICY else f"critic/{name}/"
 
@@ -50,7 +44,7 @@ async def start_critics(
 ) -> dict[str, CriticGroup]:
     """A `CriticGroup` per trained policy when the job uses GAE (else none); all shut down if
     one fails to start."""
-    if not uses_critic(config):
+    if not config.algorithm.estimator.needs_values:  # no value models to train
         return {}
     critic = config.critic
     trainer, loss = critic.trainer_config(trainer_options(config)), critic.loss
@@ -74,16 +68,15 @@ async def stop_critics(critics: dict[str, CriticGroup]) -> None:
 
 
 async def score_values(job: Job, samples: list[Sample]) -> tuple[list[Sample], dict[str, float]]:
-    """Each sample with its critic's values, GAE token advantages and returns (per policy).
+    """Each sample with its critic's values, and the estimator's token advantages and
+    returns from them (per policy, as it reads a critic's values: ``needs_values``).
 
-    A sample's advantage (``Sample.advantage``, what traces show) becomes the mean of its
-    token advantages. Metrics per policy: ``critic/values_mean``, ``critic/returns_mean``,
-    ``critic/explained_variance`` (of the returns by these values) and
-    ``critic/advantages_mean`` (before whitening).
+    Metrics per policy: the estimator's under ``critic/`` (GAE: ``values_mean``,
+    ``returns_mean``, ``explained_variance``, ``advantages_mean`` before whitening).
     """
     if not job.critics:
         return samples, {}
-    gae = job.config.algorithm.gae
+    estimator = job.config.algorithm.estimator
     out: list[Sample] = list(samples)
     metrics: dict[str, float] = {}
     for name, critic in job.critics.items():
@@ -91,31 +84,13 @@ async def score_values(job: Job, samples: list[Sample]) -> tuple[list[Sample], d
         if not mine:
             continue
         own = [samples[i] for i in mine]
-        values = await run_blocking(critic.compute_values, Batch(samples=own))
-        v, mask = _padded([list(x) for x in values]), _padded([s.response_mask for s in own])
-        rewards = torch.tensor([s.reward for s in own], dtype=torch.float32)
-        adv, ret = compute_gae(rewards, v, mask, gae.gamma, gae.lam)  # (B, T)
-        keep = mask.bool()
-        prefix = _prefix(name)
-        metrics |= {
-            f"{prefix}values_mean": _masked_mean(v, keep),
-            f"{prefix}returns_mean": _masked_mean(ret, keep),
-            f"{prefix}advantages_mean": _masked_mean(adv, keep),
-        }
-        ev = explained_variance(v, ret, mask)
-        if not math.isnan(ev):  # returns that do not vary leave nothing to explain
-            metrics[f"{prefix}explained_variance"] = ev
-        if gae.whiten:
-            adv = masked_whiten(adv, mask)
-        for row, (i, s) in enumerate(zip(mine, own, strict=True)):
-            n = len(s.response_ids)
-            token_adv = adv[row, :n].tolist()
-            trained = keep[row, :n]
-            out[i] = s.model_copy(update={
-                "values": v[row, :n].tolist(), "returns": ret[row, :n].tolist(),
-                "token_advantages": token_adv,
-                "advantage": float(adv[row, :n][trained].mean()) if trained.any() else 0.0,
-            })  # fmt: skip
+        values = padded(await run_blocking(critic.compute_values, Batch(samples=own)))
+        estimate = estimator(Sequences.of(own, values=values))
+        metrics |= {f"{_prefix(name)}{k}": v for k, v in estimate.metrics.items()}
+        scored = with_advantages(own, estimate.advantages, values=values,
+                                 returns=estimate.returns)  # fmt: skip
+        for i, s in zip(mine, scored, strict=True):
+            out[i] = s
     return out, metrics
 
 
@@ -127,16 +102,3 @@ async def update_critic(
         return {}
     update = await run_blocking(critic.update, Batch(step=step, policy=name, samples=samples))
     return {f"{_prefix(name)}{k}": update[k] for k in _UPDATE_METRICS if k in update}
-
-
-def _padded(rows: list[list[float]] | list[list[int]]) -> torch.Tensor:
-    """``(B, T)`` float32, right-padded with 0 (T at least 1)."""
-    width = max([1, *map(len, rows)])
-    out = torch.zeros(len(rows), width)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
-    return out
-
-
-def _masked_mean(x: torch.Tensor, keep: torch.Tensor) -> float:
-    return float(x[keep].mean()) if keep.any() else 0.0

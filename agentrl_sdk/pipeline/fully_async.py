@@ -15,7 +15,6 @@ from collections import deque
 
 from rich.console import Console
 
-from agentrl_sdk.pipeline.critic import score_values
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
 from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
 from agentrl_sdk.pipeline.checkpoints import (
@@ -279,9 +278,7 @@ class _Trainer:
         # Groups without signal are logged and counted; build_samples drops them.
         taken = sorted(groups + flat, key=lambda g: g.index)
         trajectories = [t for g in taken for t in g.trajectories]
-        samples, metrics = batch_samples(self.job, trajectories, period_s)
-        samples, critic_metrics = await score_values(self.job, samples)  # GAE: the values first
-        metrics |= critic_metrics
+        samples, metrics = await batch_samples(self.job, trajectories, period_s)
         metrics |= trace_step(self.job, step, trajectories, samples)
         for group in taken:
             for key, value in group.counts.items():

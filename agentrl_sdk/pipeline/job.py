@@ -20,7 +20,7 @@ from agentrl_sdk.chat.recorder import SharedEngine
 from agentrl_sdk.engines import Engine
 from agentrl_sdk.pipeline.checkpoints import checkpoint_run_id
 from agentrl_sdk.pipeline.config import TrainConfig
-from agentrl_sdk.pipeline.critic import start_critics, stop_critics, update_critic
+from agentrl_sdk.pipeline.critic import score_values, start_critics, stop_critics, update_critic
 from agentrl_sdk.pipeline.leftovers import forget_processes, note_processes, stop_leftovers
 from agentrl_sdk.pipeline.metrics import rollout_metrics
 from agentrl_sdk.pipeline.policies import (
@@ -36,7 +36,6 @@ from agentrl_sdk.rollout.credit import credit_policies, flat_groups
 from agentrl_sdk.rollout.overlong import add_overlong_penalties, truncated
 from agentrl_sdk.rollout.rewards import RewardFn, score
 from agentrl_sdk.rollout.samples import build_samples
-from agentrl_sdk.rollout.step_samples import build_step_samples
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.tracing import TrainingRun, rollout_credit
 from agentrl_sdk.trainer.critic import CriticGroup
@@ -206,35 +205,29 @@ def rows_with_signal(job: Job, trajectories: list[Trajectory]) -> list[str]:
     return list(dict.fromkeys(c.traj.row_id for c in credits if c.group not in flat))
 
 
-def batch_samples(
+async def batch_samples(
     job: Job,
     trajectories: list[Trajectory],
     rollout_s: float,
     surplus: Collection[str] = (),
 ) -> tuple[list[Sample], dict[str, float]]:
-    """The step's training samples (group advantages) and its rollout metrics.
+    """The step's training samples with the estimator's token advantages (from the critics'
+    values, when it reads them: `score_values`), and the rollout and estimator metrics.
 
     Rollouts of the ``surplus`` rows (past a full batch) are logged, not trained on.
     """
     algorithm = job.config.algorithm
     kept = trainable(job, trajectories)
     dropped = len(trajectories) - len(kept)
-    common = dict(
+    samples, sample_metrics = build_samples(
+        [t for t in kept if t.row_id not in surplus], estimator=algorithm.estimator,
         policies=[p.name for p in job.trained], outcome_weight=algorithm.outcome_reward_weight,
         drop_flat_groups=algorithm.dynamic_sampling.enabled,
     )  # fmt: skip
-    trained = [t for t in kept if t.row_id not in surplus]
-    if algorithm.step_level.enabled:
-        samples, sample_metrics = build_step_samples(
-            trained, gamma=algorithm.step_level.gamma, baseline=algorithm.advantage_estimator,
-            anchor_weight=algorithm.step_level.anchor_weight, **common,
-        )  # fmt: skip
-    else:
-        samples, sample_metrics = build_samples(
-            trained, estimator=algorithm.advantage_estimator, **common
-        )
     sample_metrics["rollouts_dropped_truncated"] = float(dropped)
-    return samples, {**rollout_metrics(trajectories, rollout_s), **sample_metrics}
+    samples, critic_metrics = await score_values(job, samples)  # when it reads values
+    return samples, {**rollout_metrics(trajectories, rollout_s), **sample_metrics,
+                     **critic_metrics}
 
 
 async def update_policies(job: Job, step: int, samples: list[Sample]) -> dict[str, float]:

@@ -12,7 +12,6 @@ from rich.console import Console
 
 from agentrl_sdk.data import LoaderPosition
 from agentrl_sdk.pipeline.checkpoints import finish, maybe_resume, save_checkpoint
-from agentrl_sdk.pipeline.critic import score_values
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
 from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
 from agentrl_sdk.pipeline.job import (
@@ -121,9 +120,7 @@ async def _step(
         trajectories, surplus, filled = await _fill_batch(job, current, trajectories)
         rollout_s += time.perf_counter() - started
         counts.update(filled)
-    samples, metrics = batch_samples(job, trajectories, rollout_s, surplus)
-    samples, critic_metrics = await score_values(job, samples)  # GAE: values before advantages
-    metrics.update(critic_metrics)
+    samples, metrics = await batch_samples(job, trajectories, rollout_s, surplus)
     metrics.update(trace_step(job, current.step, trajectories, samples))
     metrics.update(counts)
     upcoming = None

@@ -37,7 +37,7 @@ class FlatSamples:
     response_mask: np.ndarray  # (sum R,) int8
     old_logprobs: np.ndarray  # (sum R,) float32
     response_offsets: np.ndarray  # (N + 1,) int64
-    advantages: np.ndarray  # (sum R,) float32 per token (a sample's own one, broadcast)
+    advantages: np.ndarray  # (sum R,) float32 per token
     weights: np.ndarray  # (N,) float32
     token_weights: np.ndarray | None = None  # (sum R,) float32 off-policy weights; None: ones
     values: np.ndarray | None = None  # (sum R,) float32 critic values scored with; None: none
@@ -65,8 +65,6 @@ class FlatSamples:
             return np.fromiter((x for xs in lists for x in xs), dtype=dtype)
 
         responses = [s.response_ids for s in samples]
-        # Per-token advantages are the general case; a sample's one advantage is broadcast.
-        advantages = [s.token_advantages or [s.advantage] * len(s.response_ids) for s in samples]
         critic = {}
         if samples and all(s.values and s.returns for s in samples if s.response_ids):
             critic = {
@@ -82,7 +80,7 @@ class FlatSamples:
             response_mask=cat([s.response_mask for s in samples], np.int8),
             old_logprobs=cat([s.old_logprobs for s in samples], np.float32),
             response_offsets=offsets([len(r) for r in responses]),
-            advantages=cat(advantages, np.float32),
+            advantages=cat([s.token_advantages for s in samples], np.float32),
             weights=np.array([s.weight for s in samples], dtype=np.float32),
             **critic,
         )

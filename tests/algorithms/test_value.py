@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from agentrl_sdk.algorithms import (
-    compute_advantages,
     compute_gae,
     explained_variance,
     masked_whiten,
@@ -119,8 +118,3 @@ def test_masked_whiten():
     want = [(v - 2.5) / math.sqrt(5 / 3) for v in (1.0, 3.0, 2.0, 4.0)]
     assert out[mask.bool()].tolist() == pytest.approx(want)
     assert out[~mask.bool()].tolist() == [0.0, 0.0]
-
-
-def test_group_dispatch_refuses_gae():
-    with pytest.raises(ValueError, match="critic's values"):
-        compute_advantages("gae", torch.zeros(2), [0, 0])  # type: ignore[arg-type]

@@ -23,8 +23,8 @@ def test_brief_run_trains_two_policies_and_keeps_the_frozen_one(tmp_path, monkey
     batches = []  # (trajectories, samples) of every step
     build = sync_module.batch_samples
 
-    def record(job, trajectories, *args):
-        samples, metrics = build(job, trajectories, *args)
+    async def record(job, trajectories, *args):
+        samples, metrics = await build(job, trajectories, *args)
         batches.append((trajectories, samples))
         return samples, metrics
 

@@ -48,7 +48,8 @@ class _FakeCritic:
 def _sample(policy: str, mask: list[int], reward: float) -> Sample:
     n = len(mask)
     return Sample(row_id="r", sample_index=0, policy=policy, prompt_ids=[1], response_ids=[5] * n,
-                  response_mask=mask, old_logprobs=[0.0] * n, reward=reward)
+                  response_mask=mask, old_logprobs=[0.0] * n, token_advantages=[0.0] * n,
+                  reward=reward)
 
 
 def test_score_values_gives_gae_token_advantages_per_policy():

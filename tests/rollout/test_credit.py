@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from agentrl_sdk.algorithms import make_estimator
 from agentrl_sdk.rollout.credit import credit_policies, flat_groups, policy_reward
 from agentrl_sdk.rollout.rewards import score
 from agentrl_sdk.rollout.samples import build_samples
@@ -38,8 +39,8 @@ def test_a_component_crediting_node_a_leaves_node_b_advantages_unchanged(estimat
     plain = [_team(i, r, None) for i, r in enumerate(outcomes)]
     credited = [_team(i, r, c) for i, (r, c) in enumerate(zip(outcomes, [0.0, 3.0, -2.0, 1.0]))]
 
-    before, _ = build_samples(plain, estimator=estimator)
-    after, _ = build_samples(credited, estimator=estimator)
+    before, _ = build_samples(plain, estimator=make_estimator(estimator))
+    after, _ = build_samples(credited, estimator=make_estimator(estimator))
 
     assert _advantages(after, "pb") == _advantages(before, "pb")
     assert _advantages(after, "pa") != _advantages(before, "pa")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 
+from agentrl_sdk.algorithms import make_estimator
 from agentrl_sdk.rollout.rewards import score
 from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.types import RewardComponent, Segment, Trajectory
@@ -59,7 +60,7 @@ def test_samples_share_rollout_advantage_and_weight():
     lonely = _traj(row="s", index=0)
     lonely.reward = 5.0
     skipped = _traj(row="s", index=1)
-    samples, metrics = build_samples([t0, t1, lonely, skipped], estimator="grpo")
+    samples, metrics = build_samples([t0, t1, lonely, skipped], estimator=make_estimator("grpo"))
 
     assert [(s.row_id, s.sample_index, s.node, s.weight) for s in samples] == [
         ("r", 0, "solver", 0.5), ("r", 0, "solver2", 0.5), ("r", 1, "solver", 1.0),

@@ -11,8 +11,9 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
 import agentrl_sdk as sdk
+from agentrl_sdk.algorithms import make_estimator
 from agentrl_sdk.rollout.credit import credit_policies
-from agentrl_sdk.rollout.step_samples import build_step_samples, call_anchors, call_rewards
+from agentrl_sdk.rollout.samples import build_samples, call_anchors, call_rewards
 from agentrl_sdk.types import LLMCall, RewardComponent, Segment, Trajectory
 
 
@@ -53,7 +54,7 @@ def _two_call_rollout(index: int, outcome: float, first_call_bonus: float) -> Tr
 
 def test_each_call_is_a_sample_with_its_exact_tokens_and_share_of_the_rollout():
     trajs = [_two_call_rollout(0, 1.0, 0.5), _two_call_rollout(1, 0.0, 0.0)]
-    samples, metrics = build_step_samples(trajs, gamma=1.0, baseline="drgrpo")
+    samples, metrics = build_samples(trajs, estimator=make_estimator("step", baseline="drgrpo"))
     assert metrics["samples"] == 4.0  # the frozen judge's call is not trained
     first, second = samples[:2]
     assert (first.prompt_ids, first.response_ids, first.old_logprobs,
@@ -96,7 +97,7 @@ async def test_call_samples_of_a_recorded_tool_rollout_are_prefixes_of_its_segme
     assert traj.status == "ok" and len(traj.calls) == 2 and len(traj.segments) == 1
     traj.reward = sum(traj.rewards.values())
 
-    samples, _ = build_step_samples([traj])
+    samples, _ = build_samples([traj], estimator=make_estimator("step"))
 
     (segment,) = traj.segments
     sequence = segment.prompt_ids + segment.response_ids
@@ -115,7 +116,9 @@ def test_gigpo_groups_the_calls_that_start_from_the_same_anchor_state():
     assert first == [("agent", (1, 2))] * 2  # the row's prompt
     assert second == [("agent", (90, 91))] * 2  # the same tool result came back
 
-    samples, metrics = build_step_samples(trajs, baseline="drgrpo", anchor_weight=1.0)
+    samples, metrics = build_samples(
+        trajs, estimator=make_estimator("step", baseline="drgrpo", omega=1.0)
+    )
     # Episode: totals 1.5, 0 -> +-0.75. Steps: returns {1.5, 0} at the first anchor -> +-0.75,
     # {1.0, 0} at the second -> +-0.5.
     assert [s.advantage for s in samples] == pytest.approx([1.5, 1.25, -1.5, -1.25])

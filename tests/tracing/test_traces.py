@@ -160,7 +160,7 @@ def test_sampling_modes_and_loss_shares():
         n = 4
         return Sample(row_id=row, sample_index=i, prompt_ids=[1], response_ids=[2] * n,
                       response_mask=[1] * trained + [0] * (n - trained), old_logprobs=[0.0] * n,
-                      advantage=float(i), weight=weight)
+                      token_advantages=[float(i)] * n, weight=weight)
 
     samples = [sample("a", 0, 1), sample("a", 1, 3, 0.5), sample("a", 1, 1, 0.5)]
     seq = rollout_credit(samples, "seq-mean-token-mean")

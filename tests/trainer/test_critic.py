@@ -23,7 +23,7 @@ def _samples() -> list[Sample]:
         response = torch.randint(3, 200, (len(mask),), generator=g).tolist()
         out.append(Sample(row_id=f"r{i}", sample_index=0, prompt_ids=prompt, response_ids=response,
                           response_mask=mask, old_logprobs=[0.0] * len(mask),
-                          reward=float(i % 2 == 0)))
+                          token_advantages=[0.0] * len(mask), reward=float(i % 2 == 0)))
     return out
 
 

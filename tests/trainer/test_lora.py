@@ -65,9 +65,10 @@ async def sampled_logprobs(engine, group, config) -> tuple[list[float], list[flo
     prompt = [5, 99, 310, 7]
     params = SamplingParams(temperature=config.temperature, max_tokens=12, seed=3)
     sampled = await engine.generate(prompt, params, "sampled")
+    n = len(sampled.token_ids)
     sample = Sample(
         row_id="x", sample_index=0, prompt_ids=prompt, response_ids=sampled.token_ids,
-        response_mask=[1] * len(sampled.token_ids), old_logprobs=sampled.logprobs,
+        response_mask=[1] * n, old_logprobs=sampled.logprobs, token_advantages=[0.0] * n,
     )  # fmt: skip
     return sampled.logprobs, group.compute_logprobs(Batch(samples=[sample]))[0]
 

@@ -85,9 +85,10 @@ async def test_each_push_serves_its_adapter_with_the_trainers_logprobs(
             )
             sampled = await served[name].generate(prompt, params, name)
             assert sampled.policy_version == served[name].policy_version
+            n = len(sampled.token_ids)
             sample = Sample(
                 row_id="x", sample_index=0, prompt_ids=prompt, response_ids=sampled.token_ids,
-                response_mask=[1] * len(sampled.token_ids), old_logprobs=sampled.logprobs,
+                response_mask=[1] * n, old_logprobs=sampled.logprobs, token_advantages=[0.0] * n,
             )  # fmt: skip
             trainer = views[name].compute_logprobs(Batch(samples=[sample]))[0]
             assert trainer == pytest.approx(sampled.logprobs, abs=1e-4), name

@@ -15,7 +15,8 @@ from agentrl_sdk.types import Sample
 def _sample(prompt, response, mask, old, adv=0.0, weight=1.0) -> Sample:
     return Sample(
         row_id="r", sample_index=0, prompt_ids=prompt, response_ids=response,
-        response_mask=mask, old_logprobs=old, advantage=adv, weight=weight,
+        response_mask=mask, old_logprobs=old, token_advantages=[adv] * len(response),
+        weight=weight,
     )  # fmt: skip
 
 

@@ -65,13 +65,14 @@ def make_batch(seed: int, n: int) -> Batch:
     samples = []
     for i in range(n):
         p, r = rng.randint(1, 6), rng.randint(1, 9)
+        prompt = [rng.randrange(1000) for _ in range(p)]
+        response = [rng.randrange(1000) for _ in range(r)]
+        mask = [int(j == 0 or rng.random() < 0.75) for j in range(r)]
+        old = [-rng.uniform(5.5, 8.5) for _ in range(r)]
         samples.append(Sample(
-            row_id=f"{seed}-{i}", sample_index=0,
-            prompt_ids=[rng.randrange(1000) for _ in range(p)],
-            response_ids=[rng.randrange(1000) for _ in range(r)],
-            response_mask=[int(j == 0 or rng.random() < 0.75) for j in range(r)],
-            old_logprobs=[-rng.uniform(5.5, 8.5) for _ in range(r)],
-            advantage=rng.gauss(0.0, 1.0), weight=rng.choice([1.0, 0.5]),
+            row_id=f"{seed}-{i}", sample_index=0, prompt_ids=prompt, response_ids=response,
+            response_mask=mask, old_logprobs=old, token_advantages=[rng.gauss(0.0, 1.0)] * r,
+            weight=rng.choice([1.0, 0.5]),
         ))  # fmt: skip
     return Batch(samples=samples)
 
@@ -307,7 +308,7 @@ def teach(group: TrainerGroup, prompt: list[int], target: int, updates: int) -> 
     """PPO updates rewarding ``target`` after ``prompt`` (and after itself)."""
     sample = Sample(
         row_id="teach", sample_index=0, prompt_ids=prompt, response_ids=[target] * 4,
-        response_mask=[1] * 4, old_logprobs=[0.0] * 4, advantage=1.0,
+        response_mask=[1] * 4, old_logprobs=[0.0] * 4, token_advantages=[1.0] * 4,
     )  # fmt: skip
     for _ in range(updates):
         old = group.compute_logprobs(Batch(samples=[sample]))[0]
@@ -345,9 +346,10 @@ async def test_weight_sync_to_engines_and_export(scenario_a, model_path, tmp_pat
         sampled = await engines[1].generate(
             prompt, SamplingParams(temperature=CONFIG_A.temperature, max_tokens=12, seed=3), "t"
         )
+        n = len(sampled.token_ids)
         sample = Sample(
             row_id="x", sample_index=0, prompt_ids=prompt, response_ids=sampled.token_ids,
-            response_mask=[1] * len(sampled.token_ids), old_logprobs=sampled.logprobs,
+            response_mask=[1] * n, old_logprobs=sampled.logprobs, token_advantages=[0.0] * n,
         )  # fmt: skip
         recomputed = group.compute_logprobs(Batch(samples=[sample]))[0]
         assert recomputed == pytest.approx(sampled.logprobs, abs=1e-4)

@@ -46,7 +46,7 @@ def test_a_value_worker_falls_back_to_the_backbone_and_learns(model_path, monkey
         assert isinstance(worker.model, BackboneWithValueHead)  # sharded by FSDP2 all the same
         samples = [Sample(row_id="r", sample_index=i, prompt_ids=[3, 4 + i],
                           response_ids=[7, 8, 9], response_mask=[1, 0, 1],
-                          old_logprobs=[0.0] * 3, values=[0.0] * 3,
+                          old_logprobs=[0.0] * 3, token_advantages=[0.0] * 3, values=[0.0] * 3,
                           returns=[float(i), 0.0, float(i)]) for i in range(2)]
         flat = FlatSamples.from_samples(samples)
         assert worker.compute_values(flat).tolist() == [0.0] * 6  # the head starts at zero

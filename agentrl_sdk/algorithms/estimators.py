@@ -1,0 +1,264 @@
+"""The advantage estimators behind one registry: a batch of sequences in, one advantage per
+response token out. Adding an estimator is one class and one `ESTIMATORS` entry."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import Tensor
+
+from agentrl_sdk.algorithms.advantages import (
+    AdvantageEstimator,
+    GroupIds,
+    _baseline,
+    _group,
+    _std,
+    compute_grpo_advantages,
+    compute_rloo_advantages,
+)
+from agentrl_sdk.algorithms.value import compute_gae, explained_variance, masked_whiten
+
+if TYPE_CHECKING:
+    from agentrl_sdk.types import Sample
+
+
+def padded(rows: Sequence[Sequence[float]]) -> Tensor:
+    """``(M, T)`` float32, right-padded with 0 (T at least 1)."""
+    out = torch.zeros(len(rows), max([1, *map(len, rows)]))
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """A batch of sampled sequences as an estimator reads it: ``M`` sequences (segments or
+    LLM calls) of ``N`` rollouts, the rollouts in groups that are compared."""
+
+    rewards: Tensor  # (M,) float64, the reward of each sequence's rollout (Sample.reward)
+    rollout: Tensor  # (M,) rollout of each sequence in [0, N); contiguous, in call order
+    group_ids: Sequence[Hashable]  # N group keys, one per rollout
+    mask: Tensor  # (M, T) nonzero at sampled tokens; 0 at observations and padding
+    step_rewards: Tensor | None = None  # (M,) float64, reward earned by each call (per-call)
+    anchor_ids: Sequence[Hashable] | None = None  # M anchor-state keys (GiGPO)
+    values: Tensor | None = None  # (M, T) a critic's values (estimators needing values)
+
+    @classmethod
+    def of(cls, samples: Sequence[Sample], **extra: object) -> Sequences:
+        """The sequences of ``samples``: a rollout is a ``(row, sample, policy)``, a group a
+        ``(row, policy)``; ``extra`` sets ``step_rewards``, ``anchor_ids`` or ``values``."""
+        index: dict[tuple[str, int, str], int] = {}
+        rollout = [index.setdefault((s.row_id, s.sample_index, s.policy), len(index))
+                   for s in samples]  # fmt: skip
+        return cls(
+            rewards=torch.tensor([s.reward for s in samples], dtype=torch.float64),
+            rollout=torch.tensor(rollout, dtype=torch.long),
+            group_ids=[(row, policy) for row, _, policy in index],
+            mask=padded([s.response_mask for s in samples]),
+            **extra,  # type: ignore[arg-type]
+        )
+
+    @property
+    def first(self) -> Tensor:
+        """``(M,)`` True at each rollout's first sequence."""
+        first = torch.ones_like(self.rollout, dtype=torch.bool)
+        first[1:] = self.rollout[1:] != self.rollout[:-1]
+        return first
+
+
+class Estimate(NamedTuple):
+    """An estimator's answer: ``(M, T)`` advantages (the columns past a sequence's length are
+    padding), metrics, and the critic's regression targets when it read values."""
+
+    advantages: Tensor
+    metrics: dict[str, float]
+    returns: Tensor | None = None
+
+
+class Estimator(Protocol):
+    """Turns a batch of `Sequences` into one advantage per response token."""
+
+    needs_values: ClassVar[bool]
+    """Reads a critic's values (``Sequences.values``): the job trains value models."""
+    per_call: ClassVar[bool]
+    """Reads one sequence per LLM call (``step_rewards``, ``anchor_ids``), not per segment."""
+
+    def __call__(self, seqs: Sequences) -> Estimate:
+        """The advantages of ``seqs``."""
+        ...
+
+
+class GroupEstimator(BaseModel):
+    """GRPO, Dr.GRPO (no std division) or RLOO over each group's rollout rewards, each token
+    with its rollout's advantage (`compute_grpo_advantages`, `compute_rloo_advantages`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    baseline: AdvantageEstimator = "grpo"
+    needs_values: ClassVar[bool] = False
+    per_call: ClassVar[bool] = False
+
+    def rollout_advantages(self, rewards: Tensor, group_ids: GroupIds) -> tuple[Tensor, dict]:
+        """``(N,)`` advantages of one reward per rollout, and their metrics."""
+        if self.baseline == "rloo":
+            return compute_rloo_advantages(rewards, group_ids)
+        return compute_grpo_advantages(rewards, group_ids, norm_by_std=self.baseline == "grpo")
+
+    def __call__(self, seqs: Sequences) -> Estimate:
+        """Rollout advantages, broadcast over every token of the rollout's sequences."""
+        adv, metrics = self.rollout_advantages(seqs.rewards[seqs.first], seqs.group_ids)
+        return Estimate(adv[seqs.rollout][:, None].expand(seqs.mask.shape), metrics)  # (M, T)
+
+
+def discounted_returns(rewards: Tensor, rollout: Tensor, gamma: float) -> Tensor:
+    """``(M,)`` ``G_k = r_k + gamma * G_{k+1}`` within each rollout (0 after its last call),
+    for ``(M,)`` call ``rewards`` and ``rollout`` as in `Sequences`."""
+    returns = torch.empty_like(rewards)  # (M,)
+    running = rewards.new_zeros(())
+    for k in range(rewards.numel() - 1, -1, -1):
+        if k == rewards.numel() - 1 or rollout[k + 1] != rollout[k]:
+            running = rewards.new_zeros(())  # the rollout's last call
+        running = rewards[k] + gamma * running
+        returns[k] = running
+    return returns
+
+
+class StepEstimator(BaseModel):
+    """Step-level credit: each LLM call's discounted return ``G_k`` (`discounted_returns` of
+    ``step_rewards``, a rollout's outcome on its last call) against its group.
+
+    ``omega`` None: ``adv_k = (G_k - b_i) / s_i`` for call ``k`` of rollout ``i``, with
+    ``G_i = G_{first call of i}`` the rollout's return, ``b_i`` the mean of ``G`` over the
+    rollouts of ``i``'s group (``grpo``, ``drgrpo``) or over the others (``rloo``), ``s_i`` the
+    group's unbiased std of ``G`` plus ``eps`` for ``grpo`` (1 when that std is 0, so rewards
+    earned by single calls still count), else 1; groups of one rollout get 0. With ``gamma = 1``
+    and only a last-call reward these are the rollout-level advantages (to rounding).
+    Metrics: ``step_adv_mean``, ``step_adv_std``, ``step_return_mean``.
+
+    ``omega`` set, GiGPO (Feng et al., arXiv:2505.10978): ``adv_k = A_E(i) + omega * A_S(k)``,
+    ``A_E`` the ``baseline`` group estimator over the rollouts' total rewards, ``A_S`` the same
+    over the calls' returns within the step group of calls that share their rollout's group
+    and their anchor state (``anchor_ids``); a step group of one call adds nothing.
+    Metrics: ``step_adv_mean``, ``step_adv_std``, ``step_groups``, ``step_group_size_mean``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    baseline: AdvantageEstimator = "grpo"
+    gamma: float = 1.0
+    omega: float | None = None
+    eps: float = 1e-6
+    needs_values: ClassVar[bool] = False
+    per_call: ClassVar[bool] = True
+
+    def __call__(self, seqs: Sequences) -> Estimate:
+        """Per-call advantages, broadcast over the call's tokens."""
+        if seqs.step_rewards is None or (self.omega is not None and seqs.anchor_ids is None):
+            raise ValueError("step-level advantages need Sequences.step_rewards (and "
+                             "anchor_ids, with omega), one per call")
+        r = seqs.step_rewards.to(torch.float64)  # (M,)
+        returns = discounted_returns(r, seqs.rollout, self.gamma)  # (M,)
+        if self.omega is None:
+            adv = self._against_group(returns, seqs)
+            extra = {"step_return_mean": returns.mean().item() if returns.numel() else 0.0}
+        else:
+            adv, extra = self._anchored(r, returns, seqs)
+        metrics = {
+            "step_adv_mean": adv.mean().item() if adv.numel() else 0.0,
+            "step_adv_std": adv.std(correction=0).item() if adv.numel() else 0.0,
+            **extra,
+        }
+        return Estimate(adv[:, None].expand(seqs.mask.shape), metrics)  # (M, T)
+
+    def _against_group(self, returns: Tensor, seqs: Sequences) -> Tensor:
+        g = _group(returns[seqs.first], seqs.group_ids)  # per rollout (N,)
+        base = _baseline(g, leave_one_out=self.baseline == "rloo")  # (N,)
+        scale = torch.ones_like(base)  # (N,)
+        if self.baseline == "grpo":
+            std = _std(g, g.r - base)[g.index]  # (N,)
+            scale = torch.where(std > 0, std + self.eps, scale)
+        adv = (returns - base[seqs.rollout]) / scale[seqs.rollout]  # (M,)
+        return torch.where(g.count[g.index][seqs.rollout] > 1, adv, torch.zeros_like(adv))
+
+    def _anchored(self, r: Tensor, returns: Tensor, seqs: Sequences) -> tuple[Tensor, dict]:
+        group = GroupEstimator(baseline=self.baseline)
+        rollout, group_ids = seqs.rollout, seqs.group_ids
+        totals = r.new_zeros(len(group_ids)).index_add(0, rollout, r)  # (N,)
+        episode, _ = group.rollout_advantages(totals, group_ids)  # (N,)
+        step_keys = [(group_ids[i], a)
+                     for i, a in zip(rollout.tolist(), seqs.anchor_ids or (), strict=True)]
+        step, step_metrics = group.rollout_advantages(returns, step_keys)  # (M,)
+        groups = step_metrics["adv_groups"]
+        return episode[rollout] + self.omega * step, {  # type: ignore[operator]
+            "step_groups": groups,
+            "step_group_size_mean": returns.numel() / groups if groups else 0.0,
+        }
+
+
+class GAEEstimator(BaseModel):
+    """PPO with a critic: GAE over the sampled tokens from the critic's values (`compute_gae`),
+    each sequence ending in its rollout's reward; optionally whitened over the batch. Its
+    options are the config's ``algorithm.gae`` section.
+
+    Metrics: ``values_mean``, ``returns_mean``, ``advantages_mean`` (before whitening, all over
+    sampled tokens) and ``explained_variance`` (left out when the returns do not vary).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per sampled token.")
+    lam: float = Field(
+        1.0, ge=0.0, le=1.0, description="GAE lambda: 1 is the Monte-Carlo return minus the "
+        "value, 0 one-step TD. Observation tokens (tool results) take no step either way."
+    )
+    whiten: bool = Field(
+        True, description="Standardise each policy's token advantages over the batch (as "
+        "verl's GAE); the critic's returns are not changed."
+    )
+    needs_values: ClassVar[bool] = True
+    per_call: ClassVar[bool] = False
+
+    def __call__(self, seqs: Sequences) -> Estimate:
+        """Token advantages and returns; 0 at observation tokens."""
+        if seqs.values is None:
+            raise ValueError("gae advantages need a critic's values (Sequences.values)")
+        v, mask = seqs.values, seqs.mask  # (M, T)
+        adv, ret = compute_gae(seqs.rewards.float(), v, mask, self.gamma, self.lam)  # (M, T)
+        keep = mask.bool()
+        metrics = {name: float(x[keep].mean()) if keep.any() else 0.0
+                   for name, x in (("values_mean", v), ("returns_mean", ret),
+                                   ("advantages_mean", adv))}  # fmt: skip
+        ev = explained_variance(v, ret, mask)
+        if not math.isnan(ev):  # returns that do not vary leave nothing to explain
+            metrics["explained_variance"] = ev
+        return Estimate(masked_whiten(adv, mask) if self.whiten else adv, metrics, ret)
+
+
+ESTIMATORS: dict[str, Callable[..., Estimator]] = {
+    "grpo": partial(GroupEstimator, baseline="grpo"),
+    "drgrpo": partial(GroupEstimator, baseline="drgrpo"),
+    "rloo": partial(GroupEstimator, baseline="rloo"),
+    "step": StepEstimator,
+    "gae": GAEEstimator,
+}
+"""Every advantage estimator by name; the one place names map to estimators."""
+
+
+def make_estimator(name: str, **options: object) -> Estimator:
+    """The estimator called ``name`` with the ``options`` it takes; those it does not take are
+    left out, so a config can offer all its sections' options.
+
+    Raises:
+        ValueError: ``name`` is not in `ESTIMATORS`, or an option is out of range.
+    """
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of "
+                         f"{sorted(ESTIMATORS)}")
+    factory = ESTIMATORS[name]
+    # An entry's own options (a partial's keywords) are not the caller's to change.
+    fixed = getattr(factory, "keywords", {})
+    taken = set(getattr(factory, "func", factory).model_fields) - set(fixed)
+    return factory(**{k: v for k, v in options.items() if k in taken})
