@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "ALL_KINDS",
     "PushSize",
     "StateDict",
     "WeightIntake",
@@ -46,11 +45,6 @@ __all__ = [
 
 WeightKind = Literal["state_dict", "shared_files", "object_refs", "collective", "adapter"]
 """The kinds of `WeightPush`, as an engine's `WeightIntake` names them."""
-
-ALL_KINDS: tuple[WeightKind, ...] = (
-    "state_dict", "shared_files", "object_refs", "collective", "adapter",
-)  # fmt: skip
-
 
 @dataclass(frozen=True)
 class StateDict:
