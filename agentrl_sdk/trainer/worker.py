@@ -23,8 +23,10 @@ from agentrl_sdk.algorithms import (
     entropy_from_logits,
     importance_weights,
     kl_loss,
+    micro_batch_share,
     ppo_policy_loss,
     sequence_mass,
+    token_share,
 )
 from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
 from agentrl_sdk.engines.shared_weights import host_id
@@ -65,7 +67,7 @@ class _Normalisers:
 
     loss_denominator: float  # sum_i w_i n_i (token-mean) or sum_i w_i [n_i > 0] (seq-mean)
     trained_tokens: float  # sum_i n_i, for the token-mean metrics
-    padded_length: int  # longest response (the T of seq-mean-token-sum-norm)
+    padded_length: int  # longest response (the T of a normalised token sum)
 
 
 @dataclass
@@ -524,13 +526,11 @@ class PolicyWorker:
         """A micro-batch's share of the step's loss and of its trained tokens (the weight of
         its token-mean metrics)."""
         # share * (S_mb / d_mb) = S_mb / D: the micro-batch's part of the whole-batch loss.
-        share = 0.0
-        if indices and norm.loss_denominator:
-            share = self._denominator(flat, indices) / norm.loss_denominator
-        if self.loss_config.agg == "seq-mean-token-sum-norm":
-            share *= mask.shape[1] / norm.padded_length  # its T is the batch's longest response
-        token_share = float(mask.sum()) / norm.trained_tokens if norm.trained_tokens else 0.0
-        return share, token_share
+        share = micro_batch_share(
+            self._denominator(flat, indices), norm.loss_denominator, self.loss_config.agg,
+            mask.shape[1], norm.padded_length,
+        )  # fmt: skip
+        return share, token_share(float(mask.sum()), norm.trained_tokens)
 
     def _reference_logprobs(self, batch: PackedBatch) -> torch.Tensor:
         """Logprobs under the KL reference: the initial weights, or the base under LoRA."""
