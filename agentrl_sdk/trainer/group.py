@@ -61,7 +61,7 @@ class TrainerGroup:
         TrainerError: A worker failed to start.
     """
 
-    worker_cls: type[PolicyWorker] = PolicyWorker
+    worker_cls: type = PolicyWorker
     """The class of the ranks (`agentrl_sdk.trainer.critic.CriticGroup` runs value workers)."""
 
     def __init__(

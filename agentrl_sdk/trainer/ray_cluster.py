@@ -1,14 +1,16 @@
-"""Starting Ray for the trainer, and checking the cluster can host its workers."""
+"""Starting Ray for the trainer, checking the cluster can host its workers, and where a rank
+runs in it."""
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import TrainerError
 
-__all__ = ["check_resources", "init_ray"]
+__all__ = ["check_resources", "init_ray", "ray_node_id", "rendezvous_address"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,3 +66,22 @@ def init_ray(config: TrainerConfig) -> bool:
         configure_logging=True,
     )
     return True
+
+
+def rendezvous_address() -> tuple[str, int]:
+    """This node's IP and a free TCP port on it, for rank 0 to host the rendezvous."""
+    import ray
+
+    # Outside Ray (a rank built by hand) the ranks share this machine; inside, every rank
+    # must reach this node's address: no fallback that would hang a 2-node rendezvous.
+    ip = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return ip, s.getsockname()[1]
+
+
+def ray_node_id() -> str | None:
+    """The Ray node this worker runs on (None outside Ray): where a multi-node job placed it."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
