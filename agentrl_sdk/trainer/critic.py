@@ -177,7 +177,9 @@ def _value_head(model: nn.Module) -> torch.nn.Linear:
 
 class CriticGroup(TrainerGroup):
     """``world_size`` `ValueWorker` actors beside the policy's: the same start-up, lockstep
-    calls, rank recovery (rebuild, last checkpoint, replayed updates) and checkpoints.
+    calls, rank recovery (rebuild, last checkpoint, replayed updates) and checkpoints. Its
+    ``update`` (samples with ``values`` and ``returns``) returns ``value_loss``,
+    ``clip_fraction``, ``values_mean``, ``grad_norm``, ``lr``, ... as `TrainerGroup.update`.
 
     Args:
         model_path: Local folder of the model the critic starts from (the policy's, or its own
@@ -203,13 +205,3 @@ class CriticGroup(TrainerGroup):
         flat = FlatSamples.from_samples(batch.samples)
         values: np.ndarray = self._recovering(lambda: self._call("compute_values", flat))[0]
         return [values[flat.response_slice(i)].tolist() for i in range(len(flat))]
-
-    def update(self, batch: Batch) -> dict[str, float]:
-        """One critic update on ``batch`` (samples with ``values`` and ``returns``).
-
-        Returns:
-            ``value_loss``, ``clip_fraction``, ``values_mean`` (means over the optimizer
-            steps), ``grad_norm``, ``lr``, ``tokens``, ``samples``, ``time_s``, ... as
-            `TrainerGroup.update`.
-        """
-        return super().update(batch)

@@ -7,6 +7,7 @@ Every rank gets the whole batch and takes its part by the deterministic `shard_p
 
 from __future__ import annotations
 
+import resource
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -68,7 +69,8 @@ def train(sharded: ShardedModel, flat: FlatSamples, objective: Objective) -> dic
         "samples": float(len(flat)),
         "optimizer_steps": float(len(steps)),
         "step": float(sharded.step),
-        "peak_rss_gb": _peak_rss_gb(),
+        # This process's peak resident memory so far, in GiB (Linux reports KiB).
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }
 
 
@@ -153,10 +155,3 @@ def _packed(sharded: ShardedModel, flat: FlatSamples, indices: Sequence[int]) ->
     if not indices:  # a rank with no work still joins the collectives of a forward/backward
         return pack(FlatSamples.placeholder(sharded.pad_id), [0], sharded.pad_id).to(sharded.device)
     return pack(flat, indices, sharded.pad_id).to(sharded.device)
-
-
-def _peak_rss_gb() -> float:
-    """This process's peak resident memory so far, in GiB (Linux reports KiB)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

@@ -32,6 +32,7 @@ from agentrl_sdk.engines.shared_weights import (
 )
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.engines.weights import StateDict, WeightIntake, WeightKind, WeightPush
+from agentrl_sdk.trainer.ray_cluster import wait_ranks
 
 if TYPE_CHECKING:
     from agentrl_sdk.trainer.group import TrainerGroup
@@ -118,7 +119,7 @@ class WeightExports:
 
         def stage() -> list[tuple[str, int, int]]:
             refs = group._submit("run", stage_buckets, plan, slot)
-            return group._wait(refs, "stage_buckets", group.config.call_timeout_s)[0]
+            return wait_ranks(refs, "stage_buckets", group.config.call_timeout_s)[0]
 
         files = group._recovering(stage)
         return SharedWeights(
@@ -135,7 +136,7 @@ class WeightExports:
 
         def put() -> list[tuple[list[Any], int, int]]:
             pending = [group._submit("run", put_bucket, keys) for keys in plan]
-            return [group._wait(refs, "put_bucket", group.config.call_timeout_s)[0]
+            return [wait_ranks(refs, "put_bucket", group.config.call_timeout_s)[0]
                     for refs in pending]  # fmt: skip
 
         buckets = group._recovering(put)
@@ -154,7 +155,7 @@ class WeightExports:
             current = pending
             if i + 1 < len(plan):
                 pending = group._submit("run", gather_packed_bucket, plan[i + 1])
-            packed = group._wait(current, "gather_packed_bucket", group.config.call_timeout_s)[0]
+            packed = wait_ranks(current, "gather_packed_bucket", group.config.call_timeout_s)[0]
             yield packed.unpack()
 
     def _push_group_for(self, audience: tuple[int, ...]) -> WeightGroup:
@@ -164,7 +165,7 @@ class WeightExports:
         if self._push_group is None or self._push_group[0] != key:
             group = self._group
             address = group._actors[0].rendezvous_address.remote()
-            ip, port = group._wait([address], "weight_group", group.config.call_timeout_s)[0]
+            ip, port = wait_ranks([address], "weight_group", group.config.call_timeout_s)[0]
             backend = "nccl" if group.info["device"].startswith("cuda") else "gloo"
             spec = WeightGroup(ip, port, 1 + len(audience), backend, group.config.call_timeout_s)
             self._push_group = (key, spec)
