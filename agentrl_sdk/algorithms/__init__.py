@@ -7,7 +7,14 @@ from agentrl_sdk.algorithms.advantages import (
     compute_grpo_advantages,
     compute_rloo_advantages,
 )
-from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate, loss_shares, sequence_mass
+from agentrl_sdk.algorithms.aggregation import (
+    LossAgg,
+    aggregate,
+    loss_shares,
+    micro_batch_share,
+    sequence_mass,
+    token_share,
+)
 from agentrl_sdk.algorithms.corrections import OffPolicyCorrection, importance_weights
 from agentrl_sdk.algorithms.estimators import ESTIMATORS, Estimator, Sequences, make_estimator
 from agentrl_sdk.algorithms.kl import KLKind, kl_loss, kl_penalty
@@ -42,8 +49,10 @@ __all__ = [
     "kl_penalty",
     "loss_shares",
     "make_estimator",
+    "micro_batch_share",
     "masked_whiten",
     "ppo_policy_loss",
     "sequence_mass",
+    "token_share",
     "value_loss",
 ]

@@ -38,6 +38,28 @@ def loss_shares(masses: Mapping[_Key, float]) -> dict[_Key, float]:
     return {key: float(mass) / total for key, mass in masses.items()}
 
 
+def micro_batch_share(
+    mass: float, total_mass: float, agg: LossAgg, length: int = 1, longest: int = 1
+) -> float:
+    """The factor a micro-batch's own `aggregate` loss is scaled by so that the micro-batches'
+    scaled losses add up to the whole batch's loss (and their gradients to its gradient).
+
+    ``M_mb / M``, with ``M_mb`` and ``M`` the micro-batch's and the batch's summed
+    `sequence_mass` (0 if ``M`` is 0). Under ``seq-mean-token-sum-norm`` also ``× T_mb / T``: the
+    micro-batch divided its token sums by its own padded ``length`` ``T_mb``, the batch by its
+    ``longest`` response ``T``.
+    """
+    share = mass / total_mass if total_mass else 0.0
+    if agg == "seq-mean-token-sum-norm":
+        share *= length / longest
+    return share
+
+
+def token_share(tokens: float, total_tokens: float) -> float:
+    """A micro-batch's weight in the token means of a batch: ``n_mb / n`` (0 if ``n`` is 0)."""
+    return tokens / total_tokens if total_tokens else 0.0
+
+
 def _check_agg(agg: str) -> None:
     if agg != "token-mean" and agg not in _SEQ_LOSS:
         raise ValueError(f"unknown agg {agg!r}; choose one of {['token-mean', *_SEQ_LOSS]}")

@@ -1,5 +1,5 @@
-"""The critic of PPO with a value model: `ValueWorker` ranks (the policy trainer's FSDP2 worker
-with a value head and the clipped value loss) driven by a `CriticGroup`."""
+"""The critic of PPO with a value model: `ValueWorker` ranks (the policy's `ShardedModel` with
+a value head, trained with the clipped value loss) driven by a `CriticGroup`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from agentrl_sdk.algorithms import ValueLossConfig, value_loss
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.group import TrainerGroup
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch
-from agentrl_sdk.trainer.worker import PolicyWorker, _Normalisers
+from agentrl_sdk.trainer.sharded_model import ShardedModel, forwarded, freeze_all_but_last
+from agentrl_sdk.trainer.update_loop import Objective, per_token, train
 from agentrl_sdk.types import Batch
 
 if TYPE_CHECKING:
@@ -23,13 +24,12 @@ if TYPE_CHECKING:
 
 __all__ = ["BackboneWithValueHead", "CriticGroup", "ValueWorker"]
 
-_TOKEN_MEAN_METRICS = ("clip_fraction", "values_mean")
 
-
-class ValueWorker(PolicyWorker):
+class ValueWorker:
     """One critic rank: the model folder's backbone with a ``Linear(hidden, 1)`` value head
-    (transformers' ``AutoModelForTokenClassification`` with one label, as verl's critic),
-    sharded, optimised and checkpointed exactly as the policy (`PolicyWorker`).
+    (transformers' ``AutoModelForTokenClassification`` with one label, as verl's critic), as
+    the policy's `ShardedModel` (sharded, optimised and checkpointed alike) trained with the
+    clipped value loss by the shared `update_loop`.
 
     The head starts at zero (every value 0), so the first advantages are the plain returns and
     every rank starts from the same weights. The value of response token ``t`` is the head's
@@ -41,9 +41,8 @@ class ValueWorker(PolicyWorker):
         model_path: Local ``save_pretrained`` folder of the causal LM the critic starts from.
         config: Trainer options of the critic (its own lr, world size, ...).
         loss_config: The value loss options.
+        adapters: Must be empty (the group passes the policy's argument list).
     """
-
-    loss_config: ValueLossConfig  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -52,56 +51,27 @@ class ValueWorker(PolicyWorker):
         model_path: str,
         config: TrainerConfig,
         loss_config: ValueLossConfig,
-        *args: Any,
-        **kwargs: Any,
+        adapters: Sequence[str] = (),
     ) -> None:
-        if config.lora is not None:
+        if config.lora is not None or adapters:
             raise ValueError("the critic trains every weight of its model: no LoRA")
-        # The rest (e.g. LoRA adapter names) as `PolicyWorker` takes it.
-        super().__init__(rank, world_size, model_path, config, loss_config,  # type: ignore[arg-type]
-                         *args, **kwargs)
+        self.loss_config = loss_config
+        self.sharded = ShardedModel(
+            rank, world_size, model_path, config, loader=_value_model, freeze=_freeze_with_head
+        )
+        self._objective = Objective(
+            self._value_loss, loss_config.agg, ("value_loss",), ("clip_fraction", "values_mean")
+        )
 
-    def _from_pretrained(self) -> nn.Module:
-        from transformers import AutoConfig, AutoModelForTokenClassification
-        from transformers.utils import logging as hf_logging
-
-        config = AutoConfig.from_pretrained(self.model_path, local_files_only=True, num_labels=1)
-        config.classifier_dropout = 0.0
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # the new head is "not initialized from the model"
-        try:
-            model = AutoModelForTokenClassification.from_pretrained(
-                self.model_path, config=config, local_files_only=True, dtype=torch.float32
-            )
-        except ValueError:  # an architecture transformers has no token-classification class for
-            model = BackboneWithValueHead.from_pretrained(self.model_path)
-        finally:
-            hf_logging.set_verbosity(verbosity)
-        head = _value_head(model)
-        with torch.no_grad():
-            head.weight.zero_()
-            if head.bias is not None:
-                head.bias.zero_()
-        return model
-
-    def _freeze(self, model: nn.Module, layers: Sequence[nn.Module]) -> None:
-        super()._freeze(model, layers)
-        _value_head(model).requires_grad_(True)  # the head always trains
-
-    def _wants_reference(self) -> bool:
-        return False
-
-    def _metric_keys(self) -> list[str]:
-        return ["value_loss", *_TOKEN_MEAN_METRICS]
-
-    def _prepared(self, flat: FlatSamples) -> tuple[FlatSamples, dict[str, float]]:
-        if flat.values is None or flat.returns is None:
-            raise ValueError("a critic update needs samples with values and returns (GAE)")
-        return flat, {}
+    rendezvous_address = forwarded("rendezvous_address")
+    setup = forwarded("setup")  # joins the process group, loads and shards the model
+    save_checkpoint = forwarded("save_checkpoint")
+    load_checkpoint = forwarded("load_checkpoint")
+    close = forwarded("close")
 
     def _values(self, batch: PackedBatch) -> torch.Tensor:
         """``(B, T)`` values of the states before each response token."""
-        out = self.model(
+        out = self.sharded.model(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         )
         scores = out.logits[..., 0].float()  # (B, L)
@@ -110,29 +80,60 @@ class ValueWorker(PolicyWorker):
         rows = torch.arange(scores.shape[0], device=scores.device)[:, None]  # (B, 1)
         return scores[rows, batch.logit_index + offset]  # (B, T)
 
-    @torch.no_grad()
     def compute_values(self, flat: FlatSamples) -> np.ndarray:
         """The critic's value of every response token (laid out like ``flat.response_ids``,
         0.0 at mask-0 positions); identical on every rank."""
-        return self._per_token(flat, self._values)
+        return per_token(self.sharded, flat, self._values)
 
-    def _accumulate(
-        self, flat: FlatSamples, indices: list[int], norm: _Normalisers, sums: dict[str, float]
-    ) -> None:
-        """Forward/backward of one micro-batch's value loss, scaled to its share of the step."""
+    def update(self, flat: FlatSamples) -> dict[str, float]:
+        """``ppo_epochs`` passes of the value loss over ``num_mini_batches`` mini-batches.
+
+        Returns:
+            ``value_loss``, ``clip_fraction``, ``values_mean``, ``grad_norm``, ``lr``, ...
+            as `update_loop.train`.
+        """
+        if flat.values is None or flat.returns is None:
+            raise ValueError("a critic update needs samples with values and returns (GAE)")
+        return train(self.sharded, flat, self._objective)
+
+    def _value_loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """The objective of one micro-batch: the clipped value loss."""
         lc = self.loss_config
-        batch = self._packed(flat, indices)
-        mask = batch.response_mask
-        share, token_share = self._shares(flat, indices, norm, mask)
-        values = self._values(batch)
-        assert batch.values is not None and batch.returns is not None  # see _prepared
-        loss, metrics = value_loss(
-            values, batch.values, batch.returns, mask, lc.cliprange_value, lc.agg, batch.weights
+        assert batch.values is not None and batch.returns is not None  # checked in update
+        return value_loss(
+            self._values(batch), batch.values, batch.returns, batch.response_mask,
+            lc.cliprange_value, lc.agg, batch.weights,
+        )  # fmt: skip
+
+
+def _value_model(path: str) -> nn.Module:
+    """The backbone of the causal LM in ``path`` with a zero ``Linear(hidden, 1)`` value head."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
+    from transformers.utils import logging as hf_logging
+
+    config = AutoConfig.from_pretrained(path, local_files_only=True, num_labels=1)
+    config.classifier_dropout = 0.0
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the new head is "not initialized from the model"
+    try:
+        model = AutoModelForTokenClassification.from_pretrained(
+            path, config=config, local_files_only=True, dtype=torch.float32
         )
-        (loss * share).backward()
-        sums["value_loss"] += metrics["value_loss"] * share
-        for key in _TOKEN_MEAN_METRICS:
-            sums[key] += metrics[key] * token_share
+    except ValueError:  # an architecture transformers has no token-classification class for
+        model = BackboneWithValueHead.from_pretrained(path)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    head = _value_head(model)
+    with torch.no_grad():
+        head.weight.zero_()
+        if head.bias is not None:
+            head.bias.zero_()
+    return model
+
+
+def _freeze_with_head(model: nn.Module, layers: Sequence[nn.Module], count: int | None) -> None:
+    freeze_all_but_last(model, layers, count)
+    _value_head(model).requires_grad_(True)  # the head always trains
 
 
 class BackboneWithValueHead(torch.nn.Module):
@@ -176,7 +177,9 @@ def _value_head(model: nn.Module) -> torch.nn.Linear:
 
 class CriticGroup(TrainerGroup):
     """``world_size`` `ValueWorker` actors beside the policy's: the same start-up, lockstep
-    calls, rank recovery (rebuild, last checkpoint, replayed updates) and checkpoints.
+    calls, rank recovery (rebuild, last checkpoint, replayed updates) and checkpoints. Its
+    ``update`` (samples with ``values`` and ``returns``) returns ``value_loss``,
+    ``clip_fraction``, ``values_mean``, ``grad_norm``, ``lr``, ... as `TrainerGroup.update`.
 
     Args:
         model_path: Local folder of the model the critic starts from (the policy's, or its own
@@ -202,13 +205,3 @@ class CriticGroup(TrainerGroup):
         flat = FlatSamples.from_samples(batch.samples)
         values: np.ndarray = self._recovering(lambda: self._call("compute_values", flat))[0]
         return [values[flat.response_slice(i)].tolist() for i in range(len(flat))]
-
-    def update(self, batch: Batch) -> dict[str, float]:
-        """One critic update on ``batch`` (samples with ``values`` and ``returns``).
-
-        Returns:
-            ``value_loss``, ``clip_fraction``, ``values_mean`` (means over the optimizer
-            steps), ``grad_norm``, ``lr``, ``tokens``, ``samples``, ``time_s``, ... as
-            `TrainerGroup.update`.
-        """
-        return super().update(batch)

@@ -23,7 +23,7 @@ from agentrl_sdk.threads import RAY_SUBMIT_LOCK
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 from agentrl_sdk.trainer.packing import FlatSamples
-from agentrl_sdk.trainer.ray_cluster import check_resources, init_ray
+from agentrl_sdk.trainer.ray_cluster import check_resources, init_ray, wait_ranks
 from agentrl_sdk.trainer.weight_export import WeightExports
 from agentrl_sdk.trainer.worker import PolicyWorker
 from agentrl_sdk.types import Batch
@@ -61,7 +61,7 @@ class TrainerGroup:
         TrainerError: A worker failed to start.
     """
 
-    worker_cls: type[PolicyWorker] = PolicyWorker
+    worker_cls: type = PolicyWorker
     """The class of the ranks (`agentrl_sdk.trainer.critic.CriticGroup` runs value workers)."""
 
     def __init__(
@@ -115,7 +115,7 @@ class TrainerGroup:
         ]
         try:
             address = self._actors[0].rendezvous_address.remote()
-            ip, port = self._wait([address], "start", cfg.init_timeout_s)[0]
+            ip, port = wait_ranks([address], "start", cfg.init_timeout_s)[0]
             if ip == ray.util.get_node_ip_address():
                 ip = "127.0.0.1"  # rank 0 shares the driver's node: stay on loopback
             ranks = self._call("setup", ip, port, timeout=cfg.init_timeout_s)
@@ -380,42 +380,7 @@ class TrainerGroup:
     def _call(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
         """Runs ``method(*args)`` on every rank; returns the results in rank order."""
         refs = self._submit(method, *args)
-        return self._wait(refs, method, timeout or self.config.call_timeout_s)
-
-    def _wait(self, refs: list[Any], method: str, timeout: float) -> list[Any]:
-        """Results of ``refs`` (one per rank); the first failure is raised with its rank."""
-        import ray
-        from ray.exceptions import RayActorError, RayTaskError
-
-        deadline = time.monotonic() + timeout
-        rank_of = {ref: rank for rank, ref in enumerate(refs)}
-        results: list[Any] = [None] * len(refs)
-        pending = list(refs)
-        while pending:
-            left = max(0.0, deadline - time.monotonic())
-            ready, pending = ray.wait(pending, num_returns=1, timeout=left)
-            if not ready:
-                ranks = sorted(rank_of[r] for r in pending)
-                raise TrainerError(
-                    f"trainer {method} timed out after {timeout:.0f}s waiting for ranks {ranks}; "
-                    "raise TrainerConfig.call_timeout_s if the work is just slow"
-                )
-            rank = rank_of[ready[0]]
-            try:
-                results[rank] = ray.get(ready[0], timeout=max(1.0, deadline - time.monotonic()))
-            except RayTaskError as exc:
-                cause = exc.cause if exc.cause is not None else exc
-                also = _failed_ranks(pending, rank_of)
-                raise TrainerError(
-                    f"trainer rank {rank} failed in {method}: {type(cause).__name__}: {cause}"
-                    + (f" (ranks {also} failed too)" if also else "")
-                ) from cause
-            except RayActorError as exc:
-                raise RankDiedError(
-                    f"trainer rank {rank} died during {method} "
-                    f"({type(exc).__name__}: {str(exc).splitlines()[0]})"
-                ) from exc
-        return results
+        return wait_ranks(refs, method, timeout or self.config.call_timeout_s)
 
 
 def _on(adapter: str | None, method: str, *args: Any) -> tuple[Any, ...]:
@@ -423,20 +388,3 @@ def _on(adapter: str | None, method: str, *args: Any) -> tuple[Any, ...]:
     if adapter is None:
         return (method, *args)
     return ("for_adapter", adapter, method, *args)
-
-
-def _failed_ranks(refs: list[Any], rank_of: dict[Any, int], wait_s: float = 1.0) -> list[int]:
-    """Ranks among ``refs`` that fail within ``wait_s``; reading their errors keeps Ray from
-    reporting them again as unhandled."""
-    import ray
-
-    if not refs:
-        return []
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
-    failed = []
-    for ref in ready:
-        try:
-            ray.get(ref, timeout=wait_s)
-        except Exception:  # noqa: BLE001 - only which ranks failed matters here
-            failed.append(rank_of[ref])
-    return sorted(failed)

@@ -1,14 +1,20 @@
-"""Starting Ray for the trainer, and checking the cluster can host its workers."""
+"""Ray for the trainer: starting it, checking the cluster can host the ranks, where a rank runs,
+and waiting on the ranks' results."""
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
+import time
+from typing import Any
 
 from agentrl_sdk.trainer.config import TrainerConfig
-from agentrl_sdk.trainer.errors import TrainerError
+from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 
-__all__ = ["check_resources", "init_ray"]
+__all__ = [
+    "check_resources", "init_ray", "ray_node_id", "rendezvous_address", "wait_ranks",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,3 +70,76 @@ def init_ray(config: TrainerConfig) -> bool:
         configure_logging=True,
     )
     return True
+
+
+def rendezvous_address() -> tuple[str, int]:
+    """This node's IP and a free TCP port on it, for rank 0 to host the rendezvous."""
+    import ray
+
+    # Outside Ray (a rank built by hand) the ranks share this machine; inside, every rank
+    # must reach this node's address: no fallback that would hang a 2-node rendezvous.
+    ip = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return ip, s.getsockname()[1]
+
+
+def ray_node_id() -> str | None:
+    """The Ray node this worker runs on (None outside Ray): where a multi-node job placed it."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
+def wait_ranks(refs: list[Any], method: str, timeout: float) -> list[Any]:
+    """Results of ``refs`` (one per rank, in rank order); the first failure is raised with its
+    rank (`TrainerError`, or `RankDiedError` when its process died)."""
+    import ray
+    from ray.exceptions import RayActorError, RayTaskError
+
+    deadline = time.monotonic() + timeout
+    rank_of = {ref: rank for rank, ref in enumerate(refs)}
+    results: list[Any] = [None] * len(refs)
+    pending = list(refs)
+    while pending:
+        left = max(0.0, deadline - time.monotonic())
+        ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+        if not ready:
+            ranks = sorted(rank_of[r] for r in pending)
+            raise TrainerError(
+                f"trainer {method} timed out after {timeout:.0f}s waiting for ranks {ranks}; "
+                "raise TrainerConfig.call_timeout_s if the work is just slow"
+            )
+        rank = rank_of[ready[0]]
+        try:
+            results[rank] = ray.get(ready[0], timeout=max(1.0, deadline - time.monotonic()))
+        except RayTaskError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            also = _failed_ranks(pending, rank_of)
+            raise TrainerError(
+                f"trainer rank {rank} failed in {method}: {type(cause).__name__}: {cause}"
+                + (f" (ranks {also} failed too)" if also else "")
+            ) from cause
+        except RayActorError as exc:
+            raise RankDiedError(
+                f"trainer rank {rank} died during {method} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0]})"
+            ) from exc
+    return results
+
+
+def _failed_ranks(refs: list[Any], rank_of: dict[Any, int], wait_s: float = 1.0) -> list[int]:
+    """Ranks among ``refs`` that fail within ``wait_s``; reading their errors keeps Ray from
+    reporting them again as unhandled."""
+    import ray
+
+    if not refs:
+        return []
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+    failed = []
+    for ref in ready:
+        try:
+            ray.get(ref, timeout=wait_s)
+        except Exception:  # noqa: BLE001 - only which ranks failed matters here
+            failed.append(rank_of[ref])
+    return sorted(failed)

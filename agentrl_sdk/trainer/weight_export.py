@@ -1,10 +1,11 @@
 """The trainer's side of weight pushes: a `TrainerGroup`'s weights as each kind of `WeightPush`.
 
 `WeightExports` (in the driver) plans the buckets once, asks the ranks for them and builds the
-push value; the functions below run inside the ranks (`PolicyWorker.run`), every rank
-gathering each bucket (a collective) and rank 0 handing it on: written to staged files, put in
-its object store, packed for the driver, or broadcast to a push group. A new transport is one
-case in `WeightExports.export` and, where it moves tensors its own way, one function here.
+push value; the functions below run inside the ranks on their `ShardedModel` (the worker's
+``run``), every rank gathering each bucket (a collective) and rank 0 handing it on: written to
+staged files, put in its object store, packed for the driver, or broadcast to a push group. A
+new transport is one case in `WeightExports.export` and, where it moves tensors its own way, one
+function here.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ from agentrl_sdk.engines.shared_weights import (
 )
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.engines.weights import StateDict, WeightIntake, WeightKind, WeightPush
+from agentrl_sdk.trainer.ray_cluster import wait_ranks
 
 if TYPE_CHECKING:
     from agentrl_sdk.trainer.group import TrainerGroup
-    from agentrl_sdk.trainer.worker import PolicyWorker
+    from agentrl_sdk.trainer.sharded_model import ShardedModel
 
 __all__ = ["WeightExports", "release_staged"]
 
@@ -117,7 +119,7 @@ class WeightExports:
 
         def stage() -> list[tuple[str, int, int]]:
             refs = group._submit("run", stage_buckets, plan, slot)
-            return group._wait(refs, "stage_buckets", group.config.call_timeout_s)[0]
+            return wait_ranks(refs, "stage_buckets", group.config.call_timeout_s)[0]
 
         files = group._recovering(stage)
         return SharedWeights(
@@ -134,7 +136,7 @@ class WeightExports:
 
         def put() -> list[tuple[list[Any], int, int]]:
             pending = [group._submit("run", put_bucket, keys) for keys in plan]
-            return [group._wait(refs, "put_bucket", group.config.call_timeout_s)[0]
+            return [wait_ranks(refs, "put_bucket", group.config.call_timeout_s)[0]
                     for refs in pending]  # fmt: skip
 
         buckets = group._recovering(put)
@@ -153,7 +155,7 @@ class WeightExports:
             current = pending
             if i + 1 < len(plan):
                 pending = group._submit("run", gather_packed_bucket, plan[i + 1])
-            packed = group._wait(current, "gather_packed_bucket", group.config.call_timeout_s)[0]
+            packed = wait_ranks(current, "gather_packed_bucket", group.config.call_timeout_s)[0]
             yield packed.unpack()
 
     def _push_group_for(self, audience: tuple[int, ...]) -> WeightGroup:
@@ -163,7 +165,7 @@ class WeightExports:
         if self._push_group is None or self._push_group[0] != key:
             group = self._group
             address = group._actors[0].rendezvous_address.remote()
-            ip, port = group._wait([address], "weight_group", group.config.call_timeout_s)[0]
+            ip, port = wait_ranks([address], "weight_group", group.config.call_timeout_s)[0]
             backend = "nccl" if group.info["device"].startswith("cuda") else "gloo"
             spec = WeightGroup(ip, port, 1 + len(audience), backend, group.config.call_timeout_s)
             self._push_group = (key, spec)
@@ -207,7 +209,7 @@ def release_staged() -> None:
 
 
 def stage_buckets(
-    worker: PolicyWorker, plan: Sequence[Sequence[str]], slot: int
+    worker: ShardedModel, plan: Sequence[Sequence[str]], slot: int
 ) -> list[tuple[str, int, int]] | None:
     """Each bucket of ``plan`` gathered (a collective) and written by rank 0 as staged file
     ``index`` of ``slot`` (0 or 1), in one call per push (one state dict, no round trip per
@@ -226,8 +228,8 @@ def stage_buckets(
     return files if worker.rank == 0 else None
 
 
-def put_bucket(worker: PolicyWorker, keys: Sequence[str]) -> tuple[list[Any], int, int] | None:
-    """`PolicyWorker.gather_bucket` put in this node's object store by rank 0 (a collective).
+def put_bucket(worker: ShardedModel, keys: Sequence[str]) -> tuple[list[Any], int, int] | None:
+    """`ShardedModel.gather_bucket` put in this node's object store by rank 0 (a collective).
 
     Returns:
         On rank 0, ``[ref]`` (in a list, so Ray hands over the reference, not the object),
@@ -243,14 +245,14 @@ def put_bucket(worker: PolicyWorker, keys: Sequence[str]) -> tuple[list[Any], in
     return [ray.put(PackedTensors.pack(state))], len(state), nbytes
 
 
-def gather_packed_bucket(worker: PolicyWorker, keys: Sequence[str]) -> PackedTensors | None:
-    """`PolicyWorker.gather_bucket` as numpy arrays, which leave the actor without a copy."""
+def gather_packed_bucket(worker: ShardedModel, keys: Sequence[str]) -> PackedTensors | None:
+    """`ShardedModel.gather_bucket` as numpy arrays, which leave the actor without a copy."""
     state = worker.gather_bucket(keys)
     return None if state is None else PackedTensors.pack(state)
 
 
-def bucket_layouts(worker: PolicyWorker, bucket_bytes: int) -> list[BucketLayout]:
-    """How each bucket of `PolicyWorker.state_dict_plan` is laid out for a broadcast."""
+def bucket_layouts(worker: ShardedModel, bucket_bytes: int) -> list[BucketLayout]:
+    """How each bucket of `ShardedModel.state_dict_plan` is laid out for a broadcast."""
     meta = {}
     for keys, tensor in worker.engine_tensors():
         full = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
@@ -259,7 +261,7 @@ def bucket_layouts(worker: PolicyWorker, bucket_bytes: int) -> list[BucketLayout
     return [BucketLayout.of({k: meta[k] for k in keys}) for keys in plan]
 
 
-def broadcast_buckets(worker: PolicyWorker, push: CollectiveWeights) -> int:
+def broadcast_buckets(worker: ShardedModel, push: CollectiveWeights) -> int:
     """Every bucket of ``push`` gathered (a collective on every rank) and broadcast by rank 0
     to the push group (which it joins as rank 0 on the first push); returns the bytes."""
     member, device = joined(push.group, 0) if worker.rank == 0 else (None, None)

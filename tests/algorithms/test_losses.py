@@ -21,8 +21,10 @@ from agentrl_sdk.algorithms import (
     kl_loss,
     kl_penalty,
     loss_shares,
+    micro_batch_share,
     ppo_policy_loss,
     sequence_mass,
+    token_share,
 )
 
 SETTINGS = settings(max_examples=50, deadline=None)
@@ -192,6 +194,31 @@ def test_sequence_mass_hand_computed(agg, expected):
     assert [float(sequence_mass(w, n, agg)) for w, n in zip(weights, trained)] == expected
     with pytest.raises(ValueError, match="unknown agg"):
         sequence_mass(weights, trained, "mean")
+
+
+def test_micro_batch_shares_hand_computed():
+    assert micro_batch_share(1.0, 4.0, "token-mean", 3, 6) == 0.25
+    assert micro_batch_share(1.0, 4.0, "seq-mean-token-sum-norm", 3, 6) == 0.125  # 1/4 * 3/6
+    assert micro_batch_share(1.0, 0.0, "seq-mean-token-mean") == 0.0  # nothing trains
+    assert token_share(3.0, 12.0) == 0.25 and token_share(0.0, 0.0) == 0.0
+
+
+@pytest.mark.parametrize("agg", AGGS)
+def test_micro_batch_losses_scaled_by_their_shares_add_up_to_the_batch_loss(agg):
+    """Rows 0-1 padded to 3 tokens, row 2 to 5: the two micro-batches' losses, each aggregated
+    alone and scaled by its share, give the whole (5-token padded) batch's loss."""
+    loss = torch.tensor([[1.0, 2.0, 3.0, 0.0, 0.0], [4.0, 5.0, 0.0, 0.0, 0.0],
+                         [6.0, 7.0, 8.0, 9.0, 1.0]])  # fmt: skip
+    mask = torch.tensor([[1, 1, 0, 0, 0], [0, 1, 1, 0, 0], [1, 0, 1, 1, 1]])
+    w = torch.tensor([0.5, 1.0, 2.0])
+    mass = sequence_mass(w.numpy(), mask.sum(-1).numpy(), agg)
+    parts = [(slice(0, 2), 3), (slice(2, 3), 5)]
+    total = sum(
+        micro_batch_share(float(mass[rows].sum()), float(mass.sum()), agg, T, 5)
+        * aggregate(loss[rows, :T], mask[rows, :T], agg, w[rows])
+        for rows, T in parts
+    )
+    assert float(total) == pytest.approx(float(aggregate(loss, mask, agg, w)), rel=1e-6)
 
 
 def test_loss_shares_sum_to_one_or_are_all_zero():

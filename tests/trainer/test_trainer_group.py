@@ -35,7 +35,7 @@ from agentrl_sdk.trainer import (
     WeightSync,
 )
 from agentrl_sdk.trainer.packing import shard_plan
-from agentrl_sdk.trainer.worker import freeze_all_but_last
+from agentrl_sdk.trainer.sharded_model import freeze_all_but_last
 from agentrl_sdk.types import Batch, Sample, SamplingParams
 
 pytestmark = pytest.mark.slow

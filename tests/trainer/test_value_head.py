@@ -41,9 +41,12 @@ def test_a_value_worker_falls_back_to_the_backbone_and_learns(model_path, monkey
     monkeypatch.setattr(transformers.AutoModelForTokenClassification, "from_pretrained",
                         unsupported)
     worker = ValueWorker(0, 1, str(model_path), TrainerConfig(lr=1e-2), ValueLossConfig())
+    # setup sets this process's torch threads as a rank's: later tests' in-process references
+    # (exact to 1e-5) must compute with the threads they had.
+    threads = torch.get_num_threads()
     try:
         worker.setup(*worker.rendezvous_address())
-        assert isinstance(worker.model, BackboneWithValueHead)  # sharded by FSDP2 all the same
+        assert isinstance(worker.sharded.model, BackboneWithValueHead)  # FSDP2-sharded all the same
         samples = [Sample(row_id="r", sample_index=i, prompt_ids=[3, 4 + i],
                           response_ids=[7, 8, 9], response_mask=[1, 0, 1],
                           old_logprobs=[0.0] * 3, token_advantages=[0.0] * 3, values=[0.0] * 3,
@@ -54,3 +57,4 @@ def test_a_value_worker_falls_back_to_the_backbone_and_learns(model_path, monkey
         assert losses[0] == 0.25 and losses[-1] < losses[0]  # 0.5 * mean(R^2) = 0.5 * 2 / 4
     finally:
         worker.close()
+        torch.set_num_threads(threads)

@@ -1,0 +1,157 @@
+"""The update loop of policy and critic ranks: an `Objective` over mini-batches (one optimizer
+step each) and micro-batches (one forward/backward each, its loss scaled by its share of the
+step's, `micro_batch_share`, so that FSDP's summed gradients are the whole batch's).
+
+Every rank gets the whole batch and takes its part by the deterministic `shard_plan`.
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from agentrl_sdk.algorithms import LossAgg, micro_batch_share, sequence_mass, token_share
+from agentrl_sdk.trainer.lora import lora_dropout_active
+from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, mini_batches, pack, shard_plan
+
+if TYPE_CHECKING:
+    from agentrl_sdk.trainer.sharded_model import ShardedModel
+
+__all__ = ["Objective", "per_token", "train"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a rank trains: the loss of one packed micro-batch and how its metrics add up.
+
+    Args:
+        loss: ``batch -> (loss, metrics)``: the micro-batch's scalar loss, aggregated over its
+            own tokens with ``agg``, and its metrics (floats).
+        agg: The loss aggregation, which sets each micro-batch's share of the step's loss.
+        metrics: Metrics summed with the micro-batch's loss share (parts of the loss).
+        token_means: Metrics summed with its share of trained tokens (plain token means).
+    """
+
+    loss: Callable[[PackedBatch], tuple[torch.Tensor, dict[str, float]]]
+    agg: LossAgg
+    metrics: tuple[str, ...]
+    token_means: tuple[str, ...] = ()
+
+
+def train(sharded: ShardedModel, flat: FlatSamples, objective: Objective) -> dict[str, float]:
+    """``ppo_epochs`` passes over ``num_mini_batches`` mini-batches, one optimizer step each.
+
+    Returns:
+        The objective's metrics, ``grad_norm`` and ``lr`` averaged over the optimizer steps
+        (``lr`` is the last step's), plus ``tokens``, ``trained_tokens``, ``samples``,
+        ``optimizer_steps``, ``step`` and ``peak_rss_gb``.
+    """
+    if len(flat) == 0:
+        raise ValueError("update got an empty batch")
+    cfg = sharded.config
+    steps = [
+        _optimizer_step(sharded, flat, mini, objective)
+        for _ in range(cfg.ppo_epochs)
+        for mini in mini_batches(len(flat), cfg.num_mini_batches)
+    ]
+    sharded.updates += 1
+    metrics = {k: sum(s[k] for s in steps) / len(steps) for k in steps[0]}
+    metrics["lr"] = steps[-1]["lr"]
+    return metrics | {
+        "tokens": float(flat.lengths.sum()),
+        "trained_tokens": float(flat.trained_tokens.sum()),
+        "samples": float(len(flat)),
+        "optimizer_steps": float(len(steps)),
+        "step": float(sharded.step),
+        # This process's peak resident memory so far, in GiB (Linux reports KiB).
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
+
+
+@torch.no_grad()
+def per_token(
+    sharded: ShardedModel, flat: FlatSamples, forward: Callable[[PackedBatch], torch.Tensor]
+) -> np.ndarray:
+    """``forward``'s (B, T) output for every response token of ``flat``, each rank computing
+    its share (`shard_plan`), laid out like ``flat.response_ids`` with 0.0 at mask-0 positions;
+    identical on every rank (a collective)."""
+    plan = shard_plan(
+        flat.lengths, range(len(flat)), sharded.world_size, sharded.config.micro_batch_tokens
+    )
+    out = np.zeros(len(flat.response_ids), dtype=np.float32)
+    for indices in plan[sharded.rank]:
+        values = forward(_packed(sharded, flat, indices)).cpu().numpy()
+        for row, i in enumerate(indices):
+            span = flat.response_slice(i)
+            out[span] = values[row, : span.stop - span.start]
+    out *= flat.response_mask
+    total = torch.from_numpy(out).to(sharded.device)
+    dist.all_reduce(total)  # each position is nonzero on one rank at most
+    return total.cpu().numpy()
+
+
+def _optimizer_step(
+    sharded: ShardedModel, flat: FlatSamples, mini: list[int], objective: Objective
+) -> dict[str, float]:
+    cfg, agg = sharded.config, objective.agg
+    mine = shard_plan(flat.lengths, mini, sharded.world_size, cfg.micro_batch_tokens)[sharded.rank]
+    mass, tokens, longest = _normalisers(sharded, flat, [i for mb in mine for i in mb], agg)
+    sums = dict.fromkeys((*objective.metrics, *objective.token_means), 0.0)
+    sharded.optimizer.zero_grad(set_to_none=True)
+    with lora_dropout_active(sharded.model, cfg.lora is not None):
+        for indices in mine:
+            batch = _packed(sharded, flat, indices)
+            mask = batch.response_mask
+            # share * (S_mb / d_mb) = S_mb / D: the micro-batch's part of the whole-batch loss.
+            share = micro_batch_share(_mass(flat, indices, agg), mass, agg, mask.shape[1], longest)
+            tokens_share = token_share(float(mask.sum()), tokens)
+            loss, metrics = objective.loss(batch)
+            (loss * share).backward()
+            for key in objective.metrics:
+                sums[key] += metrics[key] * share
+            for key in objective.token_means:
+                sums[key] += metrics[key] * tokens_share
+    stepped = sharded.optimizer_step()
+    totals = torch.tensor(list(sums.values()), dtype=torch.float64, device=sharded.device)
+    dist.all_reduce(totals)
+    return dict(zip(sums, totals.tolist(), strict=True)) | stepped
+
+
+def _mass(flat: FlatSamples, indices: Sequence[int], agg: LossAgg) -> float:
+    """The aggregation's denominator over ``indices`` (see `sequence_mass`)."""
+    idx = np.asarray(indices, dtype=np.int64)
+    n = flat.trained_tokens[idx].astype(np.float64)
+    w = flat.weights[idx].astype(np.float64)
+    return float(sequence_mass(w, n, agg).sum())
+
+
+def _normalisers(
+    sharded: ShardedModel, flat: FlatSamples, mine: list[int], agg: LossAgg
+) -> tuple[float, float, int]:
+    """The step's loss denominator and trained tokens summed over all ranks, and its longest
+    response (the padded length of the whole batch)."""
+    idx = np.asarray(mine, dtype=np.int64)
+    sums = torch.tensor(
+        [_mass(flat, idx, agg), float(flat.trained_tokens[idx].sum())],
+        dtype=torch.float64,
+        device=sharded.device,
+    )
+    longest = torch.tensor(
+        [int(flat.response_lengths[idx].max(initial=1))], dtype=torch.int64, device=sharded.device
+    )
+    dist.all_reduce(sums)
+    dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    mass, tokens = sums.tolist()
+    return mass, tokens, int(longest.item())
+
+
+def _packed(sharded: ShardedModel, flat: FlatSamples, indices: Sequence[int]) -> PackedBatch:
+    if not indices:  # a rank with no work still joins the collectives of a forward/backward
+        return pack(FlatSamples.placeholder(sharded.pad_id), [0], sharded.pad_id).to(sharded.device)
+    return pack(flat, indices, sharded.pad_id).to(sharded.device)
