@@ -9,6 +9,7 @@ import sys
 
 import httpx
 import pytest
+from transformers import LlamaConfig
 
 from agentrl_sdk.engines._resumable import ResumableRequests
 from agentrl_sdk.engines.vllm_server import VLLMServerEngine, _free_port
@@ -130,7 +131,9 @@ async def test_unreachable_url_fails_with_a_clear_error() -> None:
 def test_a_server_that_exits_at_start_reports_its_code_and_log(tmp_path, monkeypatch) -> None:
     """Without vLLM: the "server" is a script that prints its arguments and exits with 3."""
     model = tmp_path / "model"
-    model.mkdir()
+    # A config the CPU arguments can read (head size 64, which vLLM-CPU serves).
+    LlamaConfig(hidden_size=128, num_attention_heads=2, num_hidden_layers=1,
+                intermediate_size=64, vocab_size=100).save_pretrained(model)  # fmt: skip
     fake = tmp_path / "fake-python"
     fake.write_text('#!/bin/sh\necho "fake server: $*"\nexit 3\n')
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
