@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentrl_sdk.algorithms import AdvantageEstimator, Estimator, PolicyLossConfig, ValueLossConfig
-from agentrl_sdk.algorithms.estimators import GAEEstimator, make_estimator
-from agentrl_sdk.config import RolloutConfig
-from agentrl_sdk.engines.options import (
-    BACKEND_OPTIONS,
-    EngineOptions,
-    TorchOptions,
-    VLLMOptions,
-    VLLMServerOptions,
+from agentrl_sdk.algorithms.config import (
+    AlgorithmConfig,
+    DynamicSamplingConfig,
+    OverlongConfig,
+    StepLevelConfig,
 )
+from agentrl_sdk.config import RolloutConfig
+from agentrl_sdk.engines.config import EngineConfig
 from agentrl_sdk.rollout.rewards import OnRewardError
-from agentrl_sdk.tracing import TraceSampling
-from agentrl_sdk.trainer import TrainerConfig
+from agentrl_sdk.tracing.config import TrackingConfig
+from agentrl_sdk.tracing.traces import TraceSampling
+from agentrl_sdk.trainer.config import CriticConfig, TrainerConfig
 from agentrl_sdk.types import SamplingParams
+
+# Sections kept beside the component each configures, importable from here as before.
+__all__ = [
+    "AlgorithmConfig", "AsyncConfig", "CheckpointConfig", "CriticConfig", "DataConfig",
+    "DynamicSamplingConfig", "EngineConfig", "EntrypointConfig", "EvalConfig", "ModelConfig",
+    "OverlongConfig", "PolicyConfig", "RewardConfig", "StepLevelConfig", "TrackingConfig",
+    "TrainConfig",
+]
 
 
 class _Section(BaseModel):
@@ -81,73 +88,6 @@ class EntrypointConfig(_Section):
     )
 
 
-class EngineConfig(_Section):
-    """The inference engine rollouts sample from."""
-
-    backend: Literal["torch", "vllm", "vllm-server"] = Field(
-        "torch", description="Engine implementation: embedded torch, in-process vLLM, or a "
-        "vLLM OpenAI-compatible server (started here, or at `url`)."
-    )
-    max_batch_size: int = Field(64, ge=1, description="Requests decoded together.")
-    replicas: int = Field(1, ge=1, description="Engine replicas behind one EnginePool.")
-    ray_actors: bool = Field(
-        False, description="Run each engine replica in its own Ray actor (its own process and "
-        "resources, apart from the driver and the trainer workers)."
-    )
-    max_restarts: int = Field(
-        3, ge=0, description="Engine replicas rebuilt when one dies (a killed Ray actor, a "
-        "failed health check): its requests move to the others (or fail, counted, if it was "
-        "the only one) and the new replica serves from the next weight push."
-    )
-    url: str | None = Field(None, description="vllm-server: a running server to use.")
-    options: TorchOptions | VLLMOptions | VLLMServerOptions = Field(
-        default_factory=TorchOptions,
-        description="The backend's own options, checked against its options model "
-        "(`agentrl_sdk.engines.options`): torch: dtype; vllm: dtype, max_model_len, "
-        "engine_args, cpu_threads, timeouts; vllm-server: the same with server_args. On CPUs "
-        "vLLM gets every usable CPU as torch threads unless cpu_threads or OMP_NUM_THREADS "
-        "says otherwise.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _options_of_the_backend(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not isinstance(data.get("options"), EngineOptions):
-            backend = data.get("backend", "torch")
-            if backend in BACKEND_OPTIONS:  # else the backend field reports the error
-                model = BACKEND_OPTIONS[backend]
-                try:
-                    options = model.model_validate(data.get("options") or {})
-                except ValidationError as exc:
-                    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                                         for e in exc.errors())
-                    raise ValueError(f"engine.options of backend {backend!r}: {problems} "
-                                     f"(allowed: {sorted(model.model_fields)})") from None
-                data = {**data, "options": options}
-        return data
-
-    @model_validator(mode="after")
-    def _url_for_server(self) -> EngineConfig:
-        if self.url is not None and self.backend != "vllm-server":
-            raise ValueError(f"engine.url is for backend 'vllm-server', not {self.backend!r}")
-        if not isinstance(self.options, BACKEND_OPTIONS[self.backend]):
-            raise ValueError(f"engine.options are {type(self.options).__name__}, not the "
-                             f"{BACKEND_OPTIONS[self.backend].__name__} of {self.backend!r}")
-        if self.options.actor_options is not None and not self.ray_actors:
-            raise ValueError("engine.options.actor_options needs engine.ray_actors: true")
-        return self
-
-    def create_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `create_engine` besides the backend and model path."""
-        kwargs: dict[str, Any] = {
-            "max_batch_size": self.max_batch_size, **self.options.engine_kwargs()
-        }
-        if self.url is not None:
-            kwargs["url"] = self.url
-        return {"replicas": self.replicas, "ray_actors": self.ray_actors,
-                "max_restarts": self.max_restarts, **kwargs}
-
-
 class DataConfig(_Section):
     """How dataset rows become training steps."""
 
@@ -171,142 +111,6 @@ class RewardConfig(_Section):
     )
 
 
-class DynamicSamplingConfig(_Section):
-    """DAPO's dynamic sampling: train only on groups whose rewards differ."""
-
-    enabled: bool = Field(
-        False, description="Drop (row, policy) groups whose rewards all agree (their advantages "
-        "are all zero), counted as groups_dropped_no_signal, and sample more rows until "
-        "data.batch_size rows with signal are in the batch. Signal is judged on each policy's "
-        "rollout rewards (with step_level too)."
-    )
-    max_extra_rounds: int = Field(
-        4, ge=0, description="sync: extra batches of rows rolled out per step at most; then "
-        "the step trains on what it has. fully_async: the trainer drops at most this many "
-        "batches of groups per step, then trains on the groups with signal it has. 0: groups "
-        "without signal are left out, and no more rows are sampled."
-    )
-
-
-class OverlongConfig(_Section):
-    """DAPO's over-long handling of responses that reach their token budget."""
-
-    drop_truncated: bool = Field(
-        False, description="Leave out of training rollouts whose last LLM call ended with "
-        "finish_reason length (counted as rollouts_dropped_truncated)."
-    )
-    buffer: int = Field(
-        0, ge=0, description="Soft penalty: a response within the last `buffer` tokens before "
-        "rollout.sampling.max_tokens loses up to `penalty` linearly (reward component "
-        "'overlong', crediting the call's node and step); 0 is off."
-    )
-    penalty: float = Field(1.0, ge=0.0, description="The soft penalty at max_tokens.")
-
-
-class StepLevelConfig(_Section):
-    """Step-level credit: each LLM call its own sample and advantage."""
-
-    enabled: bool = Field(
-        False, description="Advantages per LLM call from discounted returns over the policy's "
-        "calls in the rollout (rewards emitted with step= credit one call; the rest of the "
-        "policy's reward comes at its last call), baselined per (row, policy) group as "
-        "advantage_estimator says. Each call is trained as its own sequence."
-    )
-    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per LLM call.")
-    anchor_weight: float | None = Field(
-        None, ge=0.0, description="GiGPO: a call's advantage is its rollout's group advantage "
-        "plus this weight times its return's advantage among the calls (of the same row and "
-        "policy) that start from the same anchor state: the same node seeing the same new "
-        "tokens (tool results), or the same whole prompt. None: returns against the group."
-    )
-
-    @model_validator(mode="after")
-    def _anchors_are_step_level(self) -> StepLevelConfig:
-        if self.anchor_weight is not None and not self.enabled:
-            raise ValueError("algorithm.step_level.anchor_weight needs "
-                             "algorithm.step_level.enabled: true")
-        return self
-
-
-class CriticConfig(ValueLossConfig):
-    """The value model of ``advantage_estimator: gae``: a value head on the policy's
-    architecture, trained on FSDP2 workers of its own beside the policy's."""
-
-    path: str | None = Field(
-        None, description="Local save_pretrained folder the critic starts from (it must share "
-        "the policy's tokenizer); None: each trained policy's own model folder."
-    )
-    lr: float = Field(1e-5, gt=0, description="Peak AdamW learning rate of the critic.")
-    warmup_updates: int = Field(
-        0, ge=0, description="The first this many updates train the critic only (the policy "
-        "is not updated), so its values mean something before they steer the policy "
-        "(verl's trainer.critic_warmup)."
-    )
-    trainer: dict[str, Any] = Field(
-        default_factory=dict, description="Trainer options in which the critic differs from "
-        "`trainer` (e.g. world_size, num_cpus_per_worker, micro_batch_tokens, "
-        "trainable_layers, warmup_steps for its learning rate); the rest are the policy's. "
-        "No LoRA: the critic trains every weight of its head and chosen layers."
-    )
-
-    @model_validator(mode="after")
-    def _trainer_options(self) -> CriticConfig:
-        unknown = set(self.trainer) - set(TrainerConfig.model_fields)
-        if unknown:
-            raise ValueError(f"critic.trainer: unknown trainer options {sorted(unknown)}")
-        if self.trainer.get("lora") is not None:
-            raise ValueError("critic.trainer.lora: the critic trains without LoRA")
-        return self
-
-    @property
-    def loss(self) -> ValueLossConfig:
-        """The value loss options alone: what the critic workers get."""
-        return ValueLossConfig(**self.model_dump(include=set(ValueLossConfig.model_fields)))
-
-    def trainer_config(self, policy: TrainerConfig) -> TrainerConfig:
-        """The critic's trainer options: the policy's, with ``lr``, no LoRA and ``trainer``."""
-        fields = policy.model_dump(exclude={"lora"}) | {"lr": self.lr} | self.trainer
-        return TrainerConfig.model_validate(fields)
-
-
-class AlgorithmConfig(PolicyLossConfig):
-    """The policy loss (`PolicyLossConfig`) and how rewards become its batch: the weight of
-    the shared outcome, dynamic sampling, over-long handling and step-level credit."""
-
-    outcome_reward_weight: float = Field(
-        1.0, description="Weight of the shared outcome (the reward function's value and rewards "
-        "crediting no node) in each policy's reward; components crediting a policy's nodes "
-        "count in full. 0: each policy learns from its own credit only."
-    )
-    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
-    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
-    step_level: StepLevelConfig = Field(default_factory=StepLevelConfig)
-    gae: GAEEstimator = Field(default_factory=GAEEstimator)
-
-    @model_validator(mode="after")
-    def _step_baseline(self) -> AlgorithmConfig:
-        baselines = get_args(AdvantageEstimator)
-        if self.step_level.enabled and self.advantage_estimator not in baselines:
-            raise ValueError(f"algorithm.step_level needs algorithm.advantage_estimator in "
-                             f"{baselines}, not {self.advantage_estimator!r}")
-        return self
-
-    @property
-    def estimator(self) -> Estimator:
-        """The advantage estimator: step-level credit over the ``advantage_estimator`` baseline
-        when ``step_level`` is enabled, else ``advantage_estimator`` with the ``gae`` options."""
-        step = self.step_level
-        if step.enabled:
-            return make_estimator("step", baseline=self.advantage_estimator, gamma=step.gamma,
-                                  omega=step.anchor_weight)  # fmt: skip
-        return make_estimator(self.advantage_estimator, **self.gae.model_dump())
-
-    @property
-    def loss(self) -> PolicyLossConfig:
-        """The loss options alone: what the trainer workers get (they import no pipeline)."""
-        return PolicyLossConfig(**self.model_dump(include=set(PolicyLossConfig.model_fields)))
-
-
 class CheckpointConfig(_Section):
     """Where and how often to checkpoint."""
 
@@ -319,36 +123,6 @@ class CheckpointConfig(_Section):
         "artifacts stay)."
     )
     export_final: bool = Field(True, description="Write the final policy as a save_pretrained folder.")
-
-
-class TrackingConfig(_Section):
-    """MLflow tracking: one run per job, one trace per sampled rollout."""
-
-    enabled: bool = True
-    uri: str = Field(
-        "sqlite:///mlflow.db", description="MLflow tracking URI (sqlite file or `mlflow server`)."
-    )
-    experiment: str = Field("agentrl", description="MLflow experiment name.")
-    run_name: str | None = None
-    traces: TraceSampling = Field(
-        "first_k", description="Rollouts traced per step: all, those of the first traces_k rows, "
-        "failures (status not ok) only, or off."
-    )
-    traces_k: int = Field(1, ge=1, description="Rows whose rollouts are traced per step (first_k).")
-    log_checkpoints: bool = Field(
-        True, description="Log every checkpoint folder as run artifacts (the final model always)."
-    )
-    timeout_s: float = Field(
-        10.0, gt=0, description="Seconds one request to the tracking store may take. Opening "
-        "the run (before any engine starts) makes one attempt and fails with the URI in the "
-        "error; later writes are buffered, retried in the background and counted "
-        "(tracking/failed_writes), never stopping training."
-    )
-    end_timeout_s: float = Field(
-        120.0, ge=0, description="How long the end of a job waits for buffered writes and "
-        "traces to reach the store (after the engines and trainers stopped); what is left is "
-        "dropped and counted (tracking/dropped_writes)."
-    )
 
 
 class EvalConfig(_Section):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["LoraConfig", "TrainerConfig"]
+from agentrl_sdk.algorithms.value import ValueLossConfig
+
+__all__ = ["CriticConfig", "LoraConfig", "TrainerConfig"]
 
 
 class LoraConfig(BaseModel):
@@ -210,3 +212,44 @@ class TrainerConfig(BaseModel):
         progress = min(1.0, (step - self.warmup_steps) / (self.total_steps - self.warmup_steps))
         cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
+
+
+class CriticConfig(ValueLossConfig):
+    """The value model of ``advantage_estimator: gae``: a value head on the policy's
+    architecture, trained on FSDP2 workers of its own beside the policy's."""
+
+    path: str | None = Field(
+        None, description="Local save_pretrained folder the critic starts from (it must share "
+        "the policy's tokenizer); None: each trained policy's own model folder."
+    )
+    lr: float = Field(1e-5, gt=0, description="Peak AdamW learning rate of the critic.")
+    warmup_updates: int = Field(
+        0, ge=0, description="The first this many updates train the critic only (the policy "
+        "is not updated), so its values mean something before they steer the policy "
+        "(verl's trainer.critic_warmup)."
+    )
+    trainer: dict[str, Any] = Field(
+        default_factory=dict, description="Trainer options in which the critic differs from "
+        "`trainer` (e.g. world_size, num_cpus_per_worker, micro_batch_tokens, "
+        "trainable_layers, warmup_steps for its learning rate); the rest are the policy's. "
+        "No LoRA: the critic trains every weight of its head and chosen layers."
+    )
+
+    @model_validator(mode="after")
+    def _trainer_options(self) -> CriticConfig:
+        unknown = set(self.trainer) - set(TrainerConfig.model_fields)
+        if unknown:
+            raise ValueError(f"critic.trainer: unknown trainer options {sorted(unknown)}")
+        if self.trainer.get("lora") is not None:
+            raise ValueError("critic.trainer.lora: the critic trains without LoRA")
+        return self
+
+    @property
+    def loss(self) -> ValueLossConfig:
+        """The value loss options alone: what the critic workers get."""
+        return ValueLossConfig(**self.model_dump(include=set(ValueLossConfig.model_fields)))
+
+    def trainer_config(self, policy: TrainerConfig) -> TrainerConfig:
+        """The critic's trainer options: the policy's, with ``lr``, no LoRA and ``trainer``."""
+        fields = policy.model_dump(exclude={"lora"}) | {"lr": self.lr} | self.trainer
+        return TrainerConfig.model_validate(fields)

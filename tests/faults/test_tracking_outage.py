@@ -98,7 +98,11 @@ def test_a_vanishing_tracking_server_is_counted_and_training_finishes(
     assert result.run_id == killed[0]
     assert result.history[-1]["tracking/failed_writes"] >= 1
     assert result.tracking_failed_writes >= 1 and result.tracking_dropped_writes >= 1
-    warned = [r.name for r in caplog.records if "training goes on" in r.getMessage()]
-    # Once per outage (metrics, traces), not once per write.
-    assert sorted(warned) == ["agentrl_sdk.tracing.write_buffer", "agentrl_sdk.tracing.writer"]
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # Once per outage, not once per write: the metrics buffer when its first write fails...
+    outage = [r.name for r in warned if "training goes on" in r.getMessage()]
+    assert outage.count("agentrl_sdk.tracing.write_buffer") == 1
+    # ... the trace writer when a batch fails, and at the end for the batches it had no answer
+    # for (a loaded machine may end the run before the writer process hears of the outage).
+    assert 1 <= sum(r.name == "agentrl_sdk.tracing.writer" for r in warned) <= 2
     assert order == ["stop policies", "end run"]

@@ -47,9 +47,12 @@ def test_max_staleness_zero_reproduces_the_sync_pipeline(tmp_path, trained):
         assert [s.advantage for s in ours] == [s.advantage for s in theirs]
         assert [s.response_versions for s in ours] == [s.response_versions for s in theirs]
         # Same tokens, but the engine may batch the requests differently: float sums in
-        # another order move a logprob by ~1e-5 (seen in CI), never by 1e-4.
+        # another order move a logprob by ~1e-5 (seen in CI). Step 1's weights come from an
+        # Adam step (lr 2e-3), whose first update is ~lr * sign(grad): that ~1e-5 noise flips
+        # the update of parameters with near-zero gradients (CI saw 2e-4 at step 1).
+        tolerance = 1e-4 if step == 0 else 1e-3
         for a, b in zip(ours, theirs, strict=True):
-            assert a.old_logprobs == pytest.approx(b.old_logprobs, abs=1e-4)
+            assert a.old_logprobs == pytest.approx(b.old_logprobs, abs=tolerance)
     for ours, theirs in zip(fully_async.history, sync.history, strict=True):
         assert ours["reward/mean"] == theirs["reward/mean"]
         assert ours["train/loss"] == pytest.approx(theirs["train/loss"], rel=1e-4, abs=1e-6)
@@ -123,16 +126,21 @@ def test_stop_and_resume_lose_and_duplicate_nothing(tmp_path, trained):
     after = [row for step in sorted(trained) for row in _rows_of(trained[step])]
     assert len(before) + len(after) == 6 * first.data.batch_size
     assert len(set(before + after)) == len(before) + len(after)  # nothing trained twice
-    assert set(queued) <= set(after)  # the queued groups were trained after the resume...
+    # A queued group still fresh at the resumed step is trained exactly as it was sampled; one
+    # that finished late and went stale in the queue is rolled out again (on_stale="retry").
+    fresh = {row for row, g in queued.items() if 3 - g["oldest_step"] <= 1}
+    assert fresh <= set(after)
     for samples in trained.values():
         for s in samples:
-            if s.row_id in queued:  # ... exactly as they had been sampled
+            if s.row_id in fresh:
                 saved = queued[s.row_id]["trajectories"][s.sample_index]
                 assert s.response_ids in [seg["response_ids"] for seg in saved["segments"]]
+    retried = result.history[-1]["async/retried_stale"] - state["retried_stale"]
+    assert retried >= len(queued) - len(fresh)
     # Unfinished rows were rolled out again: trained now, or pending in the new checkpoint.
     final = json.loads((tmp_path / "ckpt" / "step_6" / "pipeline_state.json").read_text())
     left = {g["row"]["id"] for g in final["queued"]} | {p["row"]["id"] for p in final["pending"]}
-    assert pending <= set(after) | left
+    assert pending | set(queued) <= set(after) | left
 
 
 def test_ctrl_c_stops_at_the_next_step_and_checkpoints_the_queue(tmp_path, monkeypatch):

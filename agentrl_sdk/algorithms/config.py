@@ -1,0 +1,114 @@
+"""`AlgorithmConfig`: the ``algorithm`` section of a training config: the policy loss, the
+advantage estimator and how rewards become its batch (dynamic sampling, over-long handling,
+step-level credit)."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentrl_sdk.algorithms.estimators import Estimator, GAEEstimator, make_estimator
+from agentrl_sdk.algorithms.advantages import AdvantageEstimator
+from agentrl_sdk.algorithms.losses import PolicyLossConfig
+
+__all__ = ["AlgorithmConfig", "DynamicSamplingConfig", "OverlongConfig", "StepLevelConfig"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DynamicSamplingConfig(_Section):
+    """DAPO's dynamic sampling: train only on groups whose rewards differ."""
+
+    enabled: bool = Field(
+        False, description="Drop (row, policy) groups whose rewards all agree (their advantages "
+        "are all zero), counted as groups_dropped_no_signal, and sample more rows until "
+        "data.batch_size rows with signal are in the batch. Signal is judged on each policy's "
+        "rollout rewards (with step_level too)."
+    )
+    max_extra_rounds: int = Field(
+        4, ge=0, description="sync: extra batches of rows rolled out per step at most; then "
+        "the step trains on what it has. fully_async: the trainer drops at most this many "
+        "batches of groups per step, then trains on the groups with signal it has. 0: groups "
+        "without signal are left out, and no more rows are sampled."
+    )
+
+
+class OverlongConfig(_Section):
+    """DAPO's over-long handling of responses that reach their token budget."""
+
+    drop_truncated: bool = Field(
+        False, description="Leave out of training rollouts whose last LLM call ended with "
+        "finish_reason length (counted as rollouts_dropped_truncated)."
+    )
+    buffer: int = Field(
+        0, ge=0, description="Soft penalty: a response within the last `buffer` tokens before "
+        "rollout.sampling.max_tokens loses up to `penalty` linearly (reward component "
+        "'overlong', crediting the call's node and step); 0 is off."
+    )
+    penalty: float = Field(1.0, ge=0.0, description="The soft penalty at max_tokens.")
+
+
+class StepLevelConfig(_Section):
+    """Step-level credit: each LLM call its own sample and advantage."""
+
+    enabled: bool = Field(
+        False, description="Advantages per LLM call from discounted returns over the policy's "
+        "calls in the rollout (rewards emitted with step= credit one call; the rest of the "
+        "policy's reward comes at its last call), baselined per (row, policy) group as "
+        "advantage_estimator says. Each call is trained as its own sequence."
+    )
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per LLM call.")
+    anchor_weight: float | None = Field(
+        None, ge=0.0, description="GiGPO: a call's advantage is its rollout's group advantage "
+        "plus this weight times its return's advantage among the calls (of the same row and "
+        "policy) that start from the same anchor state: the same node seeing the same new "
+        "tokens (tool results), or the same whole prompt. None: returns against the group."
+    )
+
+    @model_validator(mode="after")
+    def _anchors_are_step_level(self) -> StepLevelConfig:
+        if self.anchor_weight is not None and not self.enabled:
+            raise ValueError("algorithm.step_level.anchor_weight needs "
+                             "algorithm.step_level.enabled: true")
+        return self
+
+
+class AlgorithmConfig(PolicyLossConfig):
+    """The policy loss (`PolicyLossConfig`) and how rewards become its batch: the weight of
+    the shared outcome, dynamic sampling, over-long handling and step-level credit."""
+
+    outcome_reward_weight: float = Field(
+        1.0, description="Weight of the shared outcome (the reward function's value and rewards "
+        "crediting no node) in each policy's reward; components crediting a policy's nodes "
+        "count in full. 0: each policy learns from its own credit only."
+    )
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+    step_level: StepLevelConfig = Field(default_factory=StepLevelConfig)
+    gae: GAEEstimator = Field(default_factory=GAEEstimator)
+
+    @model_validator(mode="after")
+    def _step_baseline(self) -> AlgorithmConfig:
+        baselines = get_args(AdvantageEstimator)
+        if self.step_level.enabled and self.advantage_estimator not in baselines:
+            raise ValueError(f"algorithm.step_level needs algorithm.advantage_estimator in "
+                             f"{baselines}, not {self.advantage_estimator!r}")
+        return self
+
+    @property
+    def estimator(self) -> Estimator:
+        """The advantage estimator: step-level credit over the ``advantage_estimator`` baseline
+        when ``step_level`` is enabled, else ``advantage_estimator`` with the ``gae`` options."""
+        step = self.step_level
+        if step.enabled:
+            return make_estimator("step", baseline=self.advantage_estimator, gamma=step.gamma,
+                                  omega=step.anchor_weight)  # fmt: skip
+        return make_estimator(self.advantage_estimator, **self.gae.model_dump())
+
+    @property
+    def loss(self) -> PolicyLossConfig:
+        """The loss options alone: what the trainer workers get (they import no pipeline)."""
+        return PolicyLossConfig(**self.model_dump(include=set(PolicyLossConfig.model_fields)))

@@ -1,0 +1,88 @@
+"""`EngineConfig`: the ``engine`` section of a training config, beside the engines it builds."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentrl_sdk.engines.options import (
+    BACKEND_OPTIONS,
+    EngineOptions,
+    TorchOptions,
+    VLLMOptions,
+    VLLMServerOptions,
+)
+
+__all__ = ["EngineConfig"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EngineConfig(_Section):
+    """The inference engine rollouts sample from."""
+
+    backend: Literal["torch", "vllm", "vllm-server"] = Field(
+        "torch", description="Engine implementation: embedded torch, in-process vLLM, or a "
+        "vLLM OpenAI-compatible server (started here, or at `url`)."
+    )
+    max_batch_size: int = Field(64, ge=1, description="Requests decoded together.")
+    replicas: int = Field(1, ge=1, description="Engine replicas behind one EnginePool.")
+    ray_actors: bool = Field(
+        False, description="Run each engine replica in its own Ray actor (its own process and "
+        "resources, apart from the driver and the trainer workers)."
+    )
+    max_restarts: int = Field(
+        3, ge=0, description="Engine replicas rebuilt when one dies (a killed Ray actor, a "
+        "failed health check): its requests move to the others (or fail, counted, if it was "
+        "the only one) and the new replica serves from the next weight push."
+    )
+    url: str | None = Field(None, description="vllm-server: a running server to use.")
+    options: TorchOptions | VLLMOptions | VLLMServerOptions = Field(
+        default_factory=TorchOptions,
+        description="The backend's own options, checked against its options model "
+        "(`agentrl_sdk.engines.options`): torch: dtype; vllm: dtype, max_model_len, "
+        "engine_args, cpu_threads, timeouts; vllm-server: the same with server_args. On CPUs "
+        "vLLM gets every usable CPU as torch threads unless cpu_threads or OMP_NUM_THREADS "
+        "says otherwise.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options_of_the_backend(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not isinstance(data.get("options"), EngineOptions):
+            backend = data.get("backend", "torch")
+            if backend in BACKEND_OPTIONS:  # else the backend field reports the error
+                model = BACKEND_OPTIONS[backend]
+                try:
+                    options = model.model_validate(data.get("options") or {})
+                except ValidationError as exc:
+                    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                         for e in exc.errors())
+                    raise ValueError(f"engine.options of backend {backend!r}: {problems} "
+                                     f"(allowed: {sorted(model.model_fields)})") from None
+                data = {**data, "options": options}
+        return data
+
+    @model_validator(mode="after")
+    def _url_for_server(self) -> EngineConfig:
+        if self.url is not None and self.backend != "vllm-server":
+            raise ValueError(f"engine.url is for backend 'vllm-server', not {self.backend!r}")
+        if not isinstance(self.options, BACKEND_OPTIONS[self.backend]):
+            raise ValueError(f"engine.options are {type(self.options).__name__}, not the "
+                             f"{BACKEND_OPTIONS[self.backend].__name__} of {self.backend!r}")
+        if self.options.actor_options is not None and not self.ray_actors:
+            raise ValueError("engine.options.actor_options needs engine.ray_actors: true")
+        return self
+
+    def create_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `create_engine` besides the backend and model path."""
+        kwargs: dict[str, Any] = {
+            "max_batch_size": self.max_batch_size, **self.options.engine_kwargs()
+        }
+        if self.url is not None:
+            kwargs["url"] = self.url
+        return {"replicas": self.replicas, "ray_actors": self.ray_actors,
+                "max_restarts": self.max_restarts, **kwargs}
