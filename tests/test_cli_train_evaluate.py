@@ -47,6 +47,8 @@ def test_train_then_evaluate_the_final_model_from_the_command_line(tmp_path, mon
                                     "--output", str(out)])  # fmt: skip
     assert evaluated.exit_code == 0, evaluated.output
     assert "pass_at_1" in evaluated.output and "reward/mean" in evaluated.output
+    # It names the model it evaluated, not a training step it never had.
+    assert "eval of" in evaluated.output and "eval after" not in evaluated.output
     trajectories = [Trajectory.model_validate(json.loads(line)) for line in
                     out.read_text().splitlines()]  # fmt: skip
     # entrypoint.eval_dataset, cut to evaluation.max_rows, one greedy sample each.

@@ -30,7 +30,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from langchain_core.utils.utils import LC_ID_PREFIX
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 
 from agentrl_sdk.chat.attribution import graph_path
 from agentrl_sdk.chat.context import current_node, current_recorder
@@ -89,6 +89,10 @@ class TokenChatModel(BaseChatModel):
         "as one new token (engines return whole replies); recorded the same either way."
     )
     model_name: str = DEFAULT_MODEL_NAME
+    api_key: SecretStr | None = Field(
+        None, description="Accepted as LangChain's standard parameter (`init_chat_model`, "
+        "langchain-tests); the engine is local, so it is ignored."
+    )
     _template: ChatTemplate | None = PrivateAttr(None)
 
     def __repr_args__(self) -> Any:

@@ -17,6 +17,7 @@ from agentrl_sdk.chat.context import NodeTag
 from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.ledger import PromptPlan, TokenLedger
 from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.chat.user_engines import fit_engine, fit_engines
 from agentrl_sdk.config import ChatConfig, NodeRule
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
 from agentrl_sdk.types import GenerateResult, LLMCall, RewardComponent, SamplingParams
@@ -57,8 +58,12 @@ class SharedEngine(Mapping[str, "Engine"]):
 
 
 def engines_by_policy(engines: Engine | Mapping[str, Engine]) -> Mapping[str, Engine]:
-    """``engines`` as a mapping by policy: a single engine serves every policy."""
-    return engines if isinstance(engines, Mapping) else SharedEngine(engines)
+    """``engines`` as a mapping by policy: a single engine serves every policy. Engines
+    users wrote are fitted to the call made here (`fit_engine`)."""
+    if isinstance(engines, SharedEngine):
+        return SharedEngine(fit_engine(engines.engine))
+    return fit_engines(engines) if isinstance(engines, Mapping) else SharedEngine(
+        fit_engine(engines))
 
 
 class RolloutRecorder:

@@ -76,7 +76,16 @@ class GraphInputCheck:
             try:
                 schema = graph.get_input_jsonschema()
                 cached = frozenset(schema.get("properties") or ())
-            except Exception:  # noqa: BLE001 - e.g. typing.TypedDict on 3.11: nothing to check
-                cached = frozenset()
+            except Exception:  # noqa: BLE001 - e.g. typing.TypedDict on 3.11 (pydantic refuses)
+                cached = _state_fields(graph)
             self._keys[id(graph)] = cached
         return cached
+
+
+def _state_fields(graph: Any) -> frozenset[str]:
+    """The fields of the state class a LangGraph graph was built from (its builder keeps it),
+    for states JSON schema cannot describe; empty when there is none to read."""
+    builder = getattr(graph, "builder", None)
+    state = getattr(builder, "input_schema", None) or getattr(builder, "schema", None)
+    annotations = getattr(state, "__annotations__", None)
+    return frozenset(annotations) if isinstance(annotations, Mapping) else frozenset()

@@ -7,6 +7,7 @@ import dataclasses
 import time
 
 from rich.console import Console
+from rich.markup import escape
 
 from agentrl_sdk.pipeline.job import Job, JobSpec, open_job, score_rollouts
 from agentrl_sdk.pipeline.metrics import eval_metrics
@@ -57,12 +58,14 @@ async def maybe_evaluate(job: Job, result: TrainResult, updates: int, console: C
     console.log(eval_line(evaluation))
 
 
-def eval_line(evaluation: EvalResult) -> str:
-    """One evaluation's summary line on the terminal."""
+def eval_line(evaluation: EvalResult, subject: str | None = None) -> str:
+    """One evaluation's summary line on the terminal; ``subject`` names what was evaluated
+    (default: the weights after the evaluation's updates in training)."""
     m = evaluation.metrics
     passes = " · ".join(f"{k} {v:.3f}" for k, v in m.items() if k.startswith("pass_at_"))
+    subject = subject or f"after {evaluation.step} updates"
     return (
-        f"eval after {evaluation.step} updates: reward {m['reward/mean']:.3f} ± "
+        f"eval {subject}: reward {m['reward/mean']:.3f} ± "
         f"{m['reward/std']:.3f} · {passes} · {m.get('rows', 0):.0f} rows"
     )
 
@@ -80,5 +83,5 @@ async def run_evaluation(spec: JobSpec, *, console: Console | None = None) -> Ev
     spec = dataclasses.replace(spec, eval_rows=spec.rows)
     async with open_job(spec, console=console, trainers=False) as (job, _):
         evaluation = await evaluate_job(job, 0)
-        console.log(eval_line(evaluation))
+        console.log(eval_line(evaluation, escape(f"of {spec.config.model.path or 'the model'}")))
         return evaluation

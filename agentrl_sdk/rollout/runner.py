@@ -13,6 +13,7 @@ from agentrl_sdk.chat.context import current_recorder
 from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
+from agentrl_sdk.chat.user_engines import fit_engines
 from agentrl_sdk.chat.turn import failure_status
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.rollout.agents import build_gateway, is_agent_fn, run_agent, uses_agent_fns
@@ -112,6 +113,7 @@ async def arollout_batch(
     """
     config = config or RolloutConfig()
     samples = n or config.n
+    engine = fit_engines(engine)  # an object that cannot serve is refused before any rollout
     template = ChatTemplate(tokenizer, tool_prompt=config.chat.tool_prompt)
     gate = asyncio.Semaphore(config.concurrency)
     # Agent functions reach the engines through a recording gateway, up for this batch only.

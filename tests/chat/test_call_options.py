@@ -29,8 +29,10 @@ def test_unknown_call_arguments_are_refused_by_name(qwen_tokenizer, scripted):
 
 
 def test_unknown_constructor_fields_are_refused_by_name():
-    with pytest.raises(pydantic.ValidationError, match="api_key"):
-        TokenChatModel(api_key="sk-none")
+    with pytest.raises(pydantic.ValidationError, match="organisation"):
+        TokenChatModel(organisation="acme")
+    # LangChain's standard parameters are taken (the engine is local: the key is unused).
+    assert TokenChatModel(api_key="sk-none").api_key.get_secret_value() == "sk-none"
 
 
 def test_max_retries_sends_a_failed_call_again(qwen_tokenizer, scripted):

@@ -58,13 +58,6 @@ class TestTokenChatModelStandard(_Capabilities, ChatModelUnitTests):
     def chat_model_params(self) -> dict[str, Any]:
         return {"tokenizer": _tokenizer()}
 
-    @property
-    def standard_chat_model_params(self) -> dict[str, Any]:
-        # The engine is local: there is no API key, and TokenChatModel refuses unknown fields.
-        params = dict(super().standard_chat_model_params)
-        params.pop("api_key", None)
-        return params
-
 
 class TestTokenChatModelIntegration(_Capabilities, ChatModelIntegrationTests):
     """The suite's end-to-end checks, answered by a rule-following engine (`RuleEngine`):

@@ -60,6 +60,18 @@ def test_with_on_bad_row_skip_it_is_skipped_and_counted():
         sdk.evaluate(_graph(MessagesState), [NO_MESSAGES])
 
 
+def test_a_state_json_schema_cannot_describe_is_read_from_its_class():
+    # typing.TypedDict (as the demo's State): pydantic cannot make its schema on Python 3.11.
+    from examples.tool_selection.agent import State, build_graph
+
+    check = GraphInputCheck(build_graph(), default_input)
+
+    rows, problems = load_rows([GOOD, NO_MESSAGES], input_check=check)
+
+    assert State.__module__ == "examples.tool_selection.agent" and rows == [GOOD]
+    assert [(p.index, p.field, p.row_id) for p in problems] == [(1, "messages", "q7")]
+
+
 def test_a_custom_input_fn_needs_its_own_fields_not_messages():
     check = GraphInputCheck(_graph(MessagesState), question_input)
 
