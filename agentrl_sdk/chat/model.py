@@ -27,6 +27,7 @@ from langchain_core.output_parsers import (
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
+from langchain_core.tracers._streaming import _StreamingCallbackHandler  # LangChain's test
 from langchain_core.utils.function_calling import convert_to_json_schema
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from langchain_core.utils.utils import LC_ID_PREFIX
@@ -85,8 +86,9 @@ class TokenChatModel(BaseChatModel):
         "timed-out engine call; nothing of it reached the ledger) before the error is raised."
     )
     streaming: bool = Field(
-        False, description="LangChain's streaming switch: streaming callbacks see each reply "
-        "as one new token (engines return whole replies); recorded the same either way."
+        False, description="LangChain's streaming switch: callbacks see each reply as one new "
+        "token (engines return whole replies); a graph streamed with stream_mode='messages' or "
+        "astream_events(version='v2') gets that chunk without it. Recorded the same either way."
     )
     model_name: str = DEFAULT_MODEL_NAME
     api_key: SecretStr | None = Field(
@@ -145,7 +147,7 @@ class TokenChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        streamed = bool(kwargs.pop("stream", False)) or self.streaming
+        streamed = bool(kwargs.pop("stream", False)) or self.streaming or _streamed_to(run_manager)
         sampling = self._call_sampling(kwargs)
         recorder = current_recorder.get() or self._standalone_recorder()
         metadata = getattr(run_manager, "metadata", None)
@@ -359,6 +361,14 @@ class TokenChatModel(BaseChatModel):
             self.engine, self._chat_template(), chat=self.chat,
             rollout_id=f"call-{uuid.uuid4().hex[:12]}",
         )
+
+
+def _streamed_to(run_manager: Any) -> bool:
+    """Whether a streaming consumer listens to this call (``astream_events``, LangGraph's
+    ``stream_mode="messages"``): LangChain would stream to it, so it gets the reply as one
+    new token, as `astream` gives it."""
+    handlers = getattr(run_manager, "handlers", None) or ()
+    return any(isinstance(h, _StreamingCallbackHandler) for h in handlers)
 
 
 def _as_chunk(message: AIMessage) -> AIMessageChunk:

@@ -255,6 +255,51 @@ async def test_streaming_nodes_are_attributed_and_traced(engine, tokenizer):
         assert by_id[llm.parent_id].kind == "node" and by_id[llm.parent_id].name == node
 
 
+async def test_stream_mode_messages_and_astream_events_v2_show_each_reply(engine, tokenizer):
+    """LangGraph's ``stream_mode="messages"`` and LangChain's default ``astream_events``
+    (v2) over a graph see each reply as one chunk: a graph streamed inside a rollout's node
+    (its call recorded once, token-exact) and a graph its user streams."""
+
+    def graph_of(model: TokenChatModel):
+        async def call(state: MessagesState, config) -> dict:
+            return {"messages": [await model.ainvoke(state["messages"], config)]}
+
+        g = StateGraph(MessagesState)
+        g.add_node("call", call)
+        g.add_edge(START, "call")
+        return g.compile()
+
+    async def streams(graph, given) -> tuple[list, list]:
+        messages = [(chunk.content, meta["langgraph_node"])
+                    async for chunk, meta in graph.astream(given, stream_mode="messages")]
+        events = [e["data"]["chunk"].content
+                  async for e in graph.astream_events(given, version="v2")
+                  if e["event"] == "on_chat_model_stream"]  # fmt: skip
+        return messages, events
+
+    seen: list = []
+
+    async def streaming_node(state: MessagesState, config) -> dict:
+        given = {"messages": state["messages"]}
+        messages, events = await streams(graph_of(TokenChatModel()), given)
+        seen.append((messages, events))
+        return {"messages": [AIMessage(messages[0][0])]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("outer", streaming_node)
+    g.add_edge(START, "outer")
+    traj = await _run(g.compile(), engine, tokenizer, "hello")
+    assert len(traj.calls) == 2  # the inner graph ran twice: once per stream
+    assert_token_exact(traj, engine)
+    replies = [tokenizer.decode(c.response_ids, skip_special_tokens=True) for c in traj.calls]
+    assert seen == [([(replies[0], "call")], [replies[1]])] and replies[0]
+
+    own = TokenChatModel(engine=RuleEngine(tokenizer), tokenizer=tokenizer)
+    given = {"messages": [("user", "hello")]}
+    reply = (await graph_of(own).ainvoke(given))["messages"][-1].content
+    assert await streams(graph_of(own), given) == ([(reply, "call")], [reply]) and reply
+
+
 class Weather(BaseModel):
     city: str
     celsius: int
