@@ -263,7 +263,8 @@ class TrainConfig(_Section):
         if self.checkpoint.resume and not self.checkpoint.dir:
             raise ValueError("checkpoint.resume needs checkpoint.dir")
         sampled = self.rollout.sampling.temperature
-        if sampled > 0 and abs(self.trainer.temperature - sampled) > 1e-9:
+        explicit = "temperature" in self.trainer.model_fields_set
+        if explicit and sampled > 0 and abs(self.trainer.temperature - sampled) > 1e-9:
             raise ValueError(
                 f"trainer.temperature ({self.trainer.temperature}) must equal "
                 f"rollout.sampling.temperature ({sampled}): the trainer's logprobs must be those "

@@ -111,11 +111,16 @@ def cpu_threads_beside_trainers(config: TrainConfig) -> int | None:
 
 
 def trainer_options(config: TrainConfig) -> TrainerConfig:
-    """``config.trainer``, whose CPU workers in the ``sync`` pipeline of a local Ray train on
-    every usable core, split between the workers training at once (unless ``cpu_threads`` is
-    set): the engines are idle while they train, and a worker with the one thread of its
-    ``num_cpus_per_worker`` left the other cores idle (the demo's updates: 1.34 vs 1.09 s)."""
+    """``config.trainer`` with what is derived from the rest: its ``temperature`` is the
+    rollouts' (the trainer's logprobs are those of the distribution the engine sampled from),
+    and its CPU workers in the ``sync`` pipeline of a local Ray train on every usable core,
+    split between the workers training at once (unless ``cpu_threads`` is set): the engines
+    are idle while they train, and a worker with the one thread of its ``num_cpus_per_worker``
+    left the other cores idle (the demo's updates: 1.34 vs 1.09 s)."""
     trainer = config.trainer
+    sampled = config.rollout.sampling.temperature
+    if sampled > 0:  # greedy rollouts train nothing new: keep the configured scale
+        trainer = trainer.model_copy(update={"temperature": sampled})
     if config.pipeline != "sync" or trainer.cpu_threads or not _local_cpu_trainers(config):
         return trainer
     share = len(os.sched_getaffinity(0)) // _trainer_workers(config)

@@ -134,8 +134,9 @@ class TrainerConfig(BaseModel):
         "than the budget runs alone."
     )
     temperature: float = Field(
-        1.0, gt=0, description="Logits are divided by it before logprobs are computed; set it "
-        "to the rollout sampling temperature so trainer and engine logprobs agree."
+        1.0, gt=0, description="Logits are divided by it before logprobs are computed. In a "
+        "training job it is the rollout sampling temperature (derived; setting it to another "
+        "value is refused), so trainer and engine logprobs agree."
     )
     ppo_epochs: int = Field(1, ge=1, description="Passes over each batch per update call.")
     num_mini_batches: int = Field(

@@ -60,3 +60,19 @@ def test_public_names():
     assert len(trainer.__all__) == len(set(trainer.__all__))
     assert all(hasattr(trainer, name) for name in trainer.__all__)
     assert {"TrainerConfig", "TrainerGroup", "WeightSync", "TrainerError"} <= set(trainer.__all__)
+
+
+def test_the_trainer_temperature_is_the_rollouts():
+    from agentrl_sdk.pipeline import TrainConfig
+    from agentrl_sdk.pipeline.policies import trainer_options
+
+    config = TrainConfig(rollout={"sampling": {"temperature": 0.7}})  # nothing else to set
+    assert trainer_options(config).temperature == 0.7
+    # Changed in code after the config was built:
+    config.rollout.sampling = config.rollout.sampling.model_copy(update={"temperature": 0.6})
+    assert trainer_options(config).temperature == 0.6
+    assert TrainConfig(rollout={"sampling": {"temperature": 0.7}},
+                       trainer={"temperature": 0.7}).trainer.temperature == 0.7  # still taken
+    with pytest.raises(ValidationError, match=r"trainer.temperature \(0.5\) must equal "
+                                              r"rollout.sampling.temperature \(0.7\)"):
+        TrainConfig(rollout={"sampling": {"temperature": 0.7}}, trainer={"temperature": 0.5})
