@@ -13,6 +13,7 @@ from agentrl_sdk.engines.options import (
     VLLMOptions,
     VLLMServerOptions,
 )
+from agentrl_sdk.engines.pool import HEALTH_TIMEOUT_S, RESTART_TIMEOUT_S
 
 __all__ = ["EngineConfig"]
 
@@ -38,6 +39,13 @@ class EngineConfig(_Section):
         3, ge=0, description="Engine replicas rebuilt when one dies (a killed Ray actor, a "
         "failed health check): its requests move to the others (or fail, counted, if it was "
         "the only one) and the new replica serves from the next weight push."
+    )
+    health_timeout_s: float = Field(
+        HEALTH_TIMEOUT_S, gt=0, description="Seconds a replica's health check (of a pool: "
+        "replicas > 1, or Ray actors with max_restarts) may take before it counts as failed."
+    )
+    restart_timeout_s: float = Field(
+        RESTART_TIMEOUT_S, gt=0, description="Longest wait for one replica rebuild."
     )
     url: str | None = Field(None, description="vllm-server: a running server to use.")
     options: TorchOptions | VLLMOptions | VLLMServerOptions = Field(
@@ -85,4 +93,5 @@ class EngineConfig(_Section):
         if self.url is not None:
             kwargs["url"] = self.url
         return {"replicas": self.replicas, "ray_actors": self.ray_actors,
-                "max_restarts": self.max_restarts, **kwargs}
+                "max_restarts": self.max_restarts, "health_timeout_s": self.health_timeout_s,
+                "restart_timeout_s": self.restart_timeout_s, **kwargs}

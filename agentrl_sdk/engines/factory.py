@@ -16,6 +16,8 @@ def create_engine(
     replicas: int = 1,
     ray_actors: bool = False,
     max_restarts: int = 0,
+    health_timeout_s: float | None = None,
+    restart_timeout_s: float | None = None,
     **options: Any,
 ) -> Engine:
     """Start the ``backend`` engine over the local model folder ``model_path``.
@@ -28,6 +30,8 @@ def create_engine(
         ray_actors: Run each engine in its own Ray actor (`RayEngine`); Ray must be started.
         max_restarts: Replicas rebuilt when they die (see `EnginePool`); engines in Ray
             actors then sit behind a pool even alone, so a killed actor is replaced.
+        health_timeout_s: A pool's health-check timeout (None: `EnginePool`'s default).
+        restart_timeout_s: A pool's longest wait for one rebuild (None: its default).
         **options: Backend options: ``max_batch_size`` for all; ``dtype``,
             ``max_model_len``, ``engine_args`` for ``vllm``; ``url``, ``server_args`` for
             ``vllm-server``.
@@ -37,7 +41,9 @@ def create_engine(
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     if replicas > 1 or (ray_actors and max_restarts > 0):
-        return _pool(backend, model_path, replicas, ray_actors, max_restarts, options)
+        timeouts = {"health_timeout_s": health_timeout_s, "restart_timeout_s": restart_timeout_s}
+        return _pool(backend, model_path, replicas, ray_actors, max_restarts, options,
+                     {k: v for k, v in timeouts.items() if v is not None})
     if ray_actors:
         from agentrl_sdk.engines.ray_engine import RayEngine
 
@@ -57,7 +63,7 @@ def create_engine(
 
 def _pool(
     backend: str, model_path: str, replicas: int, ray_actors: bool, max_restarts: int,
-    options: dict[str, Any],
+    options: dict[str, Any], timeouts: dict[str, float],
 ) -> Engine:
     """``replicas`` engines behind an `EnginePool` that rebuilds dead ones the same way."""
     from agentrl_sdk.engines.pool import EnginePool
@@ -73,4 +79,4 @@ def _pool(
         for engine in engines:
             engine.close()
         raise
-    return EnginePool(engines, restart=build, max_restarts=max_restarts)
+    return EnginePool(engines, restart=build, max_restarts=max_restarts, **timeouts)

@@ -27,6 +27,13 @@ __all__ = ["EnginePool"]
 logger = logging.getLogger(__name__)
 
 
+HEALTH_TIMEOUT_S = 30.0
+"""Default seconds a replica's health check may take before it counts as failed."""
+
+RESTART_TIMEOUT_S = 600.0
+"""Default longest wait for one replica rebuild (a vLLM start on a slow machine)."""
+
+
 class EnginePool:
     """Routes requests over ``replicas`` and keeps them on one policy version.
 
@@ -61,10 +68,10 @@ class EnginePool:
         replicas: Sequence[Engine],
         *,
         max_sessions: int = 100_000,
-        health_timeout_s: float = 30.0,
+        health_timeout_s: float = HEALTH_TIMEOUT_S,
         restart: Callable[[int], Engine] | None = None,
         max_restarts: int = 3,
-        restart_timeout_s: float = 600.0,
+        restart_timeout_s: float = RESTART_TIMEOUT_S,
     ) -> None:
         if not replicas:
             raise ValueError("EnginePool needs at least one replica")

@@ -157,7 +157,8 @@ async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[
                 continue  # served by the default policy's engine
             path = model_path(spec, name)
             engine = create_engine(config.engine.backend, path, **engine_kwargs(config))
-            sync = WeightSync(transport=config.trainer.weight_transport)
+            sync = WeightSync(timeout_s=config.trainer.weight_sync_timeout_s,
+                              transport=config.trainer.weight_transport)
             policies[name] = Policy(
                 name, path, engine, WeightGate(engine), weight_sync=sync, owns_ray=owns_ray
             )

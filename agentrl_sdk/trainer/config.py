@@ -9,7 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentrl_sdk.algorithms.value import ValueLossConfig
 
-__all__ = ["CriticConfig", "LoraConfig", "TrainerConfig"]
+__all__ = ["WEIGHT_SYNC_TIMEOUT_S", "CriticConfig", "LoraConfig", "TrainerConfig"]
+
+WEIGHT_SYNC_TIMEOUT_S = 600.0
+"""Default longest wait for one weight push (`TrainerConfig.weight_sync_timeout_s`)."""
 
 
 class LoraConfig(BaseModel):
@@ -175,6 +178,10 @@ class TrainerConfig(BaseModel):
         "and the engines (NCCL on GPUs, gloo on CPU; Ray-actor and vLLM engines, not pools); "
         "'object_store': rank 0's object store even on one machine (Ray-actor engines); "
         "'driver': assembled in the driver (the way before these)."
+    )
+    weight_sync_timeout_s: float = Field(
+        WEIGHT_SYNC_TIMEOUT_S, gt=0, description="Longest wait for one weight push to reach "
+        "every engine (`WeightSync`); past it the push fails with the engines named."
     )
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from agentrl_sdk.engines.base import Engine
 from agentrl_sdk.engines.weights import StateDict, WeightIntake, WeightKind, WeightPush, size_of
 from agentrl_sdk.errors import AgentRLError
+from agentrl_sdk.trainer.config import WEIGHT_SYNC_TIMEOUT_S
 from agentrl_sdk.threads import run_blocking
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ class WeightSync:
     def __init__(
         self,
         bucket_bytes: int = 256 << 20,
-        timeout_s: float = 600.0,
+        timeout_s: float = WEIGHT_SYNC_TIMEOUT_S,
         *,
         transport: Transport = "auto",
     ) -> None:

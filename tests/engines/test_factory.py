@@ -18,10 +18,12 @@ def test_unknown_backend_names_the_available_ones() -> None:
 
 
 def test_replicas_build_a_pool_of_engines() -> None:
-    pool = create_engine("torch", str(tiny_model_dir(0)), replicas=2, max_batch_size=4)
+    section = EngineConfig(replicas=2, max_batch_size=4, health_timeout_s=5, restart_timeout_s=9)
+    pool = create_engine("torch", str(tiny_model_dir(0)), **section.create_kwargs())
     try:
         assert isinstance(pool, EnginePool)
         assert [type(r) for r in pool.replicas] == [TorchEngine, TorchEngine]
+        assert (pool._health_timeout, pool._restart_timeout) == (5.0, 9.0)  # the config's
     finally:
         pool.close()
 
@@ -30,7 +32,8 @@ def test_engine_config_defaults_to_one_torch_engine() -> None:
     config = TrainConfig().engine
     assert (config.backend, config.replicas) == ("torch", 1)
     assert config.create_kwargs() == {"replicas": 1, "ray_actors": False, "max_restarts": 3,
-                                      "max_batch_size": 64}
+                                      "health_timeout_s": 30.0, "restart_timeout_s": 600.0,
+                                      "max_batch_size": 64}  # fmt: skip
     server = EngineConfig(backend="vllm-server", url="http://127.0.0.1:8000",
                           options={"start_timeout_s": 60})  # fmt: skip
     assert server.create_kwargs()["url"] == "http://127.0.0.1:8000"
@@ -68,6 +71,7 @@ def test_engine_options_are_typed_per_backend() -> None:
     vllm = EngineConfig(backend="vllm", options={"dtype": "bfloat16", "cpu_threads": 2})
     assert isinstance(vllm.options, VLLMOptions)
     assert vllm.create_kwargs() == {"replicas": 1, "ray_actors": False, "max_restarts": 3,
+                                    "health_timeout_s": 30.0, "restart_timeout_s": 600.0,
                                     "max_batch_size": 64, "dtype": "bfloat16",
                                     "cpu_threads": 2}  # fmt: skip
     server = EngineConfig(backend="vllm-server", options={"server_args": ["--seed", "1"]})
