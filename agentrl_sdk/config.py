@@ -12,6 +12,13 @@ ToolPromptMode = Literal["auto", "native", "hermes"]
 """How tools reach the prompt; see ``ChatConfig.tool_prompt``."""
 
 
+class ConfigSection(BaseModel):
+    """A section of a training config: an unknown key is refused (a typo is an error, not a
+    silently kept default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class ChatConfig(BaseModel):
     """How the token chat model builds prompts and guards the context."""
 

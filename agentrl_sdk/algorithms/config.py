@@ -6,20 +6,17 @@ from __future__ import annotations
 
 from typing import get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from agentrl_sdk.algorithms.estimators import Estimator, GAEEstimator, make_estimator
 from agentrl_sdk.algorithms.advantages import AdvantageEstimator
+from agentrl_sdk.algorithms.estimators import Estimator, GAEEstimator, make_estimator
 from agentrl_sdk.algorithms.losses import PolicyLossConfig
+from agentrl_sdk.config import ConfigSection
 
 __all__ = ["AlgorithmConfig", "DynamicSamplingConfig", "OverlongConfig", "StepLevelConfig"]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class DynamicSamplingConfig(_Section):
+class DynamicSamplingConfig(ConfigSection):
     """DAPO's dynamic sampling: train only on groups whose rewards differ."""
 
     enabled: bool = Field(
@@ -36,7 +33,7 @@ class DynamicSamplingConfig(_Section):
     )
 
 
-class OverlongConfig(_Section):
+class OverlongConfig(ConfigSection):
     """DAPO's over-long handling of responses that reach their token budget."""
 
     drop_truncated: bool = Field(
@@ -51,7 +48,7 @@ class OverlongConfig(_Section):
     penalty: float = Field(1.0, ge=0.0, description="The soft penalty at max_tokens.")
 
 
-class StepLevelConfig(_Section):
+class StepLevelConfig(ConfigSection):
     """Step-level credit: each LLM call its own sample and advantage."""
 
     enabled: bool = Field(

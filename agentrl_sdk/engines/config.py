@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from agentrl_sdk.config import ConfigSection
 from agentrl_sdk.engines.options import (
     BACKEND_OPTIONS,
     EngineOptions,
@@ -18,11 +19,7 @@ from agentrl_sdk.engines.pool import HEALTH_TIMEOUT_S, RESTART_TIMEOUT_S
 __all__ = ["EngineConfig"]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class EngineConfig(_Section):
+class EngineConfig(ConfigSection):
     """The inference engine rollouts sample from."""
 
     backend: Literal["torch", "vllm", "vllm-server"] = Field(

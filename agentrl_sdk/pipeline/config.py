@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from agentrl_sdk.algorithms.config import (
     AlgorithmConfig,
@@ -14,7 +14,7 @@ from agentrl_sdk.algorithms.config import (
     OverlongConfig,
     StepLevelConfig,
 )
-from agentrl_sdk.config import RolloutConfig
+from agentrl_sdk.config import ConfigSection, RolloutConfig
 from agentrl_sdk.engines.config import EngineConfig
 from agentrl_sdk.rollout.rewards import OnRewardError
 from agentrl_sdk.tracing.config import TrackingConfig
@@ -31,11 +31,7 @@ __all__ = [
 ]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ModelConfig(_Section):
+class ModelConfig(ConfigSection):
     """The policy's starting weights."""
 
     path: str | None = Field(
@@ -71,7 +67,7 @@ class PolicyConfig(ModelConfig):
         return self
 
 
-class EntrypointConfig(_Section):
+class EntrypointConfig(ConfigSection):
     """What `agentrl train config.yaml` imports; ``sdk.train`` takes these as arguments."""
 
     graph: str | None = Field(
@@ -88,7 +84,7 @@ class EntrypointConfig(_Section):
     )
 
 
-class DataConfig(_Section):
+class DataConfig(ConfigSection):
     """How dataset rows become training steps."""
 
     batch_size: int = Field(8, ge=1, description="Dataset rows per step (each sampled rollout.n times).")
@@ -100,7 +96,7 @@ class DataConfig(_Section):
     )
 
 
-class RewardConfig(_Section):
+class RewardConfig(ConfigSection):
     """How rewards that cannot be computed are treated."""
 
     on_error: OnRewardError = Field(
@@ -111,7 +107,7 @@ class RewardConfig(_Section):
     )
 
 
-class CheckpointConfig(_Section):
+class CheckpointConfig(ConfigSection):
     """Where and how often to checkpoint."""
 
     dir: str | None = Field(None, description="Checkpoint folder; None disables checkpoints.")
@@ -125,7 +121,7 @@ class CheckpointConfig(_Section):
     export_final: bool = Field(True, description="Write the final policy as a save_pretrained folder.")
 
 
-class EvalConfig(_Section):
+class EvalConfig(ConfigSection):
     """Evaluation on held-out rows: during training (``every``) and by ``sdk.evaluate``."""
 
     every: int = Field(
@@ -174,7 +170,7 @@ class EvalConfig(_Section):
         return updates % self.every == 0 if updates else self.before_train
 
 
-class AsyncConfig(_Section):
+class AsyncConfig(ConfigSection):
     """The fully-asynchronous pipeline: rollouts and updates at once, staleness bounded."""
 
     max_staleness: int = Field(
@@ -197,7 +193,7 @@ class AsyncConfig(_Section):
         return self.sync_every - 1
 
 
-class TrainConfig(_Section):
+class TrainConfig(ConfigSection):
     """A training job: model, engine, rollouts, algorithm, trainer, data, tracking."""
 
     model: ModelConfig = Field(default_factory=ModelConfig)

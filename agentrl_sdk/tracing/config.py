@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from agentrl_sdk.config import ConfigSection
 from agentrl_sdk.tracing.traces import TraceSampling
 
 __all__ = ["TrackingConfig"]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TrackingConfig(_Section):
+class TrackingConfig(ConfigSection):
     """MLflow tracking: one run per job, one trace per sampled rollout."""
 
     enabled: bool = True
