@@ -269,19 +269,11 @@ async def push_weights(job: Job, version: int) -> dict[str, float]:
 
 
 async def update_policy(policy: Policy, step: int, samples: list) -> dict[str, float]:
-    """One policy's update on its samples (none: no update, nothing logged).
-
-    A batch in which no token has an advantage (every group's rewards agreed: all failed, say,
-    when their engine died) takes no optimizer step, counted as ``train/skipped_no_signal``:
-    with nothing to learn, Adam's momentum would still move the weights.
-    """
+    """One policy's update on its samples (none: no update, nothing logged)."""
     if not samples:
         return {}
-    skipped = f"{policy.prefix('train')}skipped_no_signal"
-    if not any(any(s.token_advantages) for s in samples):
-        return {skipped: 1.0}
     update = await run_blocking(policy.group.update, Batch(step=step, samples=samples))
-    return {**{f"{policy.prefix('train')}{k}": v for k, v in update.items()}, skipped: 0.0}
+    return {f"{policy.prefix('train')}{k}": v for k, v in update.items()}
 
 
 def trace_step(

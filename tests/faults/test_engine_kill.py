@@ -10,7 +10,6 @@ import signal
 from collections import defaultdict
 
 import pytest
-import torch
 
 import agentrl_sdk.pipeline.job as job_module
 from agentrl_sdk.engines.ray_engine import RayEngine
@@ -76,21 +75,3 @@ def test_a_killed_engine_actor_is_survived_and_replaced(monkeypatch, replicas):
     else:
         assert failed >= 1  # the lone replica's rollouts in flight, counted
         assert len({(s.row_id, s.sample_index) for s in trained[3]}) == 2 * 4  # served again
-
-
-def test_a_batch_without_signal_takes_no_optimizer_step(tmp_path):
-    """Every rollout scored alike (as when all failed on a dead engine): zero advantages, so no
-    optimizer step, counted; the final weights are the starting ones, bit for bit."""
-    from safetensors.torch import load_file
-
-    config = demo_config(2)
-    config.checkpoint.dir = str(tmp_path / "ckpt")
-    result = train_demo(config, reward=lambda state, row, trajectory: 0.0)
-
-    assert [m["train/skipped_no_signal"] for m in result.history] == [1.0, 1.0]
-    assert not any("train/loss" in m for m in result.history)
-    assert [m["policy_version"] for m in result.history] == [1.0, 2.0]  # pushes go on
-    start = load_file(f"{config.model.path}/model.safetensors")
-    final = load_file(f"{result.final_model}/model.safetensors")
-    assert start.keys() == final.keys()
-    assert all(torch.equal(start[k], final[k]) for k in start)
