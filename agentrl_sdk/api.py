@@ -16,9 +16,9 @@ from agentrl_sdk.pipeline import (
     TrainConfig,
     TrainResult,
     run_evaluation,
-    run_fully_async,
-    run_sync,
+    run_pipeline,
 )
+from agentrl_sdk.pipeline.rules import Schedule
 from agentrl_sdk.rollout import default_input
 from agentrl_sdk.rollout.rewards import RewardFn
 from agentrl_sdk.threads import use_user_code_executor
@@ -82,9 +82,11 @@ async def atrain(
             f"evaluation.every is {resolved.evaluation.every} but no eval_dataset was given: "
             "pass sdk.train(..., eval_dataset=rows) or set evaluation.every to 0"
         )
-    pipeline = run_fully_async if resolved.pipeline == "fully_async" else run_sync
-    return await pipeline(JobSpec(graph, rows, reward, resolved, input_fn=input_fn,
-                                  skipped_rows=skipped, eval_rows=eval_rows))
+    return await run_pipeline(
+        JobSpec(graph, rows, reward, resolved, input_fn=input_fn, skipped_rows=skipped,
+                eval_rows=eval_rows),
+        Schedule.of(resolved),
+    )
 
 
 def _rows(

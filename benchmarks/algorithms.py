@@ -40,7 +40,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import agentrl_sdk as sdk  # noqa: E402
-import agentrl_sdk.pipeline.sync as sync_module  # noqa: E402
+import agentrl_sdk.pipeline.loop as loop_module  # noqa: E402
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
 from agentrl_sdk.pipeline import TrainConfig  # noqa: E402
 from benchmarks._results import write_result  # noqa: E402
@@ -78,7 +78,7 @@ def _train(arm: str, budget_s: float, max_steps: int) -> Run:
     """Train ``arm`` until ``budget_s`` after its first engine request (or ``max_steps``)."""
     run = Run()
     started: list[float] = []
-    update, generate = sync_module.update_policies, TorchEngine.generate
+    update, generate = loop_module.update_policies, TorchEngine.generate
     timer = threading.Timer(budget_s, os.kill, (os.getpid(), signal.SIGINT))
 
     async def first_request(self, *args, **kwargs):
@@ -92,13 +92,13 @@ def _train(arm: str, budget_s: float, max_steps: int) -> Run:
         run.ends.append(time.perf_counter() - started[0])
         return metrics
 
-    sync_module.update_policies, TorchEngine.generate = timed_update, first_request
+    loop_module.update_policies, TorchEngine.generate = timed_update, first_request
     try:
         result = sdk.train(demo.build_graph(), demo.training_rows(), reward=demo.right_tool_reward,
                            config=_config(arm, max_steps), input_fn=demo.graph_input)
     finally:
         timer.cancel()
-        sync_module.update_policies, TorchEngine.generate = update, generate
+        loop_module.update_policies, TorchEngine.generate = update, generate
     within = [end <= budget_s for end in run.ends[: len(result.history)]]
     run.rewards = [m["reward/mean"] for m, ok in zip(result.history, within, strict=False) if ok]
     run.ends = [e for e, ok in zip(run.ends, within, strict=False) if ok]

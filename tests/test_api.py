@@ -10,15 +10,15 @@ from agentrl_sdk import api
 
 @pytest.fixture
 def captured(monkeypatch):
-    """Replaces the sync pipeline with one that records what it was given."""
+    """Replaces the training loop with one that records what it was given."""
     seen: dict = {}
 
-    async def pipeline(spec, **kwargs):
+    async def pipeline(spec, schedule, **kwargs):
         seen.update(rows=spec.rows, config=spec.config, eval_rows=spec.eval_rows,
                     skipped_rows=spec.skipped_rows)
         return sdk.TrainResult(steps=spec.config.max_steps)
 
-    monkeypatch.setattr(api, "run_sync", pipeline)
+    monkeypatch.setattr(api, "run_pipeline", pipeline)
     return seen
 
 

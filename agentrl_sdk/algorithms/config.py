@@ -26,10 +26,10 @@ class DynamicSamplingConfig(ConfigSection):
         "rollout rewards (with step_level too)."
     )
     max_extra_rounds: int = Field(
-        4, ge=0, description="sync: extra batches of rows rolled out per step at most; then "
-        "the step trains on what it has. fully_async: the trainer drops at most this many "
-        "batches of groups per step, then trains on the groups with signal it has. 0: groups "
-        "without signal are left out, and no more rows are sampled."
+        4, ge=0, description="An update passes over at most this many batches' worth of "
+        "groups without signal (each frees its slot for another row), then trains on the "
+        "groups with signal it has; the same in both pipelines. 0: groups without signal are "
+        "left out, and no more rows are sampled."
     )
 
 

@@ -1,4 +1,5 @@
-"""Training loops: the synchronous pipeline and the fully asynchronous one, same job parts."""
+"""The training loop (sync = its on-policy schedule, fully_async = overlapped), its config and
+evaluation."""
 
 from agentrl_sdk.pipeline.config import (
     AsyncConfig,
@@ -13,10 +14,9 @@ from agentrl_sdk.pipeline.config import (
     TrainConfig,
 )
 from agentrl_sdk.pipeline.evaluate import run_evaluation
-from agentrl_sdk.pipeline.fully_async import run_fully_async
 from agentrl_sdk.pipeline.job import JobSpec
+from agentrl_sdk.pipeline.loop import run_fully_async, run_pipeline, run_sync
 from agentrl_sdk.pipeline.results import EvalResult, TrainResult
-from agentrl_sdk.pipeline.sync import run_sync
 
 __all__ = [
     "AsyncConfig",
@@ -34,5 +34,6 @@ __all__ = [
     "TrainResult",
     "run_evaluation",
     "run_fully_async",
+    "run_pipeline",
     "run_sync",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING
 
 from agentrl_sdk.types import GenerateResult, SamplingParams
@@ -29,7 +28,6 @@ class WeightGate:
         self.engine = engine
         self._open = asyncio.Event()
         self._open.set()
-        self.opened_at = 0.0  # perf_counter() of the last `release`
 
     @property
     def policy_version(self) -> int:
@@ -42,7 +40,6 @@ class WeightGate:
 
     def release(self) -> None:
         """Release every held call and let new ones through."""
-        self.opened_at = time.perf_counter()
         self._open.set()
 
     async def generate(

@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.data import RowLoader
 from agentrl_sdk.chat.recorder import SharedEngine
 from agentrl_sdk.engines import Engine
@@ -209,18 +208,14 @@ async def batch_samples(
     job: Job,
     trajectories: list[Trajectory],
     rollout_s: float,
-    surplus: Collection[str] = (),
 ) -> tuple[list[Sample], dict[str, float]]:
     """The step's training samples with the estimator's token advantages (from the critics'
-    values, when it reads them: `score_values`), and the rollout and estimator metrics.
-
-    Rollouts of the ``surplus`` rows (past a full batch) are logged, not trained on.
-    """
+    values, when it reads them: `score_values`), and the rollout and estimator metrics."""
     algorithm = job.config.algorithm
     kept = trainable(job, trajectories)
     dropped = len(trajectories) - len(kept)
     samples, sample_metrics = build_samples(
-        [t for t in kept if t.row_id not in surplus], estimator=algorithm.estimator,
+        kept, estimator=algorithm.estimator,
         policies=[p.name for p in job.trained], outcome_weight=algorithm.outcome_reward_weight,
         drop_flat_groups=algorithm.dynamic_sampling.enabled,
     )  # fmt: skip
@@ -295,16 +290,6 @@ def trace_step(
     return {"traces/logged": float(len(ids)), "traces/write_errors": float(run.trace_write_errors),
             "traces/lost": float(run.traces_lost),
             "time/traces_build_s": time.perf_counter() - started}
-
-
-def rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
-    """The step's rollout config: a seeded run draws new samples each step, and a resumed
-    run draws exactly the samples the uninterrupted run would have."""
-    sampling = config.rollout.sampling
-    if sampling.seed is None:
-        return config.rollout
-    seeded = sampling.model_copy(update={"seed": sampling.seed + step})
-    return config.rollout.model_copy(update={"sampling": seeded})
 
 
 def open_run(config: TrainConfig) -> TrainingRun | None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import agentrl_sdk.pipeline.sync as sync_module
+import agentrl_sdk.pipeline.loop as loop_module
 from agentrl_sdk.algorithms import compute_grpo_advantages
 from agentrl_sdk.pipeline import TrainConfig
 from agentrl_sdk.tracing import load_trace_view, search_rollout_traces
@@ -21,14 +21,14 @@ OWN_CREDIT = {"supervisor": "routing", "default": "answer"}
 
 def test_brief_run_trains_two_policies_and_keeps_the_frozen_one(tmp_path, monkeypatch):
     batches = []  # (trajectories, samples) of every step
-    build = sync_module.batch_samples
+    build = loop_module.batch_samples
 
     async def record(job, trajectories, *args):
         samples, metrics = await build(job, trajectories, *args)
         batches.append((trajectories, samples))
         return samples, metrics
 
-    monkeypatch.setattr(sync_module, "batch_samples", record)
+    monkeypatch.setattr(loop_module, "batch_samples", record)
     config = TrainConfig.from_yaml(HERE / "config.yaml")
     config.max_steps = 2
     config.data.batch_size = 4

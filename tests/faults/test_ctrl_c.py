@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-import agentrl_sdk.pipeline.sync as sync_module
+import agentrl_sdk.pipeline.rollouter as rollouter_module
 from agentrl_sdk.pipeline.checkpoints import MANIFEST, PIPELINE_STATE
 from agentrl_sdk.pipeline.trajectory_queue import GroupQueue
 from tests.faults import _driver
@@ -52,7 +52,7 @@ def test_ctrl_c_during_sync_rollouts_stops_fast_and_resume_redoes_that_step(
     config = _checkpointed(tmp_path, _config(tmp_path, 50))
     config.prefetch_rollouts = False  # a step's rollouts run on their own: Ctrl-C lands there
     batches, sent = [], []
-    rollout_batch = sync_module.arollout_batch
+    rollout_batch = rollouter_module.arollout_batch
 
     async def ctrl_c_during_step_2(graph, rows, *args, **kwargs):
         batches.append(sorted(r["id"] for r in rows))
@@ -60,7 +60,7 @@ def test_ctrl_c_during_sync_rollouts_stops_fast_and_resume_redoes_that_step(
             _ctrl_c_later(sent, 0.05)  # while they run, on any machine
         return await rollout_batch(graph, rows, *args, **kwargs)
 
-    monkeypatch.setattr(sync_module, "arollout_batch", ctrl_c_during_step_2)
+    monkeypatch.setattr(rollouter_module, "arollout_batch", ctrl_c_during_step_2)
     result = train_demo(config)
     stopped_s = time.monotonic() - sent[0]
     print(f"stopped {stopped_s:.1f}s after Ctrl-C")
@@ -71,7 +71,7 @@ def test_ctrl_c_during_sync_rollouts_stops_fast_and_resume_redoes_that_step(
     before = {step: sorted({s.row_id for s in samples}) for step, samples in trained.items()}
     trained.clear()
 
-    monkeypatch.setattr(sync_module, "arollout_batch", rollout_batch)
+    monkeypatch.setattr(rollouter_module, "arollout_batch", rollout_batch)
     resumed = _resume(config, 3)
     assert resumed.steps == 3 and len(resumed.history) == 2
     after = {step: sorted({s.row_id for s in samples}) for step, samples in trained.items()}

@@ -1,0 +1,237 @@
+"""The training loop: a rollouter streams scored groups into a bounded queue while the trainer
+takes batches of them, updates and pushes its weights, within the schedule's staleness bound.
+
+One loop for both pipelines (`rules.Schedule`): ``sync`` is this loop on-policy
+(``max_staleness: 0``) with each step's rows started together, prefetched behind the weight gate
+while the trainer updates; ``fully_async`` admits row by row and lets rollouts run ahead of the
+trainer. Both sides run on the driver's event loop; the heavy work of each is elsewhere (the
+engines' decode threads or servers, the trainer's Ray workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+
+from rich.console import Console
+
+from agentrl_sdk.pipeline.checkpoints import PIPELINE_STATE, finish, maybe_resume, save_checkpoint
+from agentrl_sdk.pipeline.evaluate import maybe_evaluate
+from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
+from agentrl_sdk.pipeline.job import (
+    Job,
+    JobSpec,
+    batch_samples,
+    open_job,
+    push_weights,
+    rows_with_signal,
+    trace_step,
+    update_policies,
+)
+from agentrl_sdk.pipeline.progress import step_log
+from agentrl_sdk.pipeline.results import TrainResult
+from agentrl_sdk.pipeline.rollouter import Rollouter
+from agentrl_sdk.pipeline.rules import Schedule, dynamic_sampling_metrics, staleness_metrics
+from agentrl_sdk.pipeline.trajectory_queue import FinishedGroup, GroupQueue, PipelineState
+
+__all__ = ["run_fully_async", "run_pipeline", "run_sync"]
+
+
+async def run_sync(spec: JobSpec, *, console: Console | None = None) -> TrainResult:
+    """Train on-policy: each step rolls out a batch with the newest weights, then updates."""
+    return await run_pipeline(spec, Schedule.of(spec.config, "sync"), console=console)
+
+
+async def run_fully_async(spec: JobSpec, *, console: Console | None = None) -> TrainResult:
+    """Train with rollouts and updates overlapped within ``fully_async.max_staleness``."""
+    return await run_pipeline(spec, Schedule.of(spec.config, "fully_async"), console=console)
+
+
+async def run_pipeline(
+    spec: JobSpec, schedule: Schedule, *, console: Console | None = None
+) -> TrainResult:
+    """Train ``spec.config.max_steps`` updates of ``spec.graph`` on ``spec.rows``.
+
+    The rollouter admits rows while ``schedule`` allows; the trainer takes ``batch_size``
+    finished groups per update, drops (or re-runs) any that became too stale, and every
+    ``sync_every`` updates pauses the engines, pushes its weights and resumes them (requests in
+    flight continue with the new weights; each token records the version that sampled it). A
+    stop (max steps, or Ctrl-C once) checkpoints the queue and the unfinished rows with the
+    trainer when ``checkpoint.dir`` is set.
+    """
+    console = console or Console()
+    config = spec.config
+    async with open_job(spec, console=console) as (job, result):
+        start, folder = await maybe_resume(job, console)
+        # The loader resumes after every row drawn; those not trained are in the state. A
+        # checkpoint without one (an older sync run's) continues the row indices at its step.
+        state = PipelineState(next_index=start * config.data.batch_size)
+        if folder is not None and (folder / PIPELINE_STATE).exists():
+            state = PipelineState.model_validate_json((folder / PIPELINE_STATE).read_text())
+        queue = GroupQueue(schedule.queue_capacity())
+        for group in state.queued:
+            await queue.put(group)
+        rollouter = Rollouter(
+            job, queue, state, schedule,
+            trained_groups=start * config.data.batch_size, served_step=start,
+        )  # fmt: skip
+        trainer = _Trainer(job, queue, rollouter, schedule)
+        if start == 0:  # a resumed run evaluated its starting weights before
+            await maybe_evaluate(job, result, 0, console)
+        rollouter.start()
+        try:
+            with stop_on_interrupt() as stop, step_log(job, result, console, start) as record:
+                for step in range(start, config.max_steps):
+                    if stop.is_set():
+                        break
+                    try:
+                        metrics = await trainer.step(step, stop)
+                    except Stopped:  # while taking its batch: the groups went back to the queue
+                        break
+                    if record(step, metrics):
+                        result.checkpoint = await trainer.checkpoint(step + 1)
+                    await maybe_evaluate(job, result, step + 1, console)
+        finally:
+            await rollouter.stop()
+        if stop.is_set():
+            console.log(f"[yellow]stopped (Ctrl-C) after step {result.steps}: checkpointing")
+            result.stopped = True
+        if config.checkpoint.dir and result.steps > start:
+            result.checkpoint = await trainer.checkpoint(result.steps)
+        return await finish(job, result, job.run)
+
+
+class _Trainer:
+    """The consumer side: takes batches of fresh groups, updates, pushes weights."""
+
+    def __init__(
+        self, job: Job, queue: GroupQueue, rollouter: Rollouter, schedule: Schedule
+    ) -> None:
+        self.job = job
+        self.queue = queue
+        self.rollouter = rollouter
+        self.schedule = schedule
+        self.last_batch_at = self.served_at = time.perf_counter()
+
+    async def step(self, step: int, stop: asyncio.Event) -> dict[str, float]:
+        """One update on the next ``batch_size`` fresh groups; weights pushed when due.
+        Raises `Stopped` (the groups taken put back) if ``stop`` is set while it waits for them."""
+        job, schedule = self.job, self.schedule
+        waited = time.perf_counter()
+        groups, flat = await self._take_batch(step, stop)
+        now = time.perf_counter()
+        # Taking turns (on-policy), a batch's rollouts ran since the weights were served;
+        # overlapped, the rollout stage delivers a batch per period.
+        rollout_s = now - (self.served_at if schedule.max_staleness == 0 else self.last_batch_at)
+        wait_s, self.last_batch_at = now - waited, now
+        # Groups without signal are logged and counted; build_samples drops them.
+        taken = sorted(groups + flat, key=lambda g: g.index)
+        trajectories = [t for g in taken for t in g.trajectories]
+        samples, metrics = await batch_samples(job, trajectories, rollout_s)
+        metrics |= trace_step(job, step, trajectories, samples)
+        for group in taken:
+            for key, value in group.counts.items():
+                metrics[key] = metrics.get(key, 0.0) + value
+        metrics |= staleness_metrics([g.staleness(step) for g in groups])
+        metrics |= dynamic_sampling_metrics(schedule, len(groups), len(flat))
+        metrics |= self._pipeline_metrics(wait_s, groups)
+        last = step + 1 == job.config.max_steps
+        with self._gates_held(schedule.prefetch and not last):
+            if schedule.prefetch and not last:  # the next rows start, behind the closed gate
+                await self.rollouter.served(step + 1)
+            metrics |= await update_policies(job, step, samples)
+            if schedule.pushes_after(step):
+                metrics |= await self._push(step + 1, serve=not last)
+            else:
+                metrics["time/weight_sync_s"] = 0.0
+        self.served_at = time.perf_counter()
+        return metrics
+
+    def _pipeline_metrics(self, wait_s: float, groups: list[FinishedGroup]) -> dict[str, float]:
+        rollouter = self.rollouter
+        return {
+            "async/wait_s": wait_s,
+            "async/queued_groups": float(len(self.queue)),
+            "async/in_flight_groups": float(rollouter.in_flight),
+            "async/dropped_stale": float(rollouter.dropped_stale),
+            "async/retried_stale": float(rollouter.retried_stale),
+            "async/dropped_no_signal": float(rollouter.dropped_no_signal),
+            "async/partial_rollouts": float(sum(g.mixed_versions for g in groups)),
+        }
+
+    @contextlib.contextmanager
+    def _gates_held(self, hold: bool) -> Iterator[None]:
+        """Hold every policy's weight gate for the block (no new request reaches an engine)."""
+        gates = [p.gate for p in self.job.policies.values()] if hold else []
+        for gate in gates:
+            gate.hold()
+        try:
+            yield
+        finally:
+            for gate in gates:
+                gate.release()
+
+    async def _take_batch(
+        self, step: int, stop: asyncio.Event
+    ) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
+        """``batch_size`` groups fresh enough at ``step``; older ones are dropped or rolled out
+        again, as configured. With dynamic sampling, groups without signal are taken out too
+        (returned second), up to the schedule's ``flat_budget``."""
+        schedule = self.schedule
+        groups: list[FinishedGroup] = []
+        flat: list[FinishedGroup] = []
+        while len(groups) < schedule.batch_size:
+            try:
+                group = await unless_stopped(self._next_group(), stop)
+            except Stopped:
+                self.queue.put_back(groups)
+                raise
+            if schedule.is_stale(group.staleness(step)):
+                await self.rollouter.discard(group, retry=schedule.retry_stale)
+                continue
+            if schedule.flat_budget and not rows_with_signal(self.job, group.trajectories):
+                # It does not count toward the batch; the slot it frees admits another row.
+                await self.rollouter.discard(group, retry=False, stale=False)
+                flat.append(group)
+                if len(flat) == schedule.flat_budget:
+                    break  # the bound: train on the groups with signal there are
+                continue
+            groups.append(group)
+        return groups, flat
+
+    async def _next_group(self) -> FinishedGroup:
+        """The queue's next group; raises the rollouter's failure instead of waiting forever."""
+        getting = asyncio.ensure_future(self.queue.get())
+        try:
+            while not getting.done():
+                if self.rollouter.failure is not None:
+                    raise RuntimeError("the rollouter failed") from self.rollouter.failure
+                await asyncio.wait({getting}, timeout=1.0)
+            return getting.result()
+        except BaseException:  # stopped: a group taken in the same instant goes back
+            if getting.done() and not getting.cancelled() and getting.exception() is None:
+                self.queue.put_back([getting.result()])
+            raise
+        finally:
+            getting.cancel()
+
+    async def _push(self, step: int, *, serve: bool) -> dict[str, float]:
+        """Pause the engines (requests keep their partial output), push the weights after
+        ``step`` updates, resume; then (``serve``) rows may be admitted against them."""
+        trained = self.job.trained
+        await asyncio.gather(*(p.engine.pause() for p in trained))
+        try:
+            metrics = await push_weights(self.job, step)
+        finally:
+            await asyncio.gather(*(p.engine.resume() for p in trained))
+        if serve:
+            await self.rollouter.served(step)
+        return metrics
+
+    async def checkpoint(self, step: int) -> str:
+        """The trainer after ``step`` updates, with the queue and the unfinished rows."""
+        return await save_checkpoint(
+            self.job, step, self.job.loader.position, self.rollouter.state()
+        )

@@ -1,0 +1,192 @@
+"""The producer side of the pipeline: admits rows as the schedule allows, rolls them out, scores
+them and puts each row's finished group in the queue the trainer takes batches from."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+
+from agentrl_sdk.pipeline.job import Job, score_rollouts, shape_rewards
+from agentrl_sdk.pipeline.rules import (
+    Schedule,
+    rollout_config,
+    rows_to_admit,
+    sampled_steps,
+    seed_step,
+)
+from agentrl_sdk.pipeline.trajectory_queue import (
+    FinishedGroup,
+    GroupQueue,
+    PendingRow,
+    PipelineState,
+)
+from agentrl_sdk.rollout import arollout_batch
+from agentrl_sdk.types import Trajectory
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Rollouter"]
+
+
+class Rollouter:
+    """Admits rows as groups of ``n`` rollouts while the schedule allows, and puts each group in
+    the queue once its rollouts are scored.
+
+    Args:
+        job: The training job (engines, graph, rewards, loader).
+        queue: Where finished groups go.
+        state: Where to continue from (a resumed run's queue and unfinished rows).
+        schedule: The admission rules.
+        trained_groups: Groups already trained (``start_step * batch_size``).
+        served_step: The trainer step whose weights the engines serve.
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        queue: GroupQueue,
+        state: PipelineState,
+        schedule: Schedule,
+        *,
+        trained_groups: int,
+        served_step: int,
+    ) -> None:
+        self.job = job
+        self.queue = queue
+        self.schedule = schedule
+        self.served_step = served_step
+        self.next_index = state.next_index
+        self.dropped_stale = state.dropped_stale
+        self.retried_stale = state.retried_stale
+        self.dropped_no_signal = 0
+        self.live = trained_groups + len(state.queued)  # started, not dropped
+        self._rows: deque[PendingRow] = deque(sorted(state.pending, key=lambda p: p.index))
+        self._in_flight: dict[int, tuple[PendingRow, asyncio.Task[None]]] = {}
+        self._changed = asyncio.Condition()
+        self._admitting: asyncio.Task[None] | None = None
+        self.failure: BaseException | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Groups rolling out now."""
+        return len(self._in_flight)
+
+    def start(self) -> None:
+        """Start admitting rows."""
+        self._admitting = asyncio.ensure_future(self._admit_forever())
+
+    async def served(self, step: int) -> None:
+        """Rows admitted from now on are sampled with the weights of trainer step ``step``."""
+        async with self._changed:
+            self.served_step = step
+            self._changed.notify_all()
+
+    async def discard(self, group: FinishedGroup, retry: bool, *, stale: bool = True) -> None:
+        """A group the trainer will not train (stale, or with no signal when not ``stale``):
+        free its slot, maybe roll it out again."""
+        async with self._changed:
+            self.live -= 1
+            if not stale:
+                self.dropped_no_signal += 1
+            elif retry:
+                self.retried_stale += 1
+                self._rows.appendleft(PendingRow(index=group.index, row=group.row))
+            else:
+                self.dropped_stale += 1
+            self._changed.notify_all()
+
+    def _room(self) -> int:
+        return rows_to_admit(self.schedule, self.live, self.in_flight, self.served_step)
+
+    async def _admit_forever(self) -> None:
+        try:
+            while True:
+                async with self._changed:
+                    await self._changed.wait_for(lambda: self._room() > 0)
+                    unit = self._next_rows(self._room())
+                    self.live += len(unit)
+                    task = asyncio.ensure_future(self._roll_out(unit, self.served_step))
+                    for pending in unit:
+                        self._in_flight[pending.index] = (pending, task)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # surfaced to the trainer, which would wait forever
+            self.failure = exc
+            raise
+
+    def _next_rows(self, count: int) -> list[PendingRow]:
+        """Up to ``count`` rows: those waiting (resumed, retried) first, then the loader's."""
+        if not self._rows:
+            for row in self.job.loader.next_batch():
+                self._rows.append(PendingRow(index=self.next_index, row=row))
+                self.next_index += 1
+        return [self._rows.popleft() for _ in range(min(count, len(self._rows)))]
+
+    async def _roll_out(self, unit: list[PendingRow], admitted_step: int) -> None:
+        job = self.job
+        try:
+            seed = seed_step(unit[0].index, self.schedule.batch_size)
+            trajectories = await arollout_batch(
+                job.graph, [p.row for p in unit], job.engines, tokenizer=job.tokenizer,
+                config=rollout_config(job.config, seed), input_fn=job.input_fn,
+                record_events=job.traced,
+            )  # fmt: skip
+            n = len(trajectories) // len(unit)  # arollout_batch: n per row, in row order
+            groups = await asyncio.gather(*(
+                self._finished(p, trajectories[i * n:(i + 1) * n], admitted_step)
+                for i, p in enumerate(unit)
+            ))  # fmt: skip
+            for group in groups:
+                await self.queue.put(group)
+                self._in_flight.pop(group.index, None)  # queued now: the state keeps it there
+        except asyncio.CancelledError:
+            # Stopped: a resumed run rolls the rows not queued yet out again.
+            rest = [p for p in unit if p.index in self._in_flight]
+            self._rows.extendleft(reversed(rest))
+            self.live -= len(rest)
+            raise
+        except BaseException as exc:
+            self.failure = exc
+            logger.exception("the rollouts of row indices %s failed", [p.index for p in unit])
+        finally:
+            for pending in unit:
+                self._in_flight.pop(pending.index, None)
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def _finished(
+        self, pending: PendingRow, trajectories: list[Trajectory], admitted_step: int
+    ) -> FinishedGroup:
+        """A row's rollouts, scored, as the group the trainer takes."""
+        job = self.job
+        counts = await score_rollouts(job, trajectories, [pending.row])
+        counts |= shape_rewards(job, trajectories)
+        trained = [p.name for p in job.trained]
+        steps = sampled_steps(trajectories, trained)
+        return FinishedGroup(
+            index=pending.index, row=pending.row, trajectories=trajectories, counts=counts,
+            admitted_step=admitted_step, oldest_step=steps[0] if steps else admitted_step,
+            mixed_versions=sum(len(sampled_steps([t], trained)) > 1 for t in trajectories),
+        )  # fmt: skip
+
+    def state(self) -> PipelineState:
+        """What a checkpoint keeps: the queue, and every drawn row whose group has not finished
+        (in flight or not admitted yet), to roll out again after a resume."""
+        unfinished = [pending for pending, _ in self._in_flight.values()] + list(self._rows)
+        return PipelineState(
+            next_index=self.next_index,
+            queued=[g.model_copy(update={"trajectories": list(g.trajectories)})
+                    for g in self.queue.snapshot()],
+            pending=sorted(unfinished, key=lambda p: p.index),
+            dropped_stale=self.dropped_stale,
+            retried_stale=self.retried_stale,
+        )  # fmt: skip
+
+    async def stop(self) -> None:
+        """Stop admitting and cancel the groups in flight (their rows stay in `state`)."""
+        tasks = {t for t in (self._admitting,) if t is not None}
+        tasks |= {task for _, task in self._in_flight.values()}
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
