@@ -2,16 +2,18 @@
 
 The engines (TorchEngine, vLLM) and the trainer read one layout: a ``save_pretrained`` folder
 with safetensors weights, ``tokenizer.json``, the chat template and ``generation_config.json``.
-A GGUF file is not one, and transformers' GGUF import (measured on SmolLM2, transformers 5.19)
-leaves three defects this module repairs:
+A GGUF file is not one, and transformers' GGUF import (measured on SmolLM2 and a Llama-3-style
+file, transformers 5.19) leaves defects this module repairs:
 
 - ``save_pretrained`` may refuse the GGUF-loaded model (it carries a GGUF quantization config):
   the weights are dequantized to float and copied into a model built from the bare config.
 - The tokenizer loses llama.cpp pre-tokenizer steps transformers has no entry for; SmolLM2's
   ``smollm`` splits digits one per token, and without it "12345" becomes other tokens than the
   model was trained on. The file's ``tokenizer.ggml.pre`` says which step to restore.
-- The generation config stops only on the declared EOS id; a chat model must also stop on its
-  template's turn markers (``<|im_end|>``, ``<|im_start|>``...), or it writes the next turn.
+- The generation config stops only on the declared EOS id. llama.cpp also stops on the file's
+  ``tokenizer.ggml.eot_token_id`` / ``eom_token_id`` (Llama 3's ``<|eot_id|>`` / ``<|eom_id|>``),
+  and a chat model must stop on its template's turn markers (``<|im_end|>``, ``<|im_start|>``...),
+  or it writes the next turn.
 
 HF folders go through the same load-and-save, so every imported folder is normalised the same
 way. The model's own chat template is kept as it is.
@@ -46,7 +48,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-IMPORTER_VERSION = 1
+IMPORTER_VERSION = 2
 """Bumped whenever an import's output changes, so cached imports (`cached_build`) are redone."""
 
 ImportDType = Literal["float32", "bfloat16", "float16"]
@@ -83,6 +85,21 @@ class GGUFHeader(BaseModel):
     architecture: str
     tokenizer_model: str | None = None
     pre_tokenizer: str | None = None
+    token_count: int | None = None
+    """Entries of ``tokenizer.ggml.tokens``: the vocabulary llama.cpp and the embedding know."""
+    eos_token_id: int | None = None
+    eot_token_id: int | None = None
+    """End of turn (Llama 3: ``<|eot_id|>``); llama.cpp stops on it as on EOS."""
+    eom_token_id: int | None = None
+    """End of message awaiting a tool result (Llama 3.1: ``<|eom_id|>``); also a stop id."""
+    add_bos_token: bool | None = None
+    add_eos_token: bool | None = None
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """The ids llama.cpp ends generation on (EOS, EOT, EOM), those the file declares."""
+        ids = (self.eos_token_id, self.eot_token_id, self.eom_token_id)
+        return list(dict.fromkeys(i for i in ids if i is not None))
 
 
 def import_model(
@@ -96,7 +113,8 @@ def import_model(
 
     GGUF weights are dequantized to float32 and then cast to ``dtype``. The folder holds
     safetensors weights, the tokenizer (with the model's own chat template) and a generation
-    config whose EOS ids include the template's turn markers (`turn_stop_ids`).
+    config whose EOS ids include a GGUF's end-of-turn / end-of-message ids and the template's
+    turn markers (`turn_stop_ids`).
 
     Args:
         src: A GGUF file, or a folder with ``config.json``, weights and tokenizer files.
@@ -178,7 +196,7 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 
 def read_gguf_header(path: Path) -> GGUFHeader:
-    """The architecture and tokenizer kind of a GGUF file (memory-mapped, tensors untouched).
+    """The architecture and tokenizer facts of a GGUF file (memory-mapped, tensors untouched).
 
     transformers' own metadata reader skips the token arrays (0.02 s on SmolLM2); gguf's
     ``GGUFReader``, the fallback, parses all 98k token and merge strings (~4.5 s).
@@ -191,7 +209,7 @@ def read_gguf_header(path: Path) -> GGUFHeader:
             "(or pip install gguf)"
         ) from exc
     try:
-        metadata = _gguf_strings(path)
+        metadata = _gguf_metadata(path)
     except Exception as exc:  # noqa: BLE001 - any parse failure means "not a GGUF we can read"
         raise ModelImportError(f"{path} is not a readable GGUF file: {exc}") from exc
     architecture = metadata.get("general.architecture")
@@ -201,24 +219,38 @@ def read_gguf_header(path: Path) -> GGUFHeader:
         architecture=architecture,
         tokenizer_model=metadata.get("tokenizer.ggml.model"),
         pre_tokenizer=metadata.get("tokenizer.ggml.pre"),
+        token_count=metadata.get("tokenizer.ggml.tokens"),
+        eos_token_id=metadata.get("tokenizer.ggml.eos_token_id"),
+        eot_token_id=metadata.get("tokenizer.ggml.eot_token_id"),
+        eom_token_id=metadata.get("tokenizer.ggml.eom_token_id"),
+        add_bos_token=metadata.get("tokenizer.ggml.add_bos_token"),
+        add_eos_token=metadata.get("tokenizer.ggml.add_eos_token"),
     )
 
 
-def _gguf_strings(path: Path) -> dict[str, str]:
-    """The file's string-valued metadata."""
+def _gguf_metadata(path: Path) -> dict[str, Any]:
+    """The file's scalar metadata; an array is given as its length."""
     try:
         from transformers.integrations.gguf.reader import read_gguf_metadata
     except ImportError:
-        from gguf import GGUFReader, GGUFValueType
+        return _gguf_metadata_by_gguf(path)
+    metadata, _ = read_gguf_metadata(str(path))  # arrays come as their lengths
+    return metadata
 
-        reader = GGUFReader(path)
-        return {
-            key: bytes(field.parts[field.data[0]]).decode("utf-8")
-            for key, field in reader.fields.items()
-            if field.types == [GGUFValueType.STRING]
-        }
-    metadata, _ = read_gguf_metadata(str(path))
-    return {key: value for key, value in metadata.items() if isinstance(value, str)}
+
+def _gguf_metadata_by_gguf(path: Path) -> dict[str, Any]:
+    """As `_gguf_metadata`, with gguf's reader (transformers without its own)."""
+    from gguf import GGUFReader, GGUFValueType
+
+    metadata: dict[str, Any] = {}
+    for key, field in GGUFReader(path).fields.items():
+        if field.types[0] == GGUFValueType.ARRAY:
+            metadata[key] = len(field.data)
+        elif field.types[0] == GGUFValueType.STRING:
+            metadata[key] = bytes(field.parts[field.data[0]]).decode("utf-8")
+        else:
+            metadata[key] = field.parts[field.data[0]][0].item()
+    return metadata
 
 
 def _supported_gguf_architectures() -> set[str] | None:
@@ -268,7 +300,11 @@ def _load_gguf(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     context = getattr(loaded.config, "max_position_embeddings", None)
     if context and tokenizer.model_max_length > 10**12:  # a GGUF gives only the context length
         tokenizer.model_max_length = context
-    return _plain_copy(loaded), tokenizer
+    model = _plain_copy(loaded)
+    # transformers reads only the EOS id; llama.cpp also stops on the file's EOT and EOM ids.
+    declared = _as_ids(model.generation_config.eos_token_id) + header.stop_ids
+    model.generation_config.eos_token_id = list(dict.fromkeys(declared))
+    return model, tokenizer
 
 
 def restore_pre_tokenizer(tokenizer: PreTrainedTokenizerBase, header: GGUFHeader) -> None:

