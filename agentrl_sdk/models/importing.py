@@ -14,6 +14,9 @@ file, transformers 5.19) leaves defects this module repairs:
   ``tokenizer.ggml.eot_token_id`` / ``eom_token_id`` (Llama 3's ``<|eot_id|>`` / ``<|eom_id|>``),
   and a chat model must stop on its template's turn markers (``<|im_end|>``, ``<|im_start|>``...),
   or it writes the next turn.
+- A vocabulary without ``<|endoftext|>`` (sentencepiece: ``<s>``, ``</s>``, ``<unk>``) gets it
+  appended past the file's tokens, an id with no embedding row. It is dropped, so its text is
+  plain text as in llama.cpp (a resized embedding would add a row the model never learned).
 
 HF folders go through the same load-and-save, so every imported folder is normalised the same
 way. The model's own chat template is kept as it is.
@@ -22,6 +25,7 @@ way. The model's own chat template is kept as it is.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 from pathlib import Path
@@ -290,6 +294,7 @@ def _load_gguf(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     kwargs = {"gguf_file": path.name, "local_files_only": True}
     tokenizer = AutoTokenizer.from_pretrained(path.parent, **kwargs)
     restore_pre_tokenizer(tokenizer, header)
+    _drop_tokens_past_vocabulary(tokenizer, header)
     loaded = AutoModelForCausalLM.from_pretrained(
         path.parent,
         dtype=torch.float32,
@@ -336,6 +341,32 @@ def restore_pre_tokenizer(tokenizer: PreTrainedTokenizerBase, header: GGUFHeader
             "tokens than with the model's original tokenizer (import the HF folder if you have it)",
             name,
         )
+
+
+def _drop_tokens_past_vocabulary(tokenizer: PreTrainedTokenizerBase, header: GGUFHeader) -> None:
+    """Removes the tokens transformers appends after the file's ``header.token_count`` tokens.
+
+    Its GGUF tokenizer builders add their default special tokens (``<|endoftext|>`` for a
+    byte-level BPE) when the vocabulary has none, with ids the embedding has no row for.
+    """
+    from tokenizers import Tokenizer
+
+    count = header.token_count
+    if count is None or len(tokenizer) <= count:
+        return
+    backend = tokenizer.backend_tokenizer
+    state = json.loads(backend.to_str())
+    dropped = [t["content"] for t in state["added_tokens"] if t["id"] >= count]
+    state["added_tokens"] = [t for t in state["added_tokens"] if t["id"] < count]
+    rebuilt = Tokenizer.from_str(json.dumps(state))
+    rebuilt.encode_special_tokens = backend.encode_special_tokens
+    tokenizer._tokenizer = rebuilt  # the backend tokenizer has no public setter
+    if len(tokenizer) != count:
+        raise ModelImportError(
+            f"the tokenizer has {len(tokenizer)} tokens after dropping {dropped}, the GGUF file "
+            f"{count}: its ids would not match the model's embedding"
+        )
+    logger.info("dropped %s, which transformers appended past the GGUF vocabulary", dropped)
 
 
 def _transformers_pre_tokenizers() -> frozenset[str]:

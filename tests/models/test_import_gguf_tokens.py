@@ -101,3 +101,14 @@ async def test_the_engines_stop_after_the_end_of_turn_token(imported, engine, re
     finally:
         served.close()
     assert (result.token_ids, result.finish_reason) == ([EOT], "stop")
+
+
+def test_no_token_is_appended_past_the_embedding(llama3_style_gguf, imported) -> None:
+    _, original = llama3_style_gguf
+    tokenizer = AutoTokenizer.from_pretrained(imported, local_files_only=True)
+    rows = json.loads((imported / "config.json").read_text())["vocab_size"]
+    assert len(tokenizer) == rows == DIMS["vocab"]
+    # transformers gave "<|endoftext|>" id 320, one past the embedding; llama.cpp reads it as text.
+    assert tokenizer.encode("<|endoftext|>", add_special_tokens=False) == original.encode("<|endoftext|>").ids
+    assert tokenizer.encode("<|reply_end|><|call_end|>", add_special_tokens=False) == [EOT, EOM]
+
