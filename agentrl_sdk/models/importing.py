@@ -17,6 +17,8 @@ file, transformers 5.19) leaves defects this module repairs:
 - A vocabulary without ``<|endoftext|>`` (sentencepiece: ``<s>``, ``</s>``, ``<unk>``) gets it
   appended past the file's tokens, an id with no embedding row. It is dropped, so its text is
   plain text as in llama.cpp (a resized embedding would add a row the model never learned).
+- ``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` are ignored; the tokenizer is set to add
+  BOS / EOS as the file says when it encodes with special tokens.
 
 HF folders go through the same load-and-save, so every imported folder is normalised the same
 way. The model's own chat template is kept as it is.
@@ -295,6 +297,7 @@ def _load_gguf(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     tokenizer = AutoTokenizer.from_pretrained(path.parent, **kwargs)
     restore_pre_tokenizer(tokenizer, header)
     _drop_tokens_past_vocabulary(tokenizer, header)
+    _restore_add_special_tokens(tokenizer, header, path)
     loaded = AutoModelForCausalLM.from_pretrained(
         path.parent,
         dtype=torch.float32,
@@ -367,6 +370,28 @@ def _drop_tokens_past_vocabulary(tokenizer: PreTrainedTokenizerBase, header: GGU
             f"{count}: its ids would not match the model's embedding"
         )
     logger.info("dropped %s, which transformers appended past the GGUF vocabulary", dropped)
+
+
+def _restore_add_special_tokens(
+    tokenizer: PreTrainedTokenizerBase, header: GGUFHeader, path: Path
+) -> None:
+    """Makes encoding add BOS / EOS as ``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` say.
+
+    The flags set the backend's post-processor, which ``tokenizer.json`` saves (transformers 5
+    keeps the flags themselves out of ``tokenizer_config.json``). For a flag whose token the file
+    does not declare transformers would quietly add nothing; llama.cpp refuses such a file, and
+    so does this.
+    """
+    for flag, token in (("add_bos_token", "bos_token"), ("add_eos_token", "eos_token")):
+        value = getattr(header, flag)
+        if value is None:
+            continue
+        if value and getattr(tokenizer, token) is None:
+            raise ModelImportError(
+                f"{path.name} sets {flag} but declares no {token}; fix the file's metadata "
+                "(gguf's gguf_new_metadata) or import the HF folder"
+            )
+        setattr(tokenizer, flag, value)
 
 
 def _transformers_pre_tokenizers() -> frozenset[str]:

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
-from agentrl_sdk.models import import_model  # noqa: E402
+from agentrl_sdk.models import ModelImportError, import_model  # noqa: E402
 from agentrl_sdk.models import importing  # noqa: E402
 from agentrl_sdk.types import SamplingParams  # noqa: E402
 from tests.models._gguf import reference_model, train_tokenizer, write_gguf  # noqa: E402
@@ -112,3 +112,21 @@ def test_no_token_is_appended_past_the_embedding(llama3_style_gguf, imported) ->
     assert tokenizer.encode("<|endoftext|>", add_special_tokens=False) == original.encode("<|endoftext|>").ids
     assert tokenizer.encode("<|reply_end|><|call_end|>", add_special_tokens=False) == [EOT, EOM]
 
+
+def test_encoding_adds_bos_as_the_file_says(llama3_style_gguf, imported) -> None:
+    _, original = llama3_style_gguf
+    tokenizer = AutoTokenizer.from_pretrained(imported, local_files_only=True)
+    text = "hello world, 12 and 30"
+    assert tokenizer.encode(text) == [BOS, *original.encode(text).ids]
+    assert tokenizer.encode(text, add_special_tokens=False) == original.encode(text).ids
+
+
+def test_add_bos_token_without_a_bos_token_is_refused(tmp_path) -> None:
+    def declare(writer: gguf.GGUFWriter) -> None:
+        writer.add_eos_token_id(EOS)
+        writer.add_add_bos_token(True)
+
+    tok, path = train_tokenizer(SPECIALS, DIMS["vocab"]), tmp_path / "no-bos.gguf"
+    write_gguf(path, _says_end_of_turn(DIMS), tok, pre="smollm", dims=DIMS, specials=SPECIALS, declare=declare)
+    with pytest.raises(ModelImportError, match="no-bos.gguf sets add_bos_token but declares no bos_token"):
+        import_model(path, tmp_path / "out")
