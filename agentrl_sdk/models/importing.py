@@ -235,17 +235,17 @@ def read_gguf_header(path: Path) -> GGUFHeader:
 
 
 def _gguf_metadata(path: Path) -> dict[str, Any]:
-    """The file's scalar metadata; an array is given as its length."""
+    """The file's metadata, ``tokenizer.ggml.tokens`` (a string array) as its length."""
     try:
         from transformers.integrations.gguf.reader import read_gguf_metadata
     except ImportError:
         return _gguf_metadata_by_gguf(path)
-    metadata, _ = read_gguf_metadata(str(path))  # arrays come as their lengths
+    metadata, _ = read_gguf_metadata(str(path))  # string arrays come as their lengths
     return metadata
 
 
 def _gguf_metadata_by_gguf(path: Path) -> dict[str, Any]:
-    """As `_gguf_metadata`, with gguf's reader (transformers without its own)."""
+    """As `_gguf_metadata` (every array as its length), with gguf's reader, ~4.5 s on SmolLM2."""
     from gguf import GGUFReader, GGUFValueType
 
     metadata: dict[str, Any] = {}
