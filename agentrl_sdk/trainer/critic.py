@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from agentrl_sdk.algorithms import ValueLossConfig, value_loss
+from agentrl_sdk.algorithms import ValueLossConfig
+from agentrl_sdk.algorithms.objectives import VALUE_METRIC_SHARES, value_objective
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.group import TrainerGroup
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch
@@ -59,9 +60,7 @@ class ValueWorker:
         self.sharded = ShardedModel(
             rank, world_size, model_path, config, loader=_value_model, freeze=_freeze_with_head
         )
-        self._objective = Objective(
-            self._value_loss, loss_config.agg, ("value_loss",), ("clip_fraction", "values_mean")
-        )
+        self._objective = Objective(self._value_loss, loss_config.agg, VALUE_METRIC_SHARES)
 
     rendezvous_address = forwarded("rendezvous_address")
     setup = forwarded("setup")  # joins the process group, loads and shards the model
@@ -97,13 +96,8 @@ class ValueWorker:
         return train(self.sharded, flat, self._objective)
 
     def _value_loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        """The objective of one micro-batch: the clipped value loss."""
-        lc = self.loss_config
-        assert batch.values is not None and batch.returns is not None  # checked in update
-        return value_loss(
-            self._values(batch), batch.values, batch.returns, batch.response_mask,
-            lc.cliprange_value, lc.agg, batch.weights,
-        )  # fmt: skip
+        """One micro-batch: the critic's values, then the value objective."""
+        return value_objective(self._values(batch), batch, self.loss_config)
 
 
 def _value_model(path: str) -> nn.Module:

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from agentrl_sdk.algorithms import LossAgg, micro_batch_share, sequence_mass, token_share
+from agentrl_sdk.algorithms.objectives import MetricShares
 from agentrl_sdk.trainer.lora import lora_dropout_active
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, mini_batches, pack, shard_plan
 
@@ -32,16 +33,15 @@ class Objective:
 
     Args:
         loss: ``batch -> (loss, metrics)``: the micro-batch's scalar loss, aggregated over its
-            own tokens with ``agg``, and its metrics (floats).
+            own tokens with ``agg``, and its metrics (floats): the model's forward, then an
+            objective of `agentrl_sdk.algorithms.objectives`.
         agg: The loss aggregation, which sets each micro-batch's share of the step's loss.
-        metrics: Metrics summed with the micro-batch's loss share (parts of the loss).
-        token_means: Metrics summed with its share of trained tokens (plain token means).
+        shares: Which metrics add up by loss share and which by token share.
     """
 
     loss: Callable[[PackedBatch], tuple[torch.Tensor, dict[str, float]]]
     agg: LossAgg
-    metrics: tuple[str, ...]
-    token_means: tuple[str, ...] = ()
+    shares: MetricShares
 
 
 def train(sharded: ShardedModel, flat: FlatSamples, objective: Objective) -> dict[str, float]:
@@ -102,7 +102,8 @@ def _optimizer_step(
     cfg, agg = sharded.config, objective.agg
     mine = shard_plan(flat.lengths, mini, sharded.world_size, cfg.micro_batch_tokens)[sharded.rank]
     mass, tokens, longest = _normalisers(sharded, flat, [i for mb in mine for i in mb], agg)
-    sums = dict.fromkeys((*objective.metrics, *objective.token_means), 0.0)
+    shares = objective.shares
+    sums = dict.fromkeys((*shares.by_loss, *shares.by_token), 0.0)
     sharded.optimizer.zero_grad(set_to_none=True)
     with lora_dropout_active(sharded.model, cfg.lora is not None):
         for indices in mine:
@@ -113,9 +114,9 @@ def _optimizer_step(
             tokens_share = token_share(float(mask.sum()), tokens)
             loss, metrics = objective.loss(batch)
             (loss * share).backward()
-            for key in objective.metrics:
+            for key in shares.by_loss:
                 sums[key] += metrics[key] * share
-            for key in objective.token_means:
+            for key in shares.by_token:
                 sums[key] += metrics[key] * tokens_share
     stepped = sharded.optimizer_step()
     totals = torch.tensor(list(sums.values()), dtype=torch.float64, device=sharded.device)

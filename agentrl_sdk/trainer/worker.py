@@ -10,13 +10,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from agentrl_sdk.algorithms import (
-    PolicyLossConfig,
-    aggregate,
-    entropy_from_logits,
-    importance_weights,
-    kl_loss,
-    ppo_policy_loss,
+from agentrl_sdk.algorithms import PolicyLossConfig, importance_weights
+from agentrl_sdk.algorithms.objectives import (
+    PolicyOutputs,
+    policy_metric_shares,
+    policy_objective,
 )
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.export import export_pretrained
@@ -68,12 +66,9 @@ class PolicyWorker:
             rank, world_size, model_path, config, reference=loss_config.kl_coef > 0,
             adapters=adapters,
         )  # fmt: skip
-        # ppo_policy_loss metrics that are plain means over trained tokens (weights ignored).
-        token_means = ("clip_frac", "approx_kl", "ratio_mean", "entropy")
-        if loss_config.clip_c is not None:
-            token_means += ("dual_clip_frac",)
-        parts = ("loss", "pg_loss", "kl") if loss_config.kl_coef > 0 else ("loss", "pg_loss")
-        self._objective = Objective(self._ppo_loss, loss_config.agg, parts, token_means)
+        self._objective = Objective(
+            self._ppo_loss, loss_config.agg, policy_metric_shares(loss_config)
+        )
 
     rendezvous_address = forwarded("rendezvous_address")
     setup = forwarded("setup")  # joins the process group, loads and shards the model
@@ -163,29 +158,15 @@ class PolicyWorker:
         return flat, metrics
 
     def _ppo_loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        """The objective of one micro-batch: PPO's clipped loss (+ KL, - entropy)."""
-        lc = self.loss_config
-        mask, weights = batch.response_mask, batch.weights
+        """One micro-batch: the model's outputs (and the reference's, with a KL term), then
+        the PPO objective."""
         logp, scaled = self._logprobs(self.sharded.model, batch)
-        if lc.entropy_coef > 0:
-            entropy = entropy_from_logits(scaled)  # (B, T)
-        else:
-            with torch.no_grad():
-                entropy = entropy_from_logits(scaled.detach())
-        loss, metrics = ppo_policy_loss(
-            logp, batch.old_logprobs, batch.advantages, mask,
-            clip_low=lc.clip_low, clip_high=lc.clip_high, clip_c=lc.clip_c, agg=lc.agg,
-            seq_weights=weights, entropy=entropy.detach(), token_weights=batch.token_weights,
-        )  # fmt: skip
-        if lc.kl_coef > 0:
+        reference_logp = None
+        if self.loss_config.kl_coef > 0:
             with torch.no_grad(), self.sharded.reference() as reference:
-                ref_logp = self._logprobs(reference, batch)[0]
-            kl, kl_metrics = kl_loss(logp, ref_logp, mask, lc.kl_kind, lc.agg, weights)
-            loss = loss + lc.kl_coef * kl
-            metrics["kl"] = kl_metrics["kl"]
-        if lc.entropy_coef > 0:
-            loss = loss - lc.entropy_coef * aggregate(entropy, mask, lc.agg, weights)
-        return loss, metrics | {"loss": loss.item()}
+                reference_logp = self._logprobs(reference, batch)[0]
+        outputs = PolicyOutputs(logp, scaled, reference_logp)
+        return policy_objective(outputs, batch, self.loss_config)
 
     # ---------------------------------------------------------------- weights, checkpoints
 
