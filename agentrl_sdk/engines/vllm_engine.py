@@ -168,11 +168,6 @@ class VLLMEngine(VLLMBackend):
         else:
             await super().load_weights(push, version)
 
-    @property
-    def eos_token_ids(self) -> tuple[int, ...]:
-        """Ids that end every request."""
-        return self._eos
-
     def _request_error(self, request_id: str, exc: Exception) -> Exception | None:
         if isinstance(exc, ValueError | EngineError):
             return None
