@@ -19,10 +19,8 @@ class ConfigSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ChatConfig(BaseModel):
+class ChatConfig(ConfigSection):
     """How the token chat model builds prompts and guards the context."""
-
-    model_config = ConfigDict(extra="forbid")
 
     max_context_tokens: int = Field(
         4096, ge=2, description="Prompt plus response budget of one call; beyond it the rollout "
@@ -48,10 +46,8 @@ class ChatConfig(BaseModel):
     )
 
 
-class NodeRule(BaseModel):
+class NodeRule(ConfigSection, frozen=True):
     """How the LLM calls of the graph nodes a path pattern matches are attributed."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     trained: bool = Field(True, description="Train on these calls; False runs them frozen.")
     policy: str = Field("default", description="The policy that serves (and learns from) them.")
@@ -61,10 +57,8 @@ class NodeRule(BaseModel):
     )
 
 
-class RolloutConfig(BaseModel):
+class RolloutConfig(ConfigSection):
     """How rollouts of a graph are collected."""
-
-    model_config = ConfigDict(extra="forbid")
 
     n: int = Field(1, ge=1, description="Samples (rollouts) per dataset row.")
     concurrency: int = Field(64, ge=1, description="Rollouts running at once.")

@@ -10,7 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch import Tensor
 
 from agentrl_sdk.algorithms.advantages import (
@@ -23,6 +23,7 @@ from agentrl_sdk.algorithms.advantages import (
     compute_rloo_advantages,
 )
 from agentrl_sdk.algorithms.value import compute_gae, explained_variance, masked_whiten
+from agentrl_sdk.config import ConfigSection
 
 if TYPE_CHECKING:
     from agentrl_sdk.types import Sample
@@ -94,11 +95,10 @@ class Estimator(Protocol):
         ...
 
 
-class GroupEstimator(BaseModel):
+class GroupEstimator(ConfigSection, frozen=True):
     """GRPO, Dr.GRPO (no std division) or RLOO over each group's rollout rewards, each token
     with its rollout's advantage (`compute_grpo_advantages`, `compute_rloo_advantages`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     baseline: AdvantageEstimator = "grpo"
     needs_values: ClassVar[bool] = False
     per_call: ClassVar[bool] = False
@@ -128,7 +128,7 @@ def discounted_returns(rewards: Tensor, rollout: Tensor, gamma: float) -> Tensor
     return returns
 
 
-class StepEstimator(BaseModel):
+class StepEstimator(ConfigSection, frozen=True):
     """Step-level credit: each LLM call's discounted return ``G_k`` (`discounted_returns` of
     ``step_rewards``, a rollout's outcome on its last call) against its group.
 
@@ -147,7 +147,6 @@ class StepEstimator(BaseModel):
     Metrics: ``step_adv_mean``, ``step_adv_std``, ``step_groups``, ``step_group_size_mean``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     baseline: AdvantageEstimator = "grpo"
     gamma: float = 1.0
     omega: float | None = None
@@ -199,7 +198,7 @@ class StepEstimator(BaseModel):
         }
 
 
-class GAEEstimator(BaseModel):
+class GAEEstimator(ConfigSection):
     """PPO with a critic: GAE over the sampled tokens from the critic's values (`compute_gae`),
     each sequence ending in its rollout's reward; optionally whitened over the batch. Its
     options are the config's ``algorithm.gae`` section.
@@ -208,7 +207,6 @@ class GAEEstimator(BaseModel):
     sampled tokens) and ``explained_variance`` (left out when the returns do not vary).
     """
 
-    model_config = ConfigDict(extra="forbid")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per sampled token.")
     lam: float = Field(
         1.0, ge=0.0, le=1.0, description="GAE lambda: 1 is the Monte-Carlo return minus the "

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from agentrl_sdk.algorithms.advantages import EstimatorName
 from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate
 from agentrl_sdk.algorithms.corrections import OffPolicyCorrection
 from agentrl_sdk.algorithms.kl import MAX_LOG_RATIO, KLKind
+from agentrl_sdk.config import ConfigSection
 
 
-class PolicyLossConfig(BaseModel):
+class PolicyLossConfig(ConfigSection):
     """How the policy loss is computed: clipping, aggregation, KL and entropy terms."""
-
-    model_config = ConfigDict(extra="forbid")
 
     advantage_estimator: EstimatorName = Field(
         "grpo", description="Advantage estimator: grpo, drgrpo (no std division) or rloo over "

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch import Tensor
 
 from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate
+from agentrl_sdk.config import ConfigSection
 
 __all__ = [
     "ValueLossConfig",
@@ -17,10 +18,8 @@ __all__ = [
 ]
 
 
-class ValueLossConfig(BaseModel):
+class ValueLossConfig(ConfigSection):
     """How the critic's loss is computed (what the value workers get)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     cliprange_value: float = Field(
         0.5, gt=0.0, description="Value clipping: a new value counts at most this far from "

@@ -36,11 +36,6 @@ class RowLoader:
         self.seed = seed
         self.position = LoaderPosition()
 
-    @property
-    def batches_per_epoch(self) -> int:
-        """Full batches in one pass over the rows."""
-        return len(self.rows) // self.batch_size
-
     def _order(self, epoch: int) -> list[int]:
         order = list(range(len(self.rows)))
         if self.shuffle:

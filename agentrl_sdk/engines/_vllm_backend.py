@@ -32,17 +32,17 @@ __all__ = ["VLLMBackend", "checked_finish"]
 class VLLMBackend:
     """Generate, weight update, pause and resume over a subclass's vLLM connection.
 
-    Subclasses set ``_loop``, ``_requests``, ``_version``, ``_bucket_bytes`` and ``_closed``,
-    and ``_tokenizer_path`` (the model folder) to serve stop strings. vLLM runs without a
-    tokenizer, so stop strings are matched here, on the streamed ids (`StopStrings`), with
-    the folder's tokenizer loaded on the first request that has some.
+    Subclasses set ``_loop``, ``_requests`` and ``_bucket_bytes``, and ``_tokenizer_path``
+    (the model folder) to serve stop strings. vLLM runs without a tokenizer, so stop strings
+    are matched here, on the streamed ids (`StopStrings`), with the folder's tokenizer loaded
+    on the first request that has some.
     """
 
     _loop: LoopThread
     _requests: ResumableRequests
-    _version: int
+    _version: int = 0
     _bucket_bytes: int
-    _closed: bool
+    _closed: bool = False
     _tokenizer_path: str | None = None
     _tokenizer: Any = None
     _local_workers: bool = True  # vLLM's workers share this host's /dev/shm
@@ -50,6 +50,11 @@ class VLLMBackend:
     # The version of each named adapter's last push; replaced, never mutated (a class default).
     _adapter_versions: Mapping[str, int] = MappingProxyType({})
     _changing: asyncio.Lock | None = None  # held by the weight or adapter change under way
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the weights currently served: the one the last `load_weights` gave."""
+        return self._version
 
     def served_version(self, adapter: str | None) -> int:
         """The version of the weights that serve requests of ``adapter`` (None: the base): the

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from agentrl_sdk.config import ConfigSection
 
 __all__ = ["BACKEND_OPTIONS", "EngineOptions", "TorchOptions", "VLLMOptions", "VLLMServerOptions"]
 
 
-class EngineOptions(BaseModel):
+class EngineOptions(ConfigSection):
     """Options every backend takes."""
-
-    model_config = ConfigDict(extra="forbid")
 
     eos_token_ids: list[int] | None = Field(
         None, description="Token ids that end a response (default: the model's EOS ids)."

@@ -101,8 +101,6 @@ class VLLMEngine(VLLMBackend):
         self._bucket_bytes = bucket_bytes
         self._timeout = request_timeout_s
         self._tokenizer_path = path
-        self._version = 0
-        self._closed = False
         self._lora: Any = None  # the LoRARequest of the last unnamed push, sent with every request
         self._named: dict[str, Any] = {}  # the LoRARequest of each named adapter's last push
         self._adapters: Path | None = None  # adapter folders, made on the first push
@@ -169,16 +167,6 @@ class VLLMEngine(VLLMBackend):
             await self._loop.call(self._held(change, version))
         else:
             await super().load_weights(push, version)
-
-    @property
-    def policy_version(self) -> int:
-        """Version of the weights currently served: the one the last `load_weights` gave."""
-        return self._version
-
-    @property
-    def eos_token_ids(self) -> tuple[int, ...]:
-        """Ids that end every request."""
-        return self._eos
 
     def _request_error(self, request_id: str, exc: Exception) -> Exception | None:
         if isinstance(exc, ValueError | EngineError):

@@ -93,8 +93,6 @@ class VLLMServerEngine(VLLMBackend):
         self._cpu_threads = cpu_threads
         self._bucket_bytes = bucket_bytes
         self._timeout = request_timeout_s
-        self._version = 0
-        self._closed = False
         self._process: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
         self._local_workers = url is None  # a server we started shares this host's /dev/shm
@@ -179,11 +177,6 @@ class VLLMServerEngine(VLLMBackend):
         if self._log_path is None or not self._log_path.exists():
             return "(no log: the server was not started by this engine)"
         return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    @property
-    def policy_version(self) -> int:
-        """Version of the weights currently served: the one the last `load_weights` gave."""
-        return self._version
 
     def _request_error(self, request_id: str, exc: Exception) -> Exception | None:
         if not isinstance(exc, httpx.HTTPError):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from agentrl_sdk.config import ConfigSection
 
 
-class GatewayConfig(BaseModel):
+class GatewayConfig(ConfigSection):
     """How the recording gateway is served."""
-
-    model_config = ConfigDict(extra="forbid")
 
     host: str = Field("127.0.0.1", description="Interface to listen on; loopback by default.")
     port: int = Field(0, ge=0, le=65535, description="TCP port; 0 picks a free one.")

@@ -6,7 +6,7 @@ import json
 from html import escape
 from typing import Any
 
-from agentrl_sdk.tracing.render import advantage_sign
+from agentrl_sdk.tracing.render import advantage_sign, ids_text
 from agentrl_sdk.tracing.view import SpanLine, TraceView
 
 _CSS = """
@@ -98,22 +98,18 @@ def _span(line: SpanLine) -> str:
 
 def _segment(index: int, seg: dict[str, Any], sign: str) -> str:
     chunks = [f"<span class='prompt' title='prompt: {len(seg['prompt_ids'])} tokens'>"
-              f"{escape(seg.get('prompt_text') or _ids(seg['prompt_ids']))}</span>"]
+              f"{escape(seg.get('prompt_text') or ids_text(seg['prompt_ids']))}</span>"]
     for run in seg.get("runs", []):
         ids = seg["response_ids"][run["start"]:run["end"]]
         css = _GEN[sign] if run["mask"] else "obs"
         title = f"tokens {run['start']}-{run['end'] - 1} · mask {run['mask']} · ids {ids[:12]}"
-        text = run["text"] if run["text"] is not None else _ids(ids)
+        text = run["text"] if run["text"] is not None else ids_text(ids)
         chunks.append(f"<span class='{css}' title='{escape(title)}'>{escape(text)}</span>")
     generated = sum(seg["response_mask"])
     head = (f"segment {index} · node <b>{escape(seg['node'])}</b> · policy {escape(seg['policy'])}"
             f" · {'trained' if seg['trained'] else 'frozen'} · prompt {len(seg['prompt_ids'])} · "
             f"generated {generated} · observation {len(seg['response_ids']) - generated} tokens")
     return f"<section class='seg'><header>{head}</header><pre>{''.join(chunks)}</pre></section>"
-
-
-def _ids(ids: list[int]) -> str:
-    return " ".join(f"[{t}]" for t in ids)
 
 
 def _text(value: Any, limit: int = 400) -> str:

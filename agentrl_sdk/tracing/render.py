@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from itertools import groupby
 from typing import Any
 
@@ -44,21 +45,8 @@ def render_segment(segment: Segment, tokenizer: Any, *, show_prompt: bool = True
 
 def render_trajectory(traj: Trajectory, tokenizer: Any, *, show_prompt: bool = True) -> Group:
     """Every segment of ``traj`` as a panel, titled with node, policy and token counts."""
-    panels = []
-    for i, seg in enumerate(traj.segments):
-        generated = sum(seg.response_mask)
-        title = (
-            f"segment {i} · node {seg.node} · policy {seg.policy} · "
-            f"{'trained' if seg.trained else 'frozen'} · started: {seg.started_because}"
-        )
-        subtitle = (
-            f"prompt {len(seg.prompt_ids)} · generated {generated} · "
-            f"observation {len(seg.response_ids) - generated} tokens · {seg.num_calls} calls"
-        )
-        panels.append(
-            Panel(render_segment(seg, tokenizer, show_prompt=show_prompt), title=plain(title),
-                  subtitle=plain(subtitle), title_align="left", subtitle_align="left")
-        )
+    panels = [_panel(i, dict(seg), render_segment(seg, tokenizer, show_prompt=show_prompt))
+              for i, seg in enumerate(traj.segments)]
     head = plain(
         f"row {traj.row_id} · sample {traj.sample_index} · status {traj.status}"
         + (f" · reward {traj.reward:g}" if traj.reward is not None else "")
@@ -133,13 +121,19 @@ def _span_text(line: SpanLine) -> Text:
 def _segment_panel(index: int, seg: dict[str, Any], sign: str, show_prompt: bool) -> Panel:
     text = Text()
     if show_prompt:
-        prompt = seg.get("prompt_text") or _ids(seg["prompt_ids"])
+        prompt = seg.get("prompt_text") or ids_text(seg["prompt_ids"])
         text.append(escape_controls(prompt), style=STYLES["prompt"])
     for run in seg.get("runs", []):
-        chunk = run["text"] if run["text"] is not None else _ids(
+        chunk = run["text"] if run["text"] is not None else ids_text(
             seg["response_ids"][run["start"]:run["end"]])
         style = ADVANTAGE_STYLES[sign] if run["mask"] else STYLES["observation"]
         text.append(escape_controls(chunk), style=style)
+    return _panel(index, seg, text)
+
+
+def _panel(index: int, seg: Mapping[str, Any], text: Text) -> Panel:
+    """A segment's ``text`` in a panel titled with its node, policy and token counts (``seg``:
+    a `Segment`'s fields, from a trajectory or read back from a trace)."""
     generated = sum(seg["response_mask"])
     title = (f"segment {index} · node {seg['node']} · policy {seg['policy']} · "
              f"{'trained' if seg['trained'] else 'frozen'} · started: {seg['started_because']}")
@@ -149,7 +143,8 @@ def _segment_panel(index: int, seg: dict[str, Any], sign: str, show_prompt: bool
                  subtitle_align="left")
 
 
-def _ids(ids: list[int]) -> str:
+def ids_text(ids: list[int]) -> str:
+    """Token ids shown as ``[id]`` each, where a trace holds no decoded text."""
     return " ".join(f"[{t}]" for t in ids)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from agentrl_sdk.algorithms.value import ValueLossConfig
+from agentrl_sdk.config import ConfigSection
 
 __all__ = ["WEIGHT_SYNC_TIMEOUT_S", "CriticConfig", "LoraConfig", "TrainerConfig"]
 
@@ -15,15 +16,13 @@ WEIGHT_SYNC_TIMEOUT_S = 600.0
 """Default longest wait for one weight push (`TrainerConfig.weight_sync_timeout_s`)."""
 
 
-class LoraConfig(BaseModel):
+class LoraConfig(ConfigSection, frozen=True):
     """LoRA adapters on a frozen base (PEFT's LoRA, sharded by FSDP2 with the base).
 
     Only the adapters get gradients and optimizer state, so checkpoints hold adapters and
     optimizer state only; engines receive merged weights (base + adapter) or the adapter alone
     (``sync``).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     rank: int = Field(8, ge=1, description="Rank r of each adapter (the inner size of B @ A).")
     alpha: float = Field(
@@ -54,14 +53,12 @@ class LoraConfig(BaseModel):
         return self.alpha / self.rank
 
 
-class TrainerConfig(BaseModel):
+class TrainerConfig(ConfigSection, frozen=True):
     """Options of the distributed policy trainer (FSDP2 workers on Ray).
 
     The loss itself (clipping, aggregation, KL and entropy coefficients) is configured apart, in
     `agentrl_sdk.algorithms.PolicyLossConfig`.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     # Placement and communication.
     world_size: int = Field(1, ge=1, description="Number of policy workers (ranks, one per actor).")
