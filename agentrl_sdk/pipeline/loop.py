@@ -77,9 +77,9 @@ async def run_pipeline(
             job, queue, state, schedule,
             trained_groups=start * config.data.batch_size, served_step=start,
         )  # fmt: skip
-        trainer = _Trainer(job, queue, rollouter, schedule)
         if start == 0:  # a resumed run evaluated its starting weights before
             await maybe_evaluate(job, result, 0, console)
+        trainer = _Trainer(job, queue, rollouter, schedule)  # its clocks start with the rollouts
         rollouter.start()
         try:
             with stop_on_interrupt() as stop, step_log(job, result, console, start) as record:
