@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any
 
 from rich.console import Console
 
+from agentrl_sdk.errors import EngineError
 from agentrl_sdk.pipeline.checkpoints import PIPELINE_STATE, finish, maybe_resume, save_checkpoint
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
 from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
@@ -221,14 +223,24 @@ class _Trainer:
         """Pause the engines (requests keep their partial output), push the weights after
         ``step`` updates, resume; then (``serve``) rows may be admitted against them."""
         trained = self.job.trained
-        await asyncio.gather(*(p.engine.pause() for p in trained))
+        await self._each_engine("pause", [p.engine.pause() for p in trained])
         try:
             metrics = await push_weights(self.job, step)
         finally:
-            await asyncio.gather(*(p.engine.resume() for p in trained))
+            await self._each_engine("resume", [p.engine.resume() for p in trained])
         if serve:
             await self.rollouter.served(step)
         return metrics
+
+    async def _each_engine(self, what: str, calls: list[Coroutine[Any, Any, None]]) -> None:
+        """Await every engine's ``what`` call within the weight push's timeout: an engine that
+        stopped answering fails the run with a reason instead of hanging it."""
+        timeout_s = self.job.config.trainer.weight_sync_timeout_s
+        try:
+            await asyncio.wait_for(asyncio.gather(*calls), timeout_s)
+        except TimeoutError as exc:
+            raise EngineError(f"the engines did not {what} within trainer.weight_sync_timeout_s "
+                              f"({timeout_s:g} s) around a weight push") from exc
 
     async def checkpoint(self, step: int) -> str:
         """The trainer after ``step`` updates, with the queue and the unfinished rows."""

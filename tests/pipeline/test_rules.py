@@ -1,11 +1,16 @@
 """The pipeline's rules, without Ray or engines: the schedule each pipeline runs, admission,
-seeds, staleness and the dynamic-sampling budget."""
+seeds, staleness and the dynamic-sampling budget; and the push's engine calls are bounded."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 
+from agentrl_sdk.errors import EngineError
 from agentrl_sdk.pipeline import TrainConfig
+from agentrl_sdk.pipeline.loop import _Trainer
 from agentrl_sdk.pipeline.rules import (
     Schedule,
     dynamic_sampling_metrics,
@@ -96,3 +101,11 @@ def test_sampled_steps_are_the_versions_of_trained_tokens_only():
     traj = Trajectory(row_id="r", sample_index=0, segments=[segment])
     assert sampled_steps([traj], ["default"]) == [2, 3]  # the masked token's version is not
     assert sampled_steps([traj], ["other"]) == []
+
+
+async def test_an_engine_that_never_pauses_fails_the_push_with_a_reason_not_a_hang():
+    trainer = _Trainer.__new__(_Trainer)  # only its job's config is read here
+    trainer.job = SimpleNamespace(config=_config(trainer={"weight_sync_timeout_s": 0.2}))
+    with pytest.raises(EngineError, match="did not pause within trainer.weight_sync_timeout_s"):
+        await trainer._each_engine("pause", [asyncio.sleep(3600)])
+    await trainer._each_engine("resume", [asyncio.sleep(0)])  # an answering engine: no error
