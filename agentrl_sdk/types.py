@@ -379,6 +379,11 @@ class Sample(BaseModel):
         return self
 
     @property
+    def carries_signal(self) -> bool:
+        """Whether some trained (mask-1) token has an advantage: the update has a gradient."""
+        return any(a and m for a, m in zip(self.token_advantages, self.response_mask, strict=True))
+
+    @property
     def advantage(self) -> float:
         """The one number traces show: the token advantages' mean over sampled (mask-1)
         tokens (over all tokens when none is sampled; 0.0 without tokens)."""

@@ -17,10 +17,10 @@ __all__ = ["WeightGate"]
 class WeightGate:
     """An `Engine` that forwards to ``engine`` but holds every ``generate`` while closed.
 
-    The sync pipeline holds the gate, starts the next step's rollouts (LangGraph start-up,
-    prompt rendering and tokenisation run on the otherwise idle driver while the trainer
-    updates in its own process), pushes the new weights to ``engine`` and then releases the
-    gate. No token is sampled before the new weights are loaded, so training stays exactly
+    The on-policy schedule (``sync`` with ``prefetch_rollouts``) holds the gate, starts the
+    next step's rollouts (LangGraph start-up, prompt rendering and tokenisation run on the
+    otherwise idle driver while the trainer updates in its own process), pushes the new
+    weights to ``engine`` and then releases the gate. No token is sampled before the new weights are loaded, so training stays exactly
     on-policy; only the work before each rollout's first LLM call moves earlier.
     """
 

@@ -264,11 +264,19 @@ async def push_weights(job: Job, version: int) -> dict[str, float]:
 
 
 async def update_policy(policy: Policy, step: int, samples: list) -> dict[str, float]:
-    """One policy's update on its samples (none: no update, nothing logged)."""
+    """One policy's update on its samples (none: no update, nothing logged).
+
+    A batch in which no token has an advantage (every group's rewards agreed) takes no
+    optimizer step, counted as ``train/skipped_no_signal``: with nothing to learn, AdamW's
+    momentum and decay would still move the weights.
+    """
     if not samples:
         return {}
+    prefix = policy.prefix("train")
+    if not any(s.carries_signal for s in samples):
+        return {f"{prefix}skipped_no_signal": 1.0, f"{prefix}optimizer_steps": 0.0}
     update = await run_blocking(policy.group.update, Batch(step=step, samples=samples))
-    return {f"{policy.prefix('train')}{k}": v for k, v in update.items()}
+    return {f"{prefix}{k}": v for k, v in update.items()} | {f"{prefix}skipped_no_signal": 0.0}
 
 
 def trace_step(

@@ -116,6 +116,7 @@ class _Trainer:
         self.rollouter = rollouter
         self.schedule = schedule
         self.last_batch_at = self.served_at = time.perf_counter()
+        self.repushes = 0
 
     async def step(self, step: int, stop: asyncio.Event) -> dict[str, float]:
         """One update on the next ``batch_size`` fresh groups; weights pushed when due.
@@ -139,13 +140,13 @@ class _Trainer:
         metrics |= staleness_metrics([g.staleness(step) for g in groups])
         metrics |= dynamic_sampling_metrics(schedule, len(groups), len(flat))
         metrics |= self._pipeline_metrics(wait_s, groups)
-        last = step + 1 == job.config.max_steps
-        with self._gates_held(schedule.prefetch and not last):
-            if schedule.prefetch and not last:  # the next rows start, behind the closed gate
+        prefetch = schedule.prefetch and step + 1 < job.config.max_steps
+        with self._gates_held(prefetch):
+            if prefetch:  # the next rows start, behind the closed gate
                 await self.rollouter.served(step + 1)
             metrics |= await update_policies(job, step, samples)
             if schedule.pushes_after(step):
-                metrics |= await self._push(step + 1, serve=not last)
+                metrics |= await self._push(step + 1, serve=step + 1 < job.config.max_steps)
             else:
                 metrics["time/weight_sync_s"] = 0.0
         self.served_at = time.perf_counter()
@@ -160,6 +161,8 @@ class _Trainer:
             "async/dropped_stale": float(rollouter.dropped_stale),
             "async/retried_stale": float(rollouter.retried_stale),
             "async/dropped_no_signal": float(rollouter.dropped_no_signal),
+            "async/engine_retries": float(rollouter.engine_retries),
+            "async/repushes": float(self.repushes),
             "async/partial_rollouts": float(sum(g.mixed_versions for g in groups)),
         }
 
@@ -186,7 +189,7 @@ class _Trainer:
         flat: list[FinishedGroup] = []
         while len(groups) < schedule.batch_size:
             try:
-                group = await unless_stopped(self._next_group(), stop)
+                group = await unless_stopped(self._next_group(step), stop)
             except Stopped:
                 self.queue.put_back(groups)
                 raise
@@ -203,14 +206,26 @@ class _Trainer:
             groups.append(group)
         return groups, flat
 
-    async def _next_group(self) -> FinishedGroup:
-        """The queue's next group; raises the rollouter's failure instead of waiting forever."""
+    async def _next_group(self, step: int) -> FinishedGroup:
+        """The queue's next group; raises the rollouter's failure instead of waiting forever.
+
+        An engine that failed under some rollouts gets the weights of ``step`` updates pushed
+        again meanwhile: a rebuilt replica serves only once it holds them, and the rows that
+        failed on it wait for them.
+        """
+        rollouter = self.rollouter
         getting = asyncio.ensure_future(self.queue.get())
+        failed = asyncio.ensure_future(rollouter.engines_failed.wait())
         try:
             while not getting.done():
-                if self.rollouter.failure is not None:
-                    raise RuntimeError("the rollouter failed") from self.rollouter.failure
-                await asyncio.wait({getting}, timeout=1.0)
+                if rollouter.failure is not None:
+                    raise RuntimeError("the rollouter failed") from rollouter.failure
+                if failed.done():
+                    self.repushes += 1
+                    await self._push(step, serve=True)
+                    failed = asyncio.ensure_future(rollouter.engines_failed.wait())
+                await asyncio.wait({getting, failed}, timeout=1.0,
+                                   return_when=asyncio.FIRST_COMPLETED)
             return getting.result()
         except BaseException:  # stopped: a group taken in the same instant goes back
             if getting.done() and not getting.cancelled() and getting.exception() is None:
@@ -218,6 +233,7 @@ class _Trainer:
             raise
         finally:
             getting.cancel()
+            failed.cancel()
 
     async def _push(self, step: int, *, serve: bool) -> dict[str, float]:
         """Pause the engines (requests keep their partial output), push the weights after

@@ -51,15 +51,21 @@ def step_log(
 
 def step_line(step: int, m: dict[str, float]) -> str:
     """One step's summary line on the terminal."""
+    nan = float("nan")
+    if m.get("train/skipped_no_signal") == 1.0:
+        update = "no update (no signal)"
+    else:
+        update = f"loss {m.get('train/loss', nan):.4f}"
+    # What decides whether GRPO can learn: groups whose rewards all agree give no gradient;
+    # with a critic (PPO), how well it predicts.
+    if "critic/value_loss" in m:
+        learning = (f"value loss {m['critic/value_loss']:.4f} · explained var "
+                    f"{m.get('critic/explained_variance', nan):.2f}")
+    else:
+        learning = f"flat groups {m.get('adv_zero_std_group_frac', nan):.0%}"
     return (
-        f"step {step + 1}: reward {m['reward/mean']:.3f} ± {m['reward/std']:.3f} · "
-        f"loss {m.get('train/loss', float('nan')):.4f} · "
+        f"step {step + 1}: reward {m['reward/mean']:.3f} ± {m['reward/std']:.3f} · {update} · "
         f"{m['tokens/generated_per_s']:.0f} tok/s · rollout {m['time/rollout_s']:.1f}s · "
         f"train {m['time/train_s']:.1f}s · sync {m['time/weight_sync_s']:.2f}s"
-        # What decides whether GRPO can learn: groups whose rewards all agree give no gradient.
-        f" · entropy {m.get('train/entropy', float('nan')):.3f} · "
-        + (f"value loss {m['critic/value_loss']:.4f} · explained var "
-           f"{m.get('critic/explained_variance', float('nan')):.2f}"
-           if "critic/value_loss" in m else  # PPO with a critic: how well it predicts
-           f"flat groups {m.get('adv_zero_std_group_frac', float('nan')):.0%}")
+        f" · entropy {m.get('train/entropy', nan):.3f} · {learning}"
     )

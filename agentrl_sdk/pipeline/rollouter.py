@@ -33,6 +33,11 @@ class Rollouter:
     """Admits rows as groups of ``n`` rollouts while the schedule allows, and puts each group in
     the queue once its rollouts are scored.
 
+    A row whose rollouts failed because an engine did (``engine_error``: it died, the pool is
+    rebuilding it) is not scored: it waits, with admission paused, until weights are served
+    again (`served`; `engines_failed` asks the trainer to push them now, which also lets a
+    rebuilt replica rejoin), then rolls out again, up to ``schedule.engine_retries`` times.
+
     Args:
         job: The training job (engines, graph, rewards, loader).
         queue: Where finished groups go.
@@ -59,9 +64,12 @@ class Rollouter:
         self.next_index = state.next_index
         self.dropped_stale = state.dropped_stale
         self.retried_stale = state.retried_stale
+        self.engine_retries = state.engine_retries
+        self.engines_failed = asyncio.Event()
         self.dropped_no_signal = 0
         self.live = trained_groups + len(state.queued)  # started, not dropped
         self._rows: deque[PendingRow] = deque(sorted(state.pending, key=lambda p: p.index))
+        self._after_push: list[PendingRow] = []  # their engine failed: wait for the weights
         self._in_flight: dict[int, tuple[PendingRow, asyncio.Task[None]]] = {}
         self._changed = asyncio.Condition()
         self._admitting: asyncio.Task[None] | None = None
@@ -80,6 +88,9 @@ class Rollouter:
         """Rows admitted from now on are sampled with the weights of trainer step ``step``."""
         async with self._changed:
             self.served_step = step
+            self.engines_failed.clear()  # the push reached the rebuilt engines too
+            self._rows.extendleft(sorted(self._after_push, key=lambda p: p.index, reverse=True))
+            self._after_push.clear()
             self._changed.notify_all()
 
     async def discard(self, group: FinishedGroup, retry: bool, *, stale: bool = True) -> None:
@@ -97,14 +108,16 @@ class Rollouter:
             self._changed.notify_all()
 
     def _room(self) -> int:
+        if self._after_push:  # an engine failed: new rows would fail on it too
+            return 0
         return rows_to_admit(self.schedule, self.live, self.in_flight, self.served_step)
 
     async def _admit_forever(self) -> None:
         try:
             while True:
                 async with self._changed:
-                    await self._changed.wait_for(lambda: self._room() > 0)
-                    unit = self._next_rows(self._room())
+                    room = await self._changed.wait_for(self._room)
+                    unit = self._next_rows(room)
                     self.live += len(unit)
                     task = asyncio.ensure_future(self._roll_out(unit, self.served_step))
                     for pending in unit:
@@ -132,11 +145,12 @@ class Rollouter:
                 config=rollout_config(job.config, seed), input_fn=job.input_fn,
                 record_events=job.traced,
             )  # fmt: skip
-            n = len(trajectories) // len(unit)  # arollout_batch: n per row, in row order
-            groups = await asyncio.gather(*(
-                self._finished(p, trajectories[i * n:(i + 1) * n], admitted_step)
-                for i, p in enumerate(unit)
-            ))  # fmt: skip
+            n = self.schedule.n  # arollout_batch: n per row, in row order
+            by_row = [(p, trajectories[i * n:(i + 1) * n]) for i, p in enumerate(unit)]
+            by_row = [(p, rows) for p, rows in by_row if not await self._engine_failed(p, rows)]
+            groups = await asyncio.gather(
+                *(self._finished(p, rows, admitted_step) for p, rows in by_row)
+            )
             for group in groups:
                 await self.queue.put(group)
                 self._in_flight.pop(group.index, None)  # queued now: the state keeps it there
@@ -154,6 +168,23 @@ class Rollouter:
                 self._in_flight.pop(pending.index, None)
             async with self._changed:
                 self._changed.notify_all()
+
+    async def _engine_failed(self, pending: PendingRow, trajectories: list[Trajectory]) -> bool:
+        """Whether the row goes back to wait for the weights (an engine failed under it, and
+        it has retries left) instead of being scored."""
+        failed = any(t.status == "engine_error" for t in trajectories)
+        if not failed or pending.engine_retries >= self.schedule.engine_retries:
+            return False
+        async with self._changed:
+            self._in_flight.pop(pending.index, None)
+            self.live -= 1
+            self.engine_retries += 1
+            retry = pending.model_copy(update={"engine_retries": pending.engine_retries + 1})
+            self._after_push.append(retry)
+            self.engines_failed.set()
+        logger.warning("row %d: an engine failed under its rollouts; it runs again on the "
+                       "weights pushed next", pending.index)
+        return True
 
     async def _finished(
         self, pending: PendingRow, trajectories: list[Trajectory], admitted_step: int
@@ -173,7 +204,8 @@ class Rollouter:
     def state(self) -> PipelineState:
         """What a checkpoint keeps: the queue, and every drawn row whose group has not finished
         (in flight or not admitted yet), to roll out again after a resume."""
-        unfinished = [pending for pending, _ in self._in_flight.values()] + list(self._rows)
+        unfinished = [pending for pending, _ in self._in_flight.values()]
+        unfinished += [*self._rows, *self._after_push]
         return PipelineState(
             next_index=self.next_index,
             queued=[g.model_copy(update={"trajectories": list(g.trajectories)})
@@ -181,6 +213,7 @@ class Rollouter:
             pending=sorted(unfinished, key=lambda p: p.index),
             dropped_stale=self.dropped_stale,
             retried_stale=self.retried_stale,
+            engine_retries=self.engine_retries,
         )  # fmt: skip
 
     async def stop(self) -> None:

@@ -47,6 +47,9 @@ class Schedule:
             weight gate, so their first LLM call waits for the new weights.
         dynamic_sampling: Groups without signal are left out of updates.
         flat_budget: Groups without signal an update may pass over to fill its batch.
+        engine_retries: Times a row whose rollouts failed because their engine did
+            (``engine_error``) is rolled out again, on the weights pushed after the failure;
+            then its group is trained as it is (the failures counted).
     """
 
     batch_size: int
@@ -59,6 +62,7 @@ class Schedule:
     prefetch: bool = False
     dynamic_sampling: bool = False
     flat_budget: int = 0
+    engine_retries: int = 2
 
     @classmethod
     def of(cls, config: TrainConfig, pipeline: str | None = None) -> Schedule:

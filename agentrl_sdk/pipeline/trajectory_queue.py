@@ -33,6 +33,8 @@ class PendingRow(BaseModel):
 
     index: int
     row: dict[str, Any]
+    engine_retries: int = Field(0, description="Times its rollouts were started again because "
+                                "an engine failed under them.")  # fmt: skip
 
 
 class PipelineState(BaseModel):
@@ -44,6 +46,7 @@ class PipelineState(BaseModel):
     pending: list[PendingRow] = Field(default_factory=list)
     dropped_stale: int = 0
     retried_stale: int = 0
+    engine_retries: int = 0
 
 
 class GroupQueue:

@@ -7,6 +7,7 @@ import importlib.metadata
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -31,15 +32,20 @@ _PACKAGES = ("agentrl-sdk", "torch", "transformers", "langgraph", "langchain-cor
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested config as ``a.b.c -> value`` strings, as MLflow params want them."""
+    """Nested config as ``a.b.c -> value`` strings, as MLflow params want them: a character
+    MLflow refuses in a name (``*`` of a node pattern) becomes ``_``, else it would refuse the
+    whole batch of params (the exact config is the run's ``config.json``)."""
     out: dict[str, str] = {}
     for key, value in config.items():
-        name = f"{prefix}{key}"
+        name = _PARAM_UNSAFE.sub("_", f"{prefix}{key}")
         if isinstance(value, Mapping):
             out.update(flatten(value, f"{name}."))
         else:
             out[name] = str(value)[:500]  # MLflow's param value limit
     return out
+
+
+_PARAM_UNSAFE = re.compile(r"[^\w\-. :/]")
 
 
 def package_versions() -> dict[str, str]:
@@ -120,10 +126,12 @@ class TrainingRun:
         return True
 
     def log_config(self, config: Mapping[str, Any]) -> None:
-        """Config as params, package versions as tags and a JSON artifact."""
+        """Config as params and as ``config.json``, package versions as tags and a JSON
+        artifact."""
         params = [self._mlflow.entities.Param(k, v) for k, v in flatten(config).items()]
         for i in range(0, len(params), 100):  # MLflow's batch limit
             self._submit("params", self._client.log_batch, self.run_id, params=params[i : i + 100])
+        self._submit("config", self._client.log_dict, self.run_id, dict(config), "config.json")
         versions = package_versions()
         self._submit("package versions", self._client.log_dict, self.run_id, versions,
                      "package_versions.json")

@@ -1,6 +1,7 @@
 """SIGKILL of an engine actor in the middle of a step: the run finishes, the dead replica's
 calls move to the other one (counted), the replica is rebuilt and serves again from the next
-weight push, and no rollout is lost or trained twice."""
+weight push, and no rollout is lost or trained twice. Alone, its rollouts in flight are rolled
+out again on the rebuilt engine. A batch without signal takes no optimizer step."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import signal
 from collections import defaultdict
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 import agentrl_sdk.pipeline.job as job_module
 from agentrl_sdk.engines.ray_engine import RayEngine
@@ -20,8 +23,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("replicas", [2, 1])
 def test_a_killed_engine_actor_is_survived_and_replaced(monkeypatch, replicas):
-    """With two replicas the killed one's calls move to the other; alone, its rollouts in
-    flight end as engine_error (counted, not trained) until the rebuilt one serves."""
+    """With two replicas the killed one's calls move to the other; alone, the rows whose
+    rollouts failed on it wait for the weights pushed to the rebuilt one and run again there
+    (counted): either way every rollout of every step is trained once, none failed."""
     trained: dict[int, list] = defaultdict(list)
     killed: list[int] = []
     update, generate = job_module.update_policy, RayEngine.generate
@@ -64,14 +68,32 @@ def test_a_killed_engine_actor_is_survived_and_replaced(monkeypatch, replicas):
     assert last["engine/drained_replicas"] == 0.0  # the rebuilt replica rejoined
     assert len(engines) == replicas + 1
     failed = sum(m.get("status/engine_error", 0.0) for m in result.history)
+    assert failed == 0 and sorted(trained) == [0, 1, 2, 3]
     for step, samples in trained.items():
         rollouts = {(s.row_id, s.sample_index) for s in samples}
-        if replicas == 2:
-            assert len(rollouts) == 2 * 4, step  # every rollout of the step trained...
+        assert len(rollouts) == 2 * 4, step  # every rollout of the step trained...
         keys = [(s.row_id, s.sample_index, tuple(s.response_ids)) for s in samples]
         assert len(keys) == len(set(keys)), step  # ...once
+    rows = [row for step in sorted(trained) for row in {s.row_id for s in trained[step]}]
+    assert len(rows) == len(set(rows)) == 4 * 2  # no row trained twice, none lost
     if replicas == 2:
-        assert last["engine/reroutes"] >= 1 and failed == 0
-    else:
-        assert failed >= 1  # the lone replica's rollouts in flight, counted
-        assert len({(s.row_id, s.sample_index) for s in trained[3]}) == 2 * 4  # served again
+        assert last["engine/reroutes"] >= 1 and last["async/engine_retries"] == 0
+    else:  # the rows in flight on it ran again, after the weights were pushed again
+        assert last["async/engine_retries"] >= 1 and last["async/repushes"] >= 1
+
+
+def test_a_batch_without_signal_takes_no_optimizer_step(tmp_path):
+    """Every rollout scored alike (as when all failed): zero advantages, so no optimizer step,
+    counted; the pushes go on and the final weights are the starting ones, bit for bit."""
+    config = demo_config(2)
+    config.checkpoint.dir = str(tmp_path / "ckpt")
+    result = train_demo(config, reward=lambda state, row, trajectory: 0.0)
+
+    assert [m["train/skipped_no_signal"] for m in result.history] == [1.0, 1.0]
+    assert [m["train/optimizer_steps"] for m in result.history] == [0.0, 0.0]
+    assert not any("train/loss" in m for m in result.history)
+    assert [m["policy_version"] for m in result.history] == [1.0, 2.0]
+    start = load_file(f"{config.model.path}/model.safetensors")
+    final = load_file(f"{result.final_model}/model.safetensors")
+    assert start.keys() == final.keys()
+    assert all(torch.equal(start[k], final[k]) for k in start)

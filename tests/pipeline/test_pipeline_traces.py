@@ -50,7 +50,7 @@ def test_training_run_holds_traces_checkpoints_and_versions(tmp_path):
     history = client.get_metric_history(run_id, "traces/logged")
     assert [m.value for m in history] == [8.0, 8.0]
     artifacts = {a.path for a in client.list_artifacts(run_id)}
-    assert {"checkpoints", "final_model", "package_versions.json"} <= artifacts
+    assert {"checkpoints", "final_model", "package_versions.json", "config.json"} <= artifacts
     assert {a.path for a in client.list_artifacts(run_id, "checkpoints")} == {
         "checkpoints/step_1", "checkpoints/step_2"}
     # keep_last 1: on disk only the newest checkpoint stays (its MLflow copies all do).

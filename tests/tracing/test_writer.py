@@ -68,3 +68,18 @@ def test_close_with_nothing_written_starts_no_process(tmp_path):
     writer.submit([])
     writer.close(timeout=1)
     assert writer._process is None and writer.pending == 0
+
+
+def test_a_config_key_mlflow_refuses_costs_no_param_and_the_exact_config_is_kept(tmp_path):
+    """A node pattern's ``*`` in a config key: MLflow refuses such a name, and with it the whole
+    batch of params it came in; the key is made safe and the config kept whole as JSON."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = TrainingRun(uri, "params")
+    config = {"rollout": {"n": 4, "nodes": {"math_worker/*": {"trained": True}}}}
+    run.log_config(config)
+    run.end()
+    client = mlflow.MlflowClient(uri)
+    logged = client.get_run(run.run_id)
+    assert logged.data.params == {"rollout.n": "4", "rollout.nodes.math_worker/_.trained": "True"}
+    assert mlflow.artifacts.load_dict(f"{logged.info.artifact_uri}/config.json") == config
+    assert run.health()["tracking/dropped_writes"] == 0.0
