@@ -20,7 +20,14 @@ from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.user_engines import fit_engine, fit_engines
 from agentrl_sdk.config import ChatConfig, NodeRule
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
-from agentrl_sdk.types import GenerateResult, LLMCall, RewardComponent, SamplingParams
+from agentrl_sdk.types import (
+    GenerateResult,
+    LLMCall,
+    RewardComponent,
+    SamplingParams,
+    Trajectory,
+    TrajectoryStatus,
+)
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines.base import Engine
@@ -212,3 +219,22 @@ class RolloutRecorder:
                 name=f"engine.generate[{plan.node.policy}]",
             )
         return call
+
+    def trajectory(
+        self, row_id: str, sample_index: int, status: TrajectoryStatus = "ok",
+        error: str | None = None, final_state: Any = None,
+    ) -> Trajectory:
+        """The rollout as the pipeline trains on it: the ledger's segments and calls, the
+        rewards and counters, and the events (closed now) when it was traced."""
+        return Trajectory(
+            row_id=row_id,
+            sample_index=sample_index,
+            segments=self.ledger.segments,
+            calls=self.ledger.calls,
+            status=status,
+            error=error,
+            components=list(self.components),
+            metrics={k: float(v) for k, v in self.metrics.items()},
+            events=self.events.finish() if self.events is not None else [],
+            final_state=final_state,
+        )

@@ -64,7 +64,7 @@ def load_rows(
         if problem is None:
             rows.append(dict(row))
             continue
-        problem = problem.model_copy(update={"row_id": _row_id(row)})
+        problem = problem.model_copy(update={"row_id": own_row_id(row)})
         if on_bad_row == "raise":
             raise DatasetError(f"bad dataset row: {problem}")
         problems.append(problem)
@@ -75,8 +75,8 @@ def load_rows(
     return rows, problems
 
 
-def _row_id(row: Any) -> str | None:
-    """The row's own id, for reports (the rollout's ``row_id_of`` reads the same keys)."""
+def own_row_id(row: Any) -> str | None:
+    """The id a row gives itself (``id``, ``row_id`` or ``uid``), or None."""
     if isinstance(row, Mapping):
         for key in ("id", "row_id", "uid"):
             if key in row:

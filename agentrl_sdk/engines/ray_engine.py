@@ -156,10 +156,8 @@ class RayEngine:
     ) -> GenerateResult:
         """Sample one response in the actor."""
         prompt = np.asarray(prompt_ids, dtype=np.int64)
-        result = GenerateResult.model_validate(
-            await self._call("generate", prompt, sampling.model_dump(), request_id)
-        )
-        return result
+        reply = await self._call("generate", prompt, sampling.model_dump(), request_id)
+        return GenerateResult.model_validate(reply)
 
     async def load_weights(self, push: WeightPush, version: int) -> None:
         """Hand ``push`` to the actor, which loads it: tensors travel as numpy arrays through

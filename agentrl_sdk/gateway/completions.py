@@ -128,8 +128,7 @@ def _choice(reply: AIMessage) -> dict[str, Any]:
         for c in reply.tool_calls
     ]
     content = reply.content if isinstance(reply.content, str) else str(reply.content)
-    finish = reply.response_metadata.get("finish_reason")
-    if finish == "length":
+    if reply.response_metadata.get("finish_reason") == "length":
         reason = "length"
     else:
         reason = "tool_calls" if calls else "stop"

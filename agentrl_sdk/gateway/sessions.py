@@ -68,19 +68,9 @@ class RolloutSession:
         events.events.insert(position, llm)  # before its engine event: parents come first
 
     def trajectory(self) -> Trajectory:
-        """The rollout as the pipeline trains on it: the ledger's segments and calls."""
-        recorder = self.recorder
-        return Trajectory(
-            row_id=self.row_id or self.rollout_id,
-            sample_index=self.sample_index,
-            segments=recorder.ledger.segments,
-            calls=recorder.ledger.calls,
-            status=self.status,
-            error=self.error,
-            components=list(recorder.components),
-            metrics={k: float(v) for k, v in recorder.metrics.items()},
-            events=recorder.events.finish() if recorder.events is not None else [],
-        )
+        """The rollout as the pipeline trains on it (`RolloutRecorder.trajectory`)."""
+        return self.recorder.trajectory(self.row_id or self.rollout_id, self.sample_index,
+                                        self.status, self.error)
 
 
 RecorderFactory = Callable[[str], RolloutRecorder]

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import functools
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-from tokenizers import processors, trainers
+from tokenizers import AddedToken, Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from agentrl_sdk.models.templates import LLAMA3_TEMPLATE
-from agentrl_sdk.models.tokenizers import _builtin_corpus
+from agentrl_sdk.models.tokenizers import _builtin_corpus, _trained_bpe
 
 __all__ = ["LLAMA3_SPECIAL_TOKENS", "LLAMA3_SPLIT_PATTERN", "build_llama3_tokenizer"]
 
@@ -42,21 +41,7 @@ LLAMA3_SPECIAL_TOKENS: tuple[str, ...] = (
 
 @functools.lru_cache(maxsize=4)
 def _llama3_backend(vocab_size: int) -> Tokenizer:
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(LLAMA3_SPLIT_PATTERN), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    backend.decoder = decoders.ByteLevel()
-    backend.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator(_builtin_corpus(), trainer=trainer)
+    backend = _trained_bpe(vocab_size, _builtin_corpus(), LLAMA3_SPLIT_PATTERN, nfc=False)
     backend.add_special_tokens(
         [AddedToken(t, special=True, normalized=False) for t in LLAMA3_SPECIAL_TOKENS]
     )

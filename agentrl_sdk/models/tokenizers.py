@@ -98,11 +98,14 @@ def _wrap(backend: Tokenizer, template: str) -> PreTrainedTokenizerFast:
     )
 
 
-def _byte_level_pipeline(backend: Tokenizer) -> None:
-    backend.normalizer = normalizers.NFC()
+def _byte_level_pipeline(
+    backend: Tokenizer, pattern: str = QWEN_SPLIT_PATTERN, nfc: bool = True
+) -> None:
+    if nfc:
+        backend.normalizer = normalizers.NFC()
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -218,15 +221,23 @@ def _builtin_corpus(seed: int = 0) -> Iterator[str]:
         yield sentence.capitalize() + rng.choice(".?!,")
 
 
-def _train_small_backend(vocab_size: int, corpus: Iterable[str]) -> Tokenizer:
+def _trained_bpe(
+    vocab_size: int, corpus: Iterable[str], pattern: str = QWEN_SPLIT_PATTERN, nfc: bool = True
+) -> Tokenizer:
+    """A byte-level BPE splitting by ``pattern``, trained on ``corpus``; no added tokens yet."""
     backend = Tokenizer(models.BPE())
-    _byte_level_pipeline(backend)
+    _byte_level_pipeline(backend, pattern, nfc)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     backend.train_from_iterator(corpus, trainer=trainer)
+    return backend
+
+
+def _train_small_backend(vocab_size: int, corpus: Iterable[str]) -> Tokenizer:
+    backend = _trained_bpe(vocab_size, corpus)
     _add_qwen_tokens(backend)
     return backend
 

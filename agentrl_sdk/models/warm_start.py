@@ -163,12 +163,7 @@ def build_sft_example(
     ``<|im_end|>``, and 0 elsewhere: system, user and tool turns, the
     ``<|im_start|>assistant\\n`` header, and the ``\\n`` after ``<|im_end|>``.
 
-    Args:
-        tokenizer: A tokenizer with a chat template, or a `ChatTemplate` to reuse (its tool
-            prompt then wins over ``tool_prompt``).
-        messages: OpenAI-style messages (``role`` system/user/assistant/tool, ``content``).
-        tools: Tool schemas passed to the chat template.
-        tool_prompt: How tools reach the prompt, as ``chat.tool_prompt`` of the rollouts.
+    Args: as in :func:`build_sft_examples`.
 
     Returns:
         ``(input_ids, loss_mask)``, two lists of the same length. ``input_ids`` equals the
@@ -324,44 +319,30 @@ def train_on_sft_examples(
     if not examples:
         raise ValueError("train_on_sft_examples needs at least one example")
     autocast_dtype = torch.bfloat16 if dtype == "bfloat16" else None
-    model.train()
-    try:
-        return _train(model, examples, pad_token_id, steps, lr, batch_size, seed, progress,
-                      autocast_dtype)  # fmt: skip
-    finally:
-        model.eval()
-
-
-def _train(
-    model: PreTrainedModel,
-    examples: Sequence[tuple[list[int], list[int]]],
-    pad_id: int,
-    steps: int,
-    lr: float,
-    batch_size: int,
-    seed: int,
-    progress: bool,
-    autocast_dtype: torch.dtype | None,
-) -> list[float]:
     generator = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)
     schedule = functools.partial(_lr_factor, steps=steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     losses: list[float] = []
-    with _progress_bar(progress) as bar:
-        task = bar.add_task("sft", total=steps, loss=float("nan")) if bar is not None else None
-        for _ in range(steps):
-            picked = torch.randperm(len(examples), generator=generator)[:batch_size]
-            batch = _collate([examples[k] for k in picked], pad_id)
-            with torch.autocast(model.device.type, autocast_dtype, enabled=autocast_dtype is not None):
-                loss = _masked_next_token_loss(model, *batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
-            scheduler.step()
-            losses.append(loss.item())
-            if bar is not None:
-                bar.update(task, advance=1, loss=losses[-1])
+    model.train()
+    try:
+        with _progress_bar(progress) as bar:
+            task = bar.add_task("sft", total=steps, loss=float("nan")) if bar is not None else None
+            for _ in range(steps):
+                picked = torch.randperm(len(examples), generator=generator)[:batch_size]
+                batch = _collate([examples[k] for k in picked], pad_token_id)
+                with torch.autocast(model.device.type, autocast_dtype,
+                                    enabled=autocast_dtype is not None):
+                    loss = _masked_next_token_loss(model, *batch)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                scheduler.step()
+                losses.append(loss.item())
+                if bar is not None:
+                    bar.update(task, advance=1, loss=losses[-1])
+    finally:
+        model.eval()
     return losses

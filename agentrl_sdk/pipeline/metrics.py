@@ -29,10 +29,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float) -> dict[
         out["policy_version/sampled_max"] = float(max(versions))
     components: dict[str, list[float]] = {}
     for t in trajectories:
-        by_name: dict[str, float] = {}  # a name's credited parts (nodes, steps) summed
-        for c in t.components:
-            by_name[c.name] = by_name.get(c.name, 0.0) + c.value
-        for name, value in by_name.items():
+        for name, value in t.rewards.items():  # a name's credited parts (nodes, steps) summed
             components.setdefault(name, []).append(value)
     out.update({f"reward/{k}": statistics.fmean(v) for k, v in components.items()})
     for status, count in Counter(t.status for t in trajectories).items():

@@ -84,8 +84,3 @@ class GroupQueue:
     def put_back(self, groups: list[FinishedGroup]) -> None:
         """Return taken ``groups`` to the front, in their order (room or not: they had it)."""
         self._groups[:0] = groups
-
-    def drain(self) -> list[FinishedGroup]:
-        """Remove and return every queued group."""
-        groups, self._groups = self._groups, []
-        return groups

@@ -16,6 +16,7 @@ from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.user_engines import fit_engines
 from agentrl_sdk.chat.turn import failure_status
 from agentrl_sdk.config import RolloutConfig
+from agentrl_sdk.data.sources import own_row_id
 from agentrl_sdk.rollout.agents import build_gateway, is_agent_fn, run_agent, uses_agent_fns
 from agentrl_sdk.rollout.collector_gc import relaxed_gc
 from agentrl_sdk.tools import ToolSession, current_tool_session, tools_kwargs_of
@@ -55,10 +56,10 @@ def select_graph(graph: Any, row: Row) -> Any:
 
 
 def row_id_of(row: Row) -> str:
-    """A row's id: its ``id`` field, else a stable hash of its content."""
-    for key in ("id", "row_id", "uid"):
-        if key in row:
-            return str(row[key])
+    """A row's id: its own (`own_row_id`), else a stable hash of its content."""
+    own = own_row_id(row)
+    if own is not None:
+        return own
     blob = json.dumps(row, sort_keys=True, default=str).encode()
     return hashlib.sha1(blob).hexdigest()[:12]
 
@@ -211,16 +212,4 @@ async def _run_one(
         recorder.components += [RewardComponent(name=name, value=value)
                                 for name, value in (await tools.close()).items()]
         recorder.metrics.update(tools.metrics)
-    metrics = {k: float(v) for k, v in recorder.metrics.items()}
-    return Trajectory(
-        row_id=row_id,
-        sample_index=sample_index,
-        segments=recorder.ledger.segments,
-        calls=recorder.ledger.calls,
-        status=status,
-        error=error,
-        components=list(recorder.components),
-        metrics=metrics,
-        events=events.finish() if events is not None else [],
-        final_state=state,
-    )
+    return recorder.trajectory(row_id, sample_index, status, error, final_state=state)

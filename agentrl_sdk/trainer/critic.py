@@ -194,8 +194,4 @@ class CriticGroup(TrainerGroup):
 
     def compute_values(self, batch: Batch) -> list[list[float]]:
         """The critic's value of every response token, per sample (0.0 at mask-0 positions)."""
-        if not batch.samples:
-            return []
-        flat = FlatSamples.from_samples(batch.samples)
-        values: np.ndarray = self._recovering(lambda: self._call("compute_values", flat))[0]
-        return [values[flat.response_slice(i)].tolist() for i in range(len(flat))]
+        return self._per_token("compute_values", batch)

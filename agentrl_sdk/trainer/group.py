@@ -163,11 +163,17 @@ class TrainerGroup:
         ``Sample.old_logprobs``. Logits are divided by ``TrainerConfig.temperature``.
         """
 
+        return self._per_token("compute_logprobs", batch, adapter)
+
+    def _per_token(
+        self, method: str, batch: Batch, adapter: str | None = None
+    ) -> list[list[float]]:
+        """The ranks' ``method`` (one value per response token, identical on every rank), per
+        sample."""
         if not batch.samples:
             return []
         flat = FlatSamples.from_samples(batch.samples)
-        values: np.ndarray = self._recovering(
-            lambda: self._call(*_on(adapter, "compute_logprobs", flat)))[0]
+        values: np.ndarray = self._recovering(lambda: self._call(*_on(adapter, method, flat)))[0]
         return [values[flat.response_slice(i)].tolist() for i in range(len(flat))]
 
     # ------------------------------------------------------------------ weights out

@@ -201,12 +201,9 @@ def pack(
     attention_mask = np.zeros((B, L), dtype=np.int64)
     logit_index = np.zeros((B, T), dtype=np.int64)
     response_ids = np.full((B, T), pad_id, dtype=np.int64)
-    response_mask = np.zeros((B, T), dtype=np.float32)
-    old_logprobs = np.zeros((B, T), dtype=np.float32)
-    advantages = np.zeros((B, T), dtype=np.float32)
-    token_weights = None if flat.token_weights is None else np.zeros((B, T), dtype=np.float32)
-    values = None if flat.values is None else np.zeros((B, T), dtype=np.float32)
-    returns = None if flat.returns is None else np.zeros((B, T), dtype=np.float32)
+    # Float (B, T) per-token fields, 0 at padding; the optional ones only when ``flat`` has them.
+    per_token = {name: np.zeros((B, T), dtype=np.float32) for name in _PER_TOKEN
+                 if getattr(flat, name) is not None}
     for row, i in enumerate(idx):
         p, r = int(p_len[row]), int(r_len[row])
         prompt = flat.prompt_ids[flat.prompt_offsets[i] : flat.prompt_offsets[i + 1]]
@@ -217,28 +214,23 @@ def pack(
         # Token at position p + j is predicted by the logits at p + j - 1.
         logit_index[row, :r] = np.arange(p - 1, p - 1 + r) - first_logit
         response_ids[row, :r] = flat.response_ids[resp]
-        response_mask[row, :r] = flat.response_mask[resp]
-        old_logprobs[row, :r] = flat.old_logprobs[resp]
-        advantages[row, :r] = flat.advantages[resp]
-        if token_weights is not None:
-            token_weights[row, :r] = flat.token_weights[resp]
-        if values is not None and returns is not None:
-            values[row, :r] = flat.values[resp]
-            returns[row, :r] = flat.returns[resp]
+        for name, values in per_token.items():
+            values[row, :r] = getattr(flat, name)[resp]
     return PackedBatch(
         input_ids=torch.from_numpy(input_ids),
         attention_mask=torch.from_numpy(attention_mask),
         num_logits=L - first_logit,
         logit_index=torch.from_numpy(logit_index),
         response_ids=torch.from_numpy(response_ids),
-        response_mask=torch.from_numpy(response_mask),
-        old_logprobs=torch.from_numpy(old_logprobs),
-        advantages=torch.from_numpy(advantages),
         weights=torch.from_numpy(flat.weights[idx].copy()),
-        token_weights=None if token_weights is None else torch.from_numpy(token_weights),
-        values=None if values is None else torch.from_numpy(values),
-        returns=None if returns is None else torch.from_numpy(returns),
+        **{name: torch.from_numpy(values) for name, values in per_token.items()},
     )
+
+
+_PER_TOKEN = (
+    "response_mask", "old_logprobs", "advantages", "token_weights", "values", "returns",
+)  # fmt: skip
+"""The float per-token fields `pack` pads from ``FlatSamples`` into ``PackedBatch``."""
 
 
 def micro_batches(

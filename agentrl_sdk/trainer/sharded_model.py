@@ -62,7 +62,6 @@ class _AdapterState:
     adapted: dict[str, AdaptedWeight]
 
 
-
 class ShardedModel:
     """One rank's model, loaded from a local folder, sharded with FSDP2 and trained with AdamW.
 
