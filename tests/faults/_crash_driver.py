@@ -1,5 +1,6 @@
 """A training driver that writes a ledger of what it did and may SIGKILL itself in the middle of
-a chosen operation: ``python -m tests.faults._crash_driver CONFIG LEDGER PLAN``.
+a chosen operation: ``python -m tests.faults._crash_driver CONFIG LEDGER``, then its PLAN as a
+line on stdin (it imports what it needs first: a spare driver is ready when its turn comes).
 
 It trains the job in CONFIG (a `TrainConfig` as JSON) and appends to LEDGER (JSON lines) every
 event the exactly-once checks (`tests.faults._crash_ledger`) need: each update with its step,
@@ -197,8 +198,8 @@ def install(ledger: Ledger, killer: Killer) -> None:
     checkpoints._write_atomic = killing_write
 
 
-def main(config_path: str, ledger_path: str, plan_json: str) -> None:
-    plan = json.loads(plan_json)
+def main(config_path: str, ledger_path: str) -> None:
+    plan = json.loads(sys.stdin.readline())  # its imports done, the driver waits for its turn
     config = TrainConfig.model_validate_json(Path(config_path).read_text())
     ledger = Ledger(ledger_path, plan["life"])
     ledger.write("start", pid=os.getpid(), plan=plan)
@@ -208,4 +209,4 @@ def main(config_path: str, ledger_path: str, plan_json: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:3])

@@ -68,12 +68,15 @@ def lineage(events: list[dict[str, Any]], steps: int) -> Lineage:
             found.skipped = step + 1
             found.problems.append(f"no update led to the weights {current} of step {step + 1}")
             return found
-        if {c["step"] for c in candidates} != {step}:
+        # Another step's update with the same result is an update that left the weights as
+        # they were: only the lack of this step's is a break.
+        own = [c for c in candidates if c["step"] == step]
+        if not own:
             found.duplicated += 1
             found.problems.append(f"the weights of step {step + 1} came from updates at steps "
                                   f"{sorted({c['step'] for c in candidates})}")
-        found.chain.append(candidates[-1])
-        current = candidates[-1]["before"]
+        found.chain.append((own or candidates)[-1])
+        current = found.chain[-1]["before"]
     if current not in bases:
         found.problems.append(f"the chain starts at {current}, not the base model {bases}")
         found.skipped = steps

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,17 +23,23 @@ from agentrl_sdk.pipeline import TrainConfig
 from tests.faults import _crash_ledger as ledger
 from tests.faults._crash_driver import CHECKPOINT_POINTS, HOOKS
 from tests.faults._driver import stop
+from examples.tool_selection.agent import training_rows
 from tests.pipeline.test_fully_async import _config
 
 KINDS = (*HOOKS, "random")
 EXPERIMENT = "crash-resume"
-ROWS_PER_EPOCH = 255  # 256 demo rows in batches of 3: the last partial batch is dropped
+ROWS = 24  # of the demo's rows: an epoch is 8 updates of 3 rows
 
 
 def crash_config(folder: Path, steps: int, ray_address: str | None = None) -> TrainConfig:
-    """The fully-async demo job (max_staleness 1, stale groups retried: none is dropped),
-    checkpointed every update, the last two kept, tracked in MLflow without traces."""
+    """The fully-async demo job (max_staleness 1, stale groups retried: none is dropped) on
+    the demo's first `ROWS` rows (an epoch every 8 updates), checkpointed every update, the
+    last two kept, tracked in MLflow without traces; its trainer on the Ray cluster at
+    ``ray_address`` (None: one of its own)."""
     config = _config(folder, steps, max_staleness=1, on_stale="retry")
+    rows = folder / "rows.jsonl"
+    rows.write_text("".join(json.dumps(row) + "\n" for row in training_rows()[:ROWS]))
+    config.entrypoint.dataset = str(rows)
     config.checkpoint.dir = str(folder / "ckpt")
     config.checkpoint.every = 1
     config.checkpoint.keep_last = 2
@@ -42,7 +49,8 @@ def crash_config(folder: Path, steps: int, ray_address: str | None = None) -> Tr
     config.tracking.uri = f"sqlite:///{folder / 'mlflow.db'}"
     config.tracking.experiment = EXPERIMENT
     config.tracking.traces = "off"
-    config.trainer = config.trainer.model_copy(update={"ray_address": ray_address})
+    # A tenth of the demo's rate: its policy stays sane (short rollouts) through long runs.
+    config.trainer = config.trainer.model_copy(update={"ray_address": ray_address, "lr": 2e-4})
     return config
 
 
@@ -77,24 +85,27 @@ class CrashRun:
         return sum(life["end"] == "killed" for life in self.lives)
 
 
-def start_driver(folder: Path, config: TrainConfig, plan: dict) -> subprocess.Popen:
-    """One life of the driver, in a session of its own; its output appended to driver.log."""
+def start_driver(folder: Path, config: TrainConfig) -> subprocess.Popen:
+    """A driver in a session of its own, importing what it needs, then waiting for its plan
+    (`live`); its output appended to driver.log."""
     (folder / "config.json").write_text(config.model_dump_json())
-    args = [str(folder / "config.json"), str(folder / "ledger.jsonl"), json.dumps(plan)]
+    args = [str(folder / "config.json"), str(folder / "ledger.jsonl")]
     with open(folder / "driver.log", "ab") as log:
         return subprocess.Popen([sys.executable, "-m", "tests.faults._crash_driver", *args],
                                 cwd=Path(__file__).parents[2], start_new_session=True,
-                                stdout=log, stderr=subprocess.STDOUT)
+                                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT)
 
 
-def live(folder: Path, config: TrainConfig, plan: dict, timeout_s: float) -> dict:
-    """Run one life to its end: killed (by itself or, for a random kill, by us) or finished."""
+def live(folder: Path, driver: subprocess.Popen, plan: dict, timeout_s: float) -> dict:
+    """Run one life of ``driver`` to its end: killed (by itself or, for a random kill, by us)
+    or finished."""
     started = time.perf_counter()
-    driver = start_driver(folder, config, plan)
+    driver.stdin.write(json.dumps(plan).encode() + b"\n")
+    driver.stdin.close()
     try:
         code = driver.wait(timeout=plan.get("after_s", timeout_s))
     except subprocess.TimeoutExpired:
-        if plan["kind"] != "random":
+        if plan.get("kind") != "random":
             stop(driver)
             raise RuntimeError(f"life {plan['life']} ran past {timeout_s} s") from None
         os.killpg(driver.pid, signal.SIGKILL)
@@ -125,14 +136,21 @@ def crash_run(
     folder.mkdir(parents=True, exist_ok=True)
     config = crash_config(folder, steps, ray_address)
     run = CrashRun(folder, steps)
-    while True:
-        life = len(run.lives) + 1
-        plan = {"life": life}
-        if run.kills < kills:
-            plan = {**draw_plan(rng, life, random_kill_s), **dict(enumerate(plans)).get(life - 1, {})}
-        run.lives.append(live(folder, config, plan, timeout_s))
-        if run.lives[-1]["end"] == "finished":
-            break
+    spare = start_driver(folder, config)
+    try:
+        while True:
+            life = len(run.lives) + 1
+            plan = {"life": life}
+            if run.kills < kills:
+                drawn = draw_plan(rng, life, random_kill_s)
+                plan = {"life": life, **plans[life - 1]} if life <= len(plans) else drawn
+            # The next life imports while this one runs: a life's cost is the job's restart.
+            driver, spare = spare, start_driver(folder, config)
+            run.lives.append(live(folder, driver, plan, timeout_s))
+            if run.lives[-1]["end"] == "finished":
+                break
+    finally:
+        stop(spare)
     run.counts = check(run, config)
     return run
 
@@ -142,7 +160,7 @@ def check(run: CrashRun, config: TrainConfig) -> dict[str, Any]:
     events = ledger.read_ledger(run.folder / "ledger.jsonl")
     found = ledger.lineage(events, run.steps)
     rows = ledger.row_counts(found.chain, ledger.final_state(run.folder / "ckpt", run.steps),
-                             ROWS_PER_EPOCH)  # fmt: skip
+                             ROWS)  # fmt: skip
     tracked = ledger.mlflow_counts(config.tracking.uri, EXPERIMENT, run.steps)
     chain_lives = Counter(update["life"] for update in found.chain)
     return {
@@ -187,7 +205,7 @@ class RayCluster:
     def __init__(self, folder: Path, port: int = 6391) -> None:
         self.address = f"127.0.0.1:{port}"
         # Its own temp dir: a plain ray.init() elsewhere on this machine must not find it.
-        temp = f"/tmp/crash_ray_{os.getpid()}"
+        self.temp = temp = f"/tmp/crash_ray_{os.getpid()}"
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
         with open(folder / "ray.log", "ab") as log:
             self.head = subprocess.Popen(
@@ -200,3 +218,4 @@ class RayCluster:
 
     def stop(self) -> None:
         stop(self.head)
+        shutil.rmtree(self.temp, ignore_errors=True)
