@@ -67,6 +67,8 @@ async def run_pipeline(
     config = spec.config
     async with open_job(spec, console=console) as (job, result):
         start, folder = await maybe_resume(job, console)
+        # Its steps are done and checkpointed: a run resumed at max_steps has nothing to save.
+        result.steps, result.checkpoint = start, str(folder) if folder else None
         # The loader resumes after every row drawn; those not trained are in the state. A
         # checkpoint without one (an older sync run's) continues the row indices at its step.
         state = PipelineState(next_index=start * config.data.batch_size)

@@ -86,8 +86,15 @@ def _resume_and_check(tmp_path, config, trained):
     queued = {g["row"]["id"] for g in state["queued"]}
     assert queued <= set(after)  # the groups the queue held were trained after the resume
 
-    # A checkpoint whose parts disagree (its pipeline state gone) is refused, not half-resumed.
+    # Resumed again (its driver killed after the last checkpoint), the finished run has
+    # nothing left to do or save. Before: steps 0, and its weights saved again as step_0.
+    done = train_demo(resumed)
     last = tmp_path / "ckpt" / f"step_{STEPS}"
+    assert (done.steps, done.history, done.checkpoint) == (STEPS, [], str(last))
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("step_*")) == [
+        f"step_{s}" for s in range(1, STEPS + 1)]  # fmt: skip
+
+    # A checkpoint whose parts disagree (its pipeline state gone) is refused, not half-resumed.
     (last / PIPELINE_STATE).unlink()
     again = resumed.model_copy(update={"max_steps": STEPS + 1})
     with pytest.raises(CheckpointError, match=f"{last} lacks {PIPELINE_STATE}"):
