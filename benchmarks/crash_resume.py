@@ -88,6 +88,7 @@ def bench(kills: int, steps: int, seed: int, console: Console) -> dict:
         **total, "rounds": len(runs), "steps": steps * len(runs), "kills_by_kind": dict(kinds),
         "statuses": Counter(r.counts["status"] for r in runs),
         "problems": [p for r in runs for p in r.counts["problems"]],
+        "failed_lives": [f for r in runs for f in r.counts["failed_lives"]],
         "checkpoint_s": _median(saves), "step_without_checkpoint_s": _median(steps_s),
         "checkpoints": sum(r.counts["checkpoints"] for r in runs),
         "life_s": _median([life["seconds"] for r in runs for life in r.lives]),
@@ -107,7 +108,7 @@ def main(kills: int, steps: int, seed: int) -> None:
     console.print({k: v for k, v in out.items()})
     context = {k: out[k] for k in ("rounds", "steps", "lives", "kills_by_kind", "resumes",
                                    "updates_applied", "updates_redone", "partial_rollouts",
-                                   "epochs", "statuses", "problems")}
+                                   "epochs", "statuses", "problems", "failed_lives")}
     context["seed"] = seed
     context["wall_s"] = round(out["wall_s"])
 

@@ -198,7 +198,18 @@ def install(ledger: Ledger, killer: Killer) -> None:
     checkpoints._write_atomic = killing_write
 
 
+def _import_ahead() -> None:
+    """What the job imports on the way (a spare driver does it before its turn)."""
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    import ray  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+    import agentrl_sdk.engines.torch_engine  # noqa: F401
+    import examples.tool_selection.model  # noqa: F401
+
+
 def main(config_path: str, ledger_path: str) -> None:
+    _import_ahead()
     plan = json.loads(sys.stdin.readline())  # its imports done, the driver waits for its turn
     config = TrainConfig.model_validate_json(Path(config_path).read_text())
     ledger = Ledger(ledger_path, plan["life"])

@@ -84,6 +84,14 @@ def lineage(events: list[dict[str, Any]], steps: int) -> Lineage:
     return found
 
 
+def mislabeled_saves(events: list[dict[str, Any]]) -> list[str]:
+    """Checkpoints a life saved under a step before the one it resumed from."""
+    loaded = {e["life"]: e["step"] for e in events if e["event"] == "load"}
+    return [f"life {e['life']} resumed at step {loaded[e['life']]} saved step {e['step']}"
+            for e in events
+            if e["event"] == "save" and e["step"] < loaded.get(e["life"], 0)]  # fmt: skip
+
+
 def row_counts(chain: list[dict[str, Any]], state: PipelineState, rows_per_epoch: int) -> dict:
     """Rows trained twice within an epoch by the chain (or trained and still held), and rows
     drawn but neither trained nor held."""

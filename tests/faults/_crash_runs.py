@@ -27,6 +27,7 @@ from examples.tool_selection.agent import training_rows
 from tests.pipeline.test_fully_async import _config
 
 KINDS = (*HOOKS, "random")
+MAX_FAILURES = 3  # lives in a row that exit with an error before a run is given up
 EXPERIMENT = "crash-resume"
 ROWS = 24  # of the demo's rows: an epoch is 8 updates of 3 rows
 
@@ -97,8 +98,8 @@ def start_driver(folder: Path, config: TrainConfig) -> subprocess.Popen:
 
 
 def live(folder: Path, driver: subprocess.Popen, plan: dict, timeout_s: float) -> dict:
-    """Run one life of ``driver`` to its end: killed (by itself or, for a random kill, by us)
-    or finished."""
+    """Run one life of ``driver`` to its end: killed (by itself or, for a random kill, by us),
+    finished, or failed (exited with an error: its log's tail kept)."""
     started = time.perf_counter()
     driver.stdin.write(json.dumps(plan).encode() + b"\n")
     driver.stdin.close()
@@ -111,11 +112,11 @@ def live(folder: Path, driver: subprocess.Popen, plan: dict, timeout_s: float) -
         os.killpg(driver.pid, signal.SIGKILL)
         code = driver.wait()
     stop(driver)  # what a driver that killed itself left in its session (its Ray processes)
-    if code not in (0, -signal.SIGKILL):
-        log = (folder / "driver.log").read_text()[-3000:]
-        raise RuntimeError(f"life {plan['life']} failed (exit {code}):\n{log}")
-    return {**plan, "end": "finished" if code == 0 else "killed",
-            "seconds": round(time.perf_counter() - started, 1)}
+    end = {0: "finished", -signal.SIGKILL: "killed"}.get(code, "failed")
+    life = {**plan, "end": end, "seconds": round(time.perf_counter() - started, 1)}
+    if end == "failed":
+        life["log"] = (folder / "driver.log").read_text()[-3000:]
+    return life
 
 
 def crash_run(
@@ -149,6 +150,10 @@ def crash_run(
             run.lives.append(live(folder, driver, plan, timeout_s))
             if run.lives[-1]["end"] == "finished":
                 break
+            failed = [life for life in run.lives[-MAX_FAILURES:] if life["end"] == "failed"]
+            if len(failed) == MAX_FAILURES:  # the job cannot resume: a finding, not a flake
+                raise RuntimeError(f"{MAX_FAILURES} lives in a row failed; the last:\n"
+                                   f"{failed[-1]['log']}")
     finally:
         stop(spare)
     run.counts = check(run, config)
@@ -165,6 +170,7 @@ def check(run: CrashRun, config: TrainConfig) -> dict[str, Any]:
     chain_lives = Counter(update["life"] for update in found.chain)
     return {
         "steps": run.steps, "lives": len(run.lives), "kills": run.kills,
+        "failed_lives": [life["log"][-500:] for life in run.lives if life["end"] == "failed"],
         "kills_by_kind": kill_kinds(run.lives, events),
         "skipped": found.skipped, "duplicated": found.duplicated + rows.pop("duplicated"),
         "lost": rows.pop("lost"), **rows,
@@ -172,7 +178,7 @@ def check(run: CrashRun, config: TrainConfig) -> dict[str, Any]:
         "updates_redone": sum(e["event"] == "update" for e in events) - len(found.chain),
         "lives_in_lineage": len(chain_lives),
         "resumes": sum(e["event"] == "load" for e in events),
-        "problems": found.problems, **tracked, **ledger.checkpoint_seconds(events),
+        "problems": found.problems + ledger.mislabeled_saves(events), **tracked, **ledger.checkpoint_seconds(events),
     }
 
 

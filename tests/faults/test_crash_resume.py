@@ -42,7 +42,7 @@ def test_killed_at_every_kind_of_moment_the_run_trains_each_update_and_row_once(
     kinds = counts["kills_by_kind"]  # a kill past a quick operation's end is KIND_end
     assert {k.removesuffix("_end") for k in kinds} == {
         "update", "push", "checkpoint:manifest", "rollout"}, kinds  # fmt: skip
-    assert counts["problems"] == [], counts
+    assert counts["problems"] == [] and counts["failed_lives"] == [], counts
     assert (counts["skipped"], counts["duplicated"], counts["lost"]) == (0, 0, 0), counts
     assert counts["trained_groups"] == STEPS * 3, counts  # batch_size 3, each on the chain
     assert counts["updates_redone"] >= 1, counts  # kills discarded updates, done again once
