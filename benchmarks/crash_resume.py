@@ -1,6 +1,6 @@
 """Exactly-once under crashes: a fully-async run SIGKILLed at 100 random moments, resumed each time.
 
-    python benchmarks/crash_resume.py [--kills N] [--quick] [--seed S]
+    python benchmarks/crash_resume.py [--kills N] [--quick] [--seed S] [--finish FOLDER]
 
 The tool-selection demo's fully-async job (tiny policy, max_staleness 1 with stale groups
 rolled out again, partial rollouts across weight pushes, `checkpoint.every: 1`, the last two
@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 
 from benchmarks._results import write_result  # noqa: E402
-from tests.faults._crash_runs import RayCluster, crash_run  # noqa: E402
+from tests.faults._crash_runs import RayCluster, crash_run, finish_run  # noqa: E402
 
 STEPS = 40  # updates per run (5 epochs of the 24 rows)
 QUICK_KILLS, QUICK_STEPS = 10, 12
@@ -58,14 +58,23 @@ SUMMED = ("lives", "kills", "skipped", "duplicated", "lost", "trained_groups", "
           "epochs")  # fmt: skip
 
 
-def bench(kills: int, steps: int, seed: int, console: Console) -> dict:
-    """Runs of ``steps`` updates, killed ``kills`` times in all; their counts summed."""
+def bench(kills: int, steps: int, seed: int, console: Console, folder: Path | None) -> dict:
+    """Runs of ``steps`` updates, killed ``kills`` times in all; their counts summed. With
+    ``folder``, the runs a stopped benchmark left there are finished and counted first (their
+    lives read from their ledgers, the unfinished one resumed once more)."""
     rng = random.Random(seed)
-    folder = Path(tempfile.mkdtemp(prefix="crash_resume_"))
+    earlier = sorted(folder.glob("run_*"), key=lambda p: int(p.name[4:])) if folder else []
+    folder = folder or Path(tempfile.mkdtemp(prefix="crash_resume_"))
     cluster = RayCluster(folder)
     runs = []
     started = time.perf_counter()
     try:
+        for path in earlier:
+            config = json.loads((path / "config.json").read_text())
+            config["trainer"]["ray_address"] = cluster.address
+            (path / "config.json").write_text(json.dumps(config))
+            runs.append(finish_run(path, steps))
+            console.log(f"run {len(runs)} (finished now): {runs[-1].kills} kills")
         while sum(r.kills for r in runs) < kills:
             left = kills - sum(r.kills for r in runs)
             run = crash_run(folder / f"run_{len(runs)}", steps, kills=left, rng=rng,
@@ -91,7 +100,8 @@ def bench(kills: int, steps: int, seed: int, console: Console) -> dict:
         "failed_lives": [f for r in runs for f in r.counts["failed_lives"]],
         "checkpoint_s": _median(saves), "step_without_checkpoint_s": _median(steps_s),
         "checkpoints": sum(r.counts["checkpoints"] for r in runs),
-        "life_s": _median([life["seconds"] for r in runs for life in r.lives]),
+        "life_s": _median([life["seconds"] for r in runs for life in r.lives
+                           if life["seconds"] is not None]),
         "wall_s": time.perf_counter() - started, "folder": str(folder),
     }
 
@@ -102,9 +112,9 @@ def _median(values: list[float]) -> float | None:
     return values[len(values) // 2] if values else None
 
 
-def main(kills: int, steps: int, seed: int) -> None:
+def main(kills: int, steps: int, seed: int, folder: Path | None = None) -> None:
     console = Console()
-    out = bench(kills, steps, seed, console)
+    out = bench(kills, steps, seed, console, folder)
     console.print({k: v for k, v in out.items()})
     context = {k: out[k] for k in ("rounds", "steps", "lives", "kills_by_kind", "resumes",
                                    "updates_applied", "updates_redone", "partial_rollouts",
@@ -150,6 +160,9 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK_KILLS} kills in runs of {QUICK_STEPS} updates")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--finish", type=Path, default=None, metavar="FOLDER",
+                        help="the folder of a benchmark that stopped: finish its runs and count "
+                             "them (then kill more if fewer than --kills)")
     args = parser.parse_args()
     main(QUICK_KILLS if args.quick else args.kills, QUICK_STEPS if args.quick else STEPS,
-         args.seed)
+         args.seed, args.finish)

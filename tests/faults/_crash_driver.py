@@ -215,7 +215,11 @@ def main(config_path: str, ledger_path: str) -> None:
     ledger = Ledger(ledger_path, plan["life"])
     ledger.write("start", pid=os.getpid(), plan=plan)
     install(ledger, Killer(plan, ledger))
-    result = train_demo(config)
+    try:
+        result = train_demo(config)
+    except BaseException as exc:
+        ledger.write("failed", error=repr(exc)[:300])
+        raise
     ledger.write("finished", steps=result.steps, run_id=result.run_id)
 
 

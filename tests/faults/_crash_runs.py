@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_sdk.pipeline import TrainConfig
+from examples.tool_selection.agent import training_rows
 from tests.faults import _crash_ledger as ledger
 from tests.faults._crash_driver import CHECKPOINT_POINTS, HOOKS
 from tests.faults._driver import stop
-from examples.tool_selection.agent import training_rows
 from tests.pipeline.test_fully_async import _config
 
 KINDS = (*HOOKS, "random")
@@ -156,6 +156,36 @@ def crash_run(
                                    f"{failed[-1]['log']}")
     finally:
         stop(spare)
+    run.counts = check(run, config)
+    return run
+
+
+def lives_from_ledger(folder: Path) -> list[dict[str, Any]]:
+    """The lives of a run in ``folder`` as its ledger tells them (a benchmark that stopped):
+    finished, killed by itself, killed at random by the runner, or failed (none of those)."""
+    events = ledger.read_ledger(folder / "ledger.jsonl")
+    starts = [e for e in events if e["event"] == "start"]
+    ends = {e["life"]: e["event"] for e in events if e["event"] in ("kill", "finished", "failed")}
+    lives = []
+    for start, after in zip(starts, [*starts[1:], None], strict=True):
+        plan = start["plan"]
+        end = {"kill": "killed", "finished": "finished", "failed": "failed"}.get(
+            ends.get(plan["life"], ""))
+        if end is None:
+            end = "killed" if plan.get("kind") == "random" else "failed"
+        seconds = round(after["t"] - start["t"], 1) if after else None
+        lives.append({**plan, "end": end, "seconds": seconds, "log": ""})
+    return lives
+
+
+def finish_run(folder: Path, steps: int, timeout_s: float = 600.0) -> CrashRun:
+    """A run a stopped benchmark left in ``folder``, resumed once more (if unfinished) to its
+    last step, then checked."""
+    config = TrainConfig.model_validate_json((folder / "config.json").read_text())
+    run = CrashRun(folder, steps, lives=lives_from_ledger(folder))
+    if run.lives[-1]["end"] != "finished":
+        run.lives.append(live(folder, start_driver(folder, config),
+                              {"life": len(run.lives) + 1}, timeout_s))  # fmt: skip
     run.counts = check(run, config)
     return run
 
