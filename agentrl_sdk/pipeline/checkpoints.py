@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -27,10 +28,12 @@ if TYPE_CHECKING:
 __all__ = [
     "MANIFEST",
     "PIPELINE_STATE",
+    "RUN_FILE",
     "CheckpointManifest",
     "checkpoint_run_id",
     "finish",
     "maybe_resume",
+    "note_run",
     "prune_checkpoints",
     "save_checkpoint",
 ]
@@ -40,6 +43,11 @@ PIPELINE_STATE = "pipeline_state.json"
 
 MANIFEST = "checkpoint.json"
 """The file that completes a checkpoint folder, written last (a folder without it was cut short)."""
+
+
+RUN_FILE = "run.json"
+"""The file in the checkpoint folder naming the job's MLflow run, written when the job starts:
+a driver killed before its first complete checkpoint is resumed from step 0 in that run."""
 
 
 class CheckpointManifest(BaseModel):
@@ -70,10 +78,11 @@ async def maybe_resume(job: Job, console: Console) -> tuple[int, Path | None]:
     found = _latest_complete(Path(checkpoint.dir), warn=console.log)
     if found is None:
         console.log(f"no checkpoint in {checkpoint.dir}: starting from step 0")
+        _remove_newer(job, 0)
         return 0, None
     latest, manifest = found
     _check_parts(job, latest, manifest)
-    _remove_newer(job, latest)
+    _remove_newer(job, manifest.step)
     extra: dict[str, Any] = {}
     for policy in job.trained:
         path = policy.checkpoint_dir(checkpoint.dir) / latest.name
@@ -113,7 +122,18 @@ def checkpoint_run_id(config: TrainConfig) -> str | None:
         if checkpoint.resume:
             raise
         return None
-    return found[1].run_id if found else None
+    if found:
+        return found[1].run_id
+    noted = Path(checkpoint.dir) / RUN_FILE
+    return json.loads(noted.read_text())["run_id"] if noted.is_file() else None
+
+
+def note_run(config: TrainConfig, run_id: str | None) -> None:
+    """Write `RUN_FILE` for a job that starts (``run_id``: its run, None without tracking)."""
+    if config.checkpoint.dir:
+        directory = Path(config.checkpoint.dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_atomic(directory / RUN_FILE, json.dumps({"run_id": run_id}).encode())
 
 
 def _checkpoints(directory: Path) -> list[Path]:
@@ -129,7 +149,8 @@ def _latest_complete(
     one (a save cut short by a killed driver) are skipped with a warning.
 
     Raises:
-        CheckpointError: there are step folders but none is complete.
+        CheckpointError: there are step folders but none is complete, and no `RUN_FILE` says
+            a job of this version (which writes manifests) cut them short.
     """
     folders = _checkpoints(directory)
     for folder in reversed(folders):
@@ -137,7 +158,7 @@ def _latest_complete(
             return folder, CheckpointManifest.model_validate_json((folder / MANIFEST).read_text())
         warn(f"[yellow]{folder} is incomplete (no {MANIFEST}: the run stopped while writing "
              f"it): skipped")
-    if folders:
+    if folders and not (directory / RUN_FILE).is_file():
         raise CheckpointError(
             f"no complete checkpoint in {directory}: none of {[f.name for f in folders]} has "
             f"{MANIFEST} (cut short, or written by an older version); delete them or set "
@@ -175,10 +196,9 @@ def _check_parts(job: Job, folder: Path, manifest: CheckpointManifest) -> None:
         raise CheckpointError(f"{state} is not the one {folder / MANIFEST} was written with")
 
 
-def _remove_newer(job: Job, latest: Path) -> None:
-    """Delete the incomplete folders past ``latest`` (the resumed run writes those steps again;
+def _remove_newer(job: Job, step: int) -> None:
+    """Delete the incomplete folders past ``step`` (the resumed run writes those steps again;
     left alone, they would count as newer checkpoints when pruning)."""
-    step = int(latest.name[5:])
     root = job.config.checkpoint.dir
     dirs = [p.checkpoint_dir(root) for p in job.trained]
     dirs += [critic_checkpoint_dir(job.policies[name], root) for name in job.critics]

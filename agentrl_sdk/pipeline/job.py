@@ -17,7 +17,7 @@ from rich.console import Console
 from agentrl_sdk.data import RowLoader
 from agentrl_sdk.chat.recorder import SharedEngine
 from agentrl_sdk.engines import Engine
-from agentrl_sdk.pipeline.checkpoints import checkpoint_run_id
+from agentrl_sdk.pipeline.checkpoints import checkpoint_run_id, note_run
 from agentrl_sdk.pipeline.config import TrainConfig
 from agentrl_sdk.pipeline.critic import score_values, start_critics, stop_critics, update_critic
 from agentrl_sdk.pipeline.leftovers import forget_processes, note_processes, stop_leftovers
@@ -301,13 +301,15 @@ def trace_step(
 
 
 def open_run(config: TrainConfig) -> TrainingRun | None:
-    """A training job's MLflow run: its checkpoint's run again when resuming one. Starting over
+    """A training job's MLflow run: its checkpoint's run again when resuming one (the run a
+    driver killed before its first checkpoint started, too: `note_run`). Starting over
     instead, a run the checkpoint's driver left RUNNING (it was killed) is marked KILLED."""
     previous = checkpoint_run_id(config)
     resume = config.checkpoint.resume
     run = start_run(config, previous if resume else None)
     if run and previous and not resume:
         run.end_abandoned(previous)
+    note_run(config, run.run_id if run else None)
     return run
 
 

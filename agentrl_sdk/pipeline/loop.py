@@ -37,6 +37,7 @@ from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.pipeline.rollouter import Rollouter
 from agentrl_sdk.pipeline.rules import Schedule, dynamic_sampling_metrics, staleness_metrics
 from agentrl_sdk.pipeline.trajectory_queue import FinishedGroup, GroupQueue, PipelineState
+from agentrl_sdk.rollout import row_id_of
 
 __all__ = ["run_fully_async", "run_pipeline", "run_sync"]
 
@@ -67,6 +68,8 @@ async def run_pipeline(
     config = spec.config
     async with open_job(spec, console=console) as (job, result):
         start, folder = await maybe_resume(job, console)
+        # Its steps are done and checkpointed: a run resumed at max_steps has nothing to save.
+        result.steps, result.checkpoint = start, str(folder) if folder else None
         # The loader resumes after every row drawn; those not trained are in the state. A
         # checkpoint without one (an older sync run's) continues the row indices at its step.
         state = PipelineState(next_index=start * config.data.batch_size)
@@ -183,27 +186,38 @@ class _Trainer:
     ) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
         """``batch_size`` groups fresh enough at ``step``; older ones are dropped or rolled out
         again, as configured. With dynamic sampling, groups without signal are taken out too
-        (returned second), up to the schedule's ``flat_budget``."""
+        (returned second), up to the schedule's ``flat_budget``. A second group of a row (the
+        row again in the next epoch) waits for the next batch: a batch's samples of a row are
+        one group to the estimator."""
         schedule = self.schedule
         groups: list[FinishedGroup] = []
         flat: list[FinishedGroup] = []
-        while len(groups) < schedule.batch_size:
-            try:
-                group = await unless_stopped(self._next_group(step), stop)
-            except Stopped:
-                self.queue.put_back(groups)
-                raise
-            if schedule.is_stale(group.staleness(step)):
-                await self.rollouter.discard(group, retry=schedule.retry_stale)
-                continue
-            if schedule.flat_budget and not rows_with_signal(self.job, group.trajectories):
-                # It does not count toward the batch; the slot it frees admits another row.
-                await self.rollouter.discard(group, retry=False, stale=False)
-                flat.append(group)
-                if len(flat) == schedule.flat_budget:
-                    break  # the bound: train on the groups with signal there are
-                continue
-            groups.append(group)
+        rows: set[str] = set()
+        later: list[FinishedGroup] = []
+        try:
+            while len(groups) < schedule.batch_size:
+                try:
+                    group = await unless_stopped(self._next_group(step), stop)
+                except Stopped:
+                    self.queue.put_back(groups)
+                    raise
+                if schedule.is_stale(group.staleness(step)):
+                    await self.rollouter.discard(group, retry=schedule.retry_stale)
+                    continue
+                if row_id_of(group.row) in rows:
+                    later.append(group)
+                    continue
+                rows.add(row_id_of(group.row))
+                if schedule.flat_budget and not rows_with_signal(self.job, group.trajectories):
+                    # It does not count toward the batch; the slot it frees admits another row.
+                    await self.rollouter.discard(group, retry=False, stale=False)
+                    flat.append(group)
+                    if len(flat) == schedule.flat_budget:
+                        break  # the bound: train on the groups with signal there are
+                    continue
+                groups.append(group)
+        finally:
+            self.queue.put_back(later)
         return groups, flat
 
     async def _next_group(self, step: int) -> FinishedGroup:

@@ -15,7 +15,13 @@ import pytest
 
 import agentrl_sdk.pipeline.job as job_module
 from agentrl_sdk.errors import CheckpointError
-from agentrl_sdk.pipeline.checkpoints import MANIFEST, PIPELINE_STATE, CheckpointManifest
+from agentrl_sdk.pipeline.checkpoints import (
+    MANIFEST,
+    PIPELINE_STATE,
+    RUN_FILE,
+    CheckpointManifest,
+    _latest_complete,
+)
 from agentrl_sdk.tracing import TrainingRun
 from tests.faults import _driver
 from tests.pipeline._demo import train_demo
@@ -80,8 +86,15 @@ def _resume_and_check(tmp_path, config, trained):
     queued = {g["row"]["id"] for g in state["queued"]}
     assert queued <= set(after)  # the groups the queue held were trained after the resume
 
-    # A checkpoint whose parts disagree (its pipeline state gone) is refused, not half-resumed.
+    # Resumed again (its driver killed after the last checkpoint), the finished run has
+    # nothing left to do or save. Before: steps 0, and its weights saved again as step_0.
+    done = train_demo(resumed)
     last = tmp_path / "ckpt" / f"step_{STEPS}"
+    assert (done.steps, done.history, done.checkpoint) == (STEPS, [], str(last))
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("step_*")) == [
+        f"step_{s}" for s in range(1, STEPS + 1)]  # fmt: skip
+
+    # A checkpoint whose parts disagree (its pipeline state gone) is refused, not half-resumed.
     (last / PIPELINE_STATE).unlink()
     again = resumed.model_copy(update={"max_steps": STEPS + 1})
     with pytest.raises(CheckpointError, match=f"{last} lacks {PIPELINE_STATE}"):
@@ -102,8 +115,31 @@ def test_starting_over_ends_the_run_a_killed_driver_left_running(tmp_path):
     assert client.get_run(left.run_id).info.status == "KILLED"
     assert client.get_run(run.run_id).info.status == "FINISHED"
 
-    # Resuming from a folder of cut-short saves only is refused before anything starts.
+    # Resuming from a folder of cut-short saves only, which no job of this version started
+    # (its RUN_FILE missing: an older version's checkpoints), is refused before anything starts.
     (tmp_path / "ckpt" / "step_2" / MANIFEST).unlink()
+    (tmp_path / "ckpt" / RUN_FILE).unlink()
     config.checkpoint.resume = True
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
         job_module.open_run(config)
+
+
+def test_a_driver_killed_before_its_first_checkpoint_resumes_its_run_from_step_0(tmp_path):
+    config = _job(tmp_path)
+    config.checkpoint.resume = True
+    first = job_module.open_run(config)  # nothing to resume: a new run, noted in RUN_FILE
+    first.log_metrics(0, {"reward/mean": 0.5})
+    first.flush()
+    (tmp_path / "ckpt" / "step_1").mkdir()  # killed while writing its first checkpoint
+    (tmp_path / "ckpt" / "step_1" / "trainer_state.json").write_text("{}")
+
+    again = job_module.open_run(config)  # before: CheckpointError "no complete checkpoint"
+    again.log_metrics(0, {"reward/mean": 0.25})  # step 0 redone: logged once all the same
+    again.log_metrics(1, {"reward/mean": 0.75})
+    again.end()
+    client = mlflow.MlflowClient(config.tracking.uri)
+    assert again.run_id == first.run_id
+    assert client.get_run(first.run_id).info.status == "FINISHED"
+    history = client.get_metric_history(first.run_id, "reward/mean")
+    assert sorted(m.step for m in history) == [0, 1]
+    assert _latest_complete(tmp_path / "ckpt", warn=lambda _: None) is None  # start at step 0
