@@ -186,9 +186,10 @@ class _Trainer:
     ) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
         """``batch_size`` groups fresh enough at ``step``; older ones are dropped or rolled out
         again, as configured. With dynamic sampling, groups without signal are taken out too
-        (returned second), up to the schedule's ``flat_budget``. A second group of a row (the
-        row again in the next epoch) waits for the next batch: a batch's samples of a row are
-        one group to the estimator."""
+        (returned second), up to the schedule's ``flat_budget``. Running ahead (``max_staleness``
+        >= 1), a second group of a row (the row again in the next epoch) waits for the next
+        batch: a batch's samples of a row are one group to the estimator. On-policy, a step's
+        rows are one loader batch, distinct, and the bound would leave no other row to wait for."""
         schedule = self.schedule
         groups: list[FinishedGroup] = []
         flat: list[FinishedGroup] = []
@@ -204,7 +205,7 @@ class _Trainer:
                 if schedule.is_stale(group.staleness(step)):
                     await self.rollouter.discard(group, retry=schedule.retry_stale)
                     continue
-                if row_id_of(group.row) in rows:
+                if schedule.max_staleness and row_id_of(group.row) in rows:
                     later.append(group)
                     continue
                 rows.add(row_id_of(group.row))

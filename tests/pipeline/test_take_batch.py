@@ -24,7 +24,8 @@ def test_a_rows_second_group_waits_for_the_next_batch():
         for index, row in [(22, "b"), (23, "a"), (24, "a"), (25, "c"), (26, "d"), (27, "e")]:
             await queue.put(_group(index, row))
         rollouter = SimpleNamespace(failure=None, engines_failed=asyncio.Event())
-        schedule = SimpleNamespace(batch_size=3, flat_budget=0, is_stale=lambda _: False)
+        schedule = SimpleNamespace(batch_size=3, flat_budget=0, max_staleness=1,
+                                   is_stale=lambda _: False)
         trainer = _Trainer(None, queue, rollouter, schedule)
         stop = asyncio.Event()
         taken = []
