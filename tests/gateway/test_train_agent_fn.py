@@ -51,12 +51,14 @@ def test_agent_function_trains_through_the_gateway(tmp_path, pipeline):
     for step, metrics in enumerate(result.history):
         assert metrics["rollouts"] == 4 and metrics["llm_calls/mean"] == 2
         assert metrics["policy_version"] == step + 1
-        assert metrics["train/trained_tokens"] > 0
+        # It trained, or its batch had no signal (all rewards alike): no optimizer step, counted.
+        assert metrics.get("train/trained_tokens", 0) > 0 or metrics["train/skipped_no_signal"] == 1
     # The rewards the agent posted are the rollouts' rewards (the reward fn added 0).
     assert len(posted) == 8
     means = [sum(posted[i:i + 4]) / 4 for i in (0, 4)]
     assert sorted(m["reward/mean"] for m in result.history) == pytest.approx(sorted(means))
     before = load_file(f"{config.model.path}/model.safetensors")
     after = load_file(f"{result.final_model}/model.safetensors")
-    assert any(not (before[k] == after[k]).all() for k in before)
+    updated = any(m["train/skipped_no_signal"] == 0 for m in result.history)
+    assert updated == any(not (before[k] == after[k]).all() for k in before)
 

@@ -67,7 +67,8 @@ def test_trainer_and_engines_on_their_own_nodes(two_nodes, monkeypatch):
 
     assert [m["policy_version"] for m in result.history] == [1.0, 2.0]  # pushed to the engine
     assert len(puts) == 2  # by rank 0's object store, not the driver
-    assert all(m["train/trained_tokens"] > 0 for m in result.history)
+    assert all(m.get("train/trained_tokens", 0) > 0 or m["train/skipped_no_signal"] == 1
+               for m in result.history)  # trained, or no signal: no optimizer step
     (group,) = groups
     assert group.node_ids == [trainer_node]
     assert [e.node_id for e in engines] == [engine_node]
