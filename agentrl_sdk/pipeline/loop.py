@@ -143,13 +143,14 @@ class _Trainer:
         metrics |= staleness_metrics([g.staleness(step) for g in groups])
         metrics |= dynamic_sampling_metrics(schedule, len(groups), len(flat))
         metrics |= self._pipeline_metrics(wait_s, groups)
-        prefetch = schedule.prefetch and step + 1 < job.config.max_steps
+        more = step + 1 < job.config.max_steps  # another update follows this one
+        prefetch = schedule.prefetch and more
         with self._gates_held(prefetch):
             if prefetch:  # the next rows start, behind the closed gate
                 await self.rollouter.served(step + 1)
             metrics |= await update_policies(job, step, samples)
             if schedule.pushes_after(step):
-                metrics |= await self._push(step + 1, serve=step + 1 < job.config.max_steps)
+                metrics |= await self._push(step + 1, serve=more)
             else:
                 metrics["time/weight_sync_s"] = 0.0
         self.served_at = time.perf_counter()
@@ -205,10 +206,11 @@ class _Trainer:
                 if schedule.is_stale(group.staleness(step)):
                     await self.rollouter.discard(group, retry=schedule.retry_stale)
                     continue
-                if schedule.max_staleness and row_id_of(group.row) in rows:
+                row = row_id_of(group.row)
+                if schedule.max_staleness and row in rows:
                     later.append(group)
                     continue
-                rows.add(row_id_of(group.row))
+                rows.add(row)
                 if schedule.flat_budget and not rows_with_signal(self.job, group.trajectories):
                     # It does not count toward the batch; the slot it frees admits another row.
                     await self.rollouter.discard(group, retry=False, stale=False)
