@@ -8,6 +8,7 @@ learn; the recipe's hash names the cache folder, so the second run starts at onc
 from __future__ import annotations
 
 import random
+from functools import partial
 from pathlib import Path
 
 from agentrl_sdk.chat.messages import to_openai_tools
@@ -52,4 +53,4 @@ def build_real(folder: Path, progress: bool = True) -> None:
 def real_model_path(progress: bool = True) -> Path:
     """The cached warm-started SmolLM2 folder, built on first use."""
     return cached_build("gsm8k-tool-agent-smollm2", REAL_RECIPE,
-                        lambda folder: build_real(folder, progress))
+                        partial(build_real, progress=progress), isolated=True)

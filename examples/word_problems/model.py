@@ -8,6 +8,7 @@ RL has something real to learn.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from agentrl_sdk.chat.messages import to_openai_tools
@@ -35,4 +36,6 @@ def build(folder: Path, progress: bool = True) -> None:
 
 def model_path(progress: bool = True) -> Path:
     """The cached warm-started folder, built on first use (~5 min on 2 cores)."""
-    return cached_build("word-problems-smollm2", RECIPE, lambda folder: build(folder, progress))
+    # Isolated: the warm start's ~4 GB of float32 training state leaves with its process.
+    return cached_build("word-problems-smollm2", RECIPE, partial(build, progress=progress),
+                        isolated=True)

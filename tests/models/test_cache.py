@@ -1,0 +1,51 @@
+"""`cached_build`: one build per recipe, atomic, and optionally in a process of its own."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from agentrl_sdk.models import cached_build
+
+
+def _write_pid(folder: Path, tag: str = "") -> None:
+    (folder / "config.json").write_text(f'{{"pid": {os.getpid()}, "tag": "{tag}"}}')
+
+
+def _fail(folder: Path) -> None:
+    raise RuntimeError("the warm start diverged")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))
+
+
+def test_a_recipe_is_built_once_and_a_new_recipe_builds_anew():
+    calls = []
+
+    def build(folder):
+        calls.append(folder.name)
+        _write_pid(folder)
+
+    first = cached_build("m", {"lr": 1}, build)
+    assert cached_build("m", {"lr": 1}, build) == first and len(calls) == 1
+    assert cached_build("m", {"lr": 2}, build) != first and len(calls) == 2
+    assert not list(first.parent.glob("*.partial"))
+
+
+def test_an_isolated_build_runs_in_another_process():
+    folder = cached_build("m", {"x": 1}, partial(_write_pid, tag="child"), isolated=True)
+    written = (folder / "config.json").read_text()
+    assert '"tag": "child"' in written and f'"pid": {os.getpid()},' not in written
+
+
+def test_an_isolated_build_refuses_a_lambda_and_raises_the_childs_error(tmp_path):
+    with pytest.raises(TypeError, match="picklable build"):
+        cached_build("m", {"x": 2}, lambda folder: _write_pid(folder), isolated=True)
+    with pytest.raises(RuntimeError, match="diverged"):
+        cached_build("m", {"x": 3}, _fail, isolated=True)
+    assert not (tmp_path / "m").exists() and not list(tmp_path.glob("m-*/config.json"))
