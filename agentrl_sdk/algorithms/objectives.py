@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch
 from torch import Tensor
 
 from agentrl_sdk.algorithms.aggregation import aggregate
 from agentrl_sdk.algorithms.kl import kl_loss
-from agentrl_sdk.algorithms.losses import PolicyLossConfig, entropy_from_logits, ppo_policy_loss
+from agentrl_sdk.algorithms.losses import PolicyLossConfig, ppo_policy_loss
 from agentrl_sdk.algorithms.value import ValueLossConfig, value_loss
 
 __all__ = [
@@ -49,12 +48,13 @@ class PolicyOutputs:
 
     Args:
         logprobs: ``(B, T)`` response-token logprobs at the sampling temperature.
-        logits: ``(B, T, V)`` the temperature-scaled logits they come from.
+        entropy: ``(B, T)`` the entropies of the distributions they come from (with gradient
+            when the objective has an entropy term).
         reference_logprobs: ``(B, T)`` the frozen reference's (only with a KL term).
     """
 
     logprobs: Tensor
-    logits: Tensor
+    entropy: Tensor
     reference_logprobs: Tensor | None = None
 
 
@@ -82,12 +82,7 @@ def policy_objective(
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO's clipped loss (`ppo_policy_loss`), + ``kl_coef`` x KL to the reference,
     - ``entropy_coef`` x entropy, each aggregated with ``config.agg``."""
-    mask, weights = batch.response_mask, batch.weights
-    if config.entropy_coef > 0:
-        entropy = entropy_from_logits(outputs.logits)  # (B, T), with gradient
-    else:
-        with torch.no_grad():
-            entropy = entropy_from_logits(outputs.logits.detach())
+    mask, weights, entropy = batch.response_mask, batch.weights, outputs.entropy
     loss, metrics = ppo_policy_loss(
         outputs.logprobs, batch.old_logprobs, batch.advantages, mask,
         clip_low=config.clip_low, clip_high=config.clip_high, clip_c=config.clip_c,

@@ -20,6 +20,7 @@ from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.export import export_pretrained
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch
 from agentrl_sdk.trainer.sharded_model import ShardedModel, forwarded
+from agentrl_sdk.trainer.token_logprobs import response_logprobs
 from agentrl_sdk.trainer.update_loop import Objective, per_token, train
 
 if TYPE_CHECKING:
@@ -96,23 +97,11 @@ class PolicyWorker:
     # ---------------------------------------------------------------- logprobs
 
     def _logprobs(
-        self, model: nn.Module, batch: PackedBatch
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Response-token logprobs ``(B, T)`` at the configured temperature, and the scaled
-        logits ``(B, T, V)`` they come from."""
-        out = model(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            logits_to_keep=batch.num_logits,
-            use_cache=False,
-        )
-        logits = out.logits  # (B, K, V)
-        # Row-wise indexing, not gather with a (B, T, V) expanded index: the same values and
-        # gradients at a third of the CPU time.
-        rows = torch.arange(logits.shape[0], device=logits.device)[:, None]  # (B, 1)
-        scaled = logits[rows, batch.logit_index].float() / self.config.temperature  # (B, T, V)
-        logp = scaled.log_softmax(-1).gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
-        return logp, scaled
+        self, model: nn.Module, batch: PackedBatch, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Trained-token logprobs ``(B, T)`` at the configured temperature, and their
+        entropies when asked (`response_logprobs`)."""
+        return response_logprobs(model, batch, self.config.temperature, with_entropy=with_entropy)
 
     def compute_logprobs(self, flat: FlatSamples) -> np.ndarray:
         """Per-token logprobs of every response token under the current weights.
@@ -160,12 +149,12 @@ class PolicyWorker:
     def _ppo_loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """One micro-batch: the model's outputs (and the reference's, with a KL term), then
         the PPO objective."""
-        logp, scaled = self._logprobs(self.sharded.model, batch)
+        logp, entropy = self._logprobs(self.sharded.model, batch, with_entropy=True)
         reference_logp = None
         if self.loss_config.kl_coef > 0:
             with torch.no_grad(), self.sharded.reference() as reference:
                 reference_logp = self._logprobs(reference, batch)[0]
-        outputs = PolicyOutputs(logp, scaled, reference_logp)
+        outputs = PolicyOutputs(logp, entropy, reference_logp)
         return policy_objective(outputs, batch, self.loss_config)
 
     # ---------------------------------------------------------------- weights, checkpoints

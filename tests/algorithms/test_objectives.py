@@ -34,7 +34,7 @@ def _outputs(reference: bool = False):
     ids = torch.tensor([[1, 2, 0], [3, 0, 0]])
     logp = logits.log_softmax(-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     ref = (logp.detach() + 0.05) if reference else None
-    return PolicyOutputs(logp, logits, ref), logits
+    return PolicyOutputs(logp, entropy_from_logits(logits), ref), logits
 
 
 def test_the_policy_objective_composes_the_clipped_loss_kl_and_entropy():

@@ -1,0 +1,84 @@
+"""`response_logprobs`: projecting only trained positions, in recomputed chunks, changes no
+value and no gradient of the full-vocabulary computation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Gemma2Config, Gemma2ForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from agentrl_sdk.algorithms import entropy_from_logits
+from agentrl_sdk.trainer.packing import FlatSamples, pack
+from agentrl_sdk.trainer.token_logprobs import response_logprobs
+from agentrl_sdk.types import Sample
+
+TEMPERATURE = 0.7
+
+
+def _model(cls=Qwen2ForCausalLM, config_cls=Qwen2Config, **extra):
+    torch.manual_seed(0)
+    config = config_cls(vocab_size=301, hidden_size=32, intermediate_size=64,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        tie_word_embeddings=True, **extra)  # fmt: skip
+    return cls(config).float()
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+
+    def ids(n):
+        return torch.randint(1, 300, (n,), generator=g).tolist()
+
+    def sample(p, mask):  # a tool output (mask 0) between two trained turns
+        return Sample(row_id="r", sample_index=0, prompt_ids=ids(p), response_ids=ids(len(mask)),
+                      response_mask=mask, old_logprobs=[0.0] * len(mask),
+                      token_advantages=[1.0] * len(mask))  # fmt: skip
+
+    return pack(FlatSamples.from_samples([
+        sample(7, [1, 1, 0, 0, 0, 1, 1]), sample(3, [1, 1, 1]), sample(5, [0, 1, 0, 1]),
+    ]), [0, 1, 2])  # fmt: skip
+
+
+def _full_vocabulary(model, batch):
+    """The computation it replaces: every kept position projected, one log_softmax."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                   logits_to_keep=batch.num_logits, use_cache=False).logits
+    rows = torch.arange(logits.shape[0])[:, None]
+    scaled = logits[rows, batch.logit_index].float() / TEMPERATURE
+    logp = scaled.log_softmax(-1).gather(-1, batch.response_ids[..., None]).squeeze(-1)
+    return logp, entropy_from_logits(scaled)
+
+
+@pytest.mark.parametrize("chunk", [2, 512])
+def test_values_and_gradients_equal_the_full_vocabulary_computation(chunk):
+    model, batch = _model(), _batch()
+    mask = batch.response_mask
+
+    def loss_and_grads(logp, entropy):
+        loss = ((logp * 1.3 - entropy * 0.1) * mask).sum()
+        model.zero_grad()
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in model.parameters()]
+
+    want_logp, want_entropy = _full_vocabulary(model, batch)
+    want = loss_and_grads(want_logp, want_entropy)
+    logp, entropy = response_logprobs(model, batch, TEMPERATURE, with_entropy=True, chunk=chunk)
+    assert torch.equal(logp == 0, mask == 0)  # nothing at mask-0 positions
+    torch.testing.assert_close(logp, want_logp * mask, atol=1e-6, rtol=0)
+    torch.testing.assert_close(entropy, want_entropy * mask, atol=1e-6, rtol=0)
+    got = loss_and_grads(logp, entropy)
+    assert got[0] == pytest.approx(want[0], abs=1e-5)
+    for a, b in zip(got[1], want[1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    with torch.no_grad():  # no autograd: the same values, no recomputation
+        plain, none = response_logprobs(model, batch, TEMPERATURE, with_entropy=False,
+                                        chunk=chunk)
+    assert torch.equal(plain, logp.detach()) and none is None
+
+
+def test_a_model_that_post_processes_its_logits_is_refused():
+    model = _model(Gemma2ForCausalLM, Gemma2Config, head_dim=8, final_logit_softcapping=30.0)
+    with pytest.raises(ValueError, match="post-processes its LM head"):
+        response_logprobs(model, _batch(), TEMPERATURE, with_entropy=False)
+    # The head is restored: the model computes plain logits again.
+    assert model(input_ids=torch.tensor([[1, 2]])).logits.shape == (1, 2, 301)
