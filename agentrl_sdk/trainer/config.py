@@ -133,6 +133,12 @@ class TrainerConfig(ConfigSection, frozen=True):
         "(rows * longest row); gradients are accumulated over micro-batches. A sample longer "
         "than the budget runs alone."
     )
+    share_prefix: bool = Field(
+        False, description="Run a micro-batch as one sequence: the prompt prefix its samples "
+        "share (system prompt, tool schema, question) once, then each sample's own tokens, "
+        "without padding. The same loss and gradients up to float rounding, for a fraction of "
+        "the compute when prompts are long and alike."
+    )
     temperature: float = Field(
         1.0, gt=0, description="Logits are divided by it before logprobs are computed. In a "
         "training job it is the rollout sampling temperature (derived; setting it to another "

@@ -70,14 +70,11 @@ class ValueWorker:
 
     def _values(self, batch: PackedBatch) -> torch.Tensor:
         """``(B, T)`` values of the states before each response token."""
-        out = self.sharded.model(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
-        )
-        scores = out.logits[..., 0].float()  # (B, L)
+        out = self.sharded.model(**batch.model_inputs(), use_cache=False)
+        scores = out.logits[..., 0].float()  # (rows, L)
         # Kept logit k of `pack` is absolute position k + L - num_logits.
         offset = batch.input_ids.shape[1] - batch.num_logits
-        rows = torch.arange(scores.shape[0], device=scores.device)[:, None]  # (B, 1)
-        return scores[rows, batch.logit_index + offset]  # (B, T)
+        return scores[batch.rows[:, None], batch.logit_index + offset]  # (B, T)
 
     def compute_values(self, flat: FlatSamples) -> np.ndarray:
         """The critic's value of every response token (laid out like ``flat.response_ids``,
@@ -154,10 +151,15 @@ class BackboneWithValueHead(torch.nn.Module):
         return cls(AutoModel.from_pretrained(path, local_files_only=True, dtype=torch.float32))
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, use_cache: bool = False
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        use_cache: bool = False,
     ) -> SimpleNamespace:
         """``logits``: ``(B, L, 1)`` values, as a token-classification model returns them."""
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=use_cache)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         position_ids=position_ids, use_cache=use_cache)  # fmt: skip
         return SimpleNamespace(logits=self.score(out.last_hidden_state))
 
 

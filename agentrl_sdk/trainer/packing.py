@@ -20,6 +20,7 @@ __all__ = [
     "micro_batches",
     "mini_batches",
     "pack",
+    "pack_shared",
     "shard_plan",
 ]
 
@@ -153,12 +154,16 @@ class PackedBatch:
     """Right-padded tensors of one micro-batch, with the response laid out on its own axis.
 
     The model runs on ``input_ids`` keeping only the last ``num_logits`` positions of logits
-    (``logits_to_keep``); response token ``j`` of row ``i`` is predicted by kept position
-    ``logit_index[i, j]``.
+    (``logits_to_keep``); response token ``j`` of sample ``i`` is predicted by kept position
+    ``logit_index[i, j]`` of input row ``logit_rows[i]``.
+
+    `pack` lays one sample per input row, right-padded (``attention_mask`` ``(B, L)``);
+    `pack_shared` lays them all in one row after their common prompt prefix, with a
+    ``(1, 1, L, L)`` boolean ``attention_mask`` and ``position_ids``.
     """
 
-    input_ids: torch.Tensor  # (B, L) long, padded with pad_id
-    attention_mask: torch.Tensor  # (B, L) long
+    input_ids: torch.Tensor  # (B, L) long, padded with pad_id; (1, L) when shared
+    attention_mask: torch.Tensor  # (B, L) long; (1, 1, L, L) bool when shared
     num_logits: int  # L - (shortest prompt - 1)
     logit_index: torch.Tensor  # (B, T) long, 0 at padding
     response_ids: torch.Tensor  # (B, T) long, targets; pad_id at padding
@@ -169,6 +174,22 @@ class PackedBatch:
     token_weights: torch.Tensor | None = None  # (B, T) float32, 0 at padding; None: ones
     values: torch.Tensor | None = None  # (B, T) float32 critic values, 0 at padding
     returns: torch.Tensor | None = None  # (B, T) float32 critic targets, 0 at padding
+    position_ids: torch.Tensor | None = None  # (1, L) long when shared; None: 0, 1, 2, ...
+    logit_rows: torch.Tensor | None = None  # (B,) long when shared; None: sample i is row i
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """``(B,)`` the input row of each sample."""
+        if self.logit_rows is not None:
+            return self.logit_rows
+        return torch.arange(self.input_ids.shape[0], device=self.input_ids.device)
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        """The keyword arguments of the model's forward that describe the input."""
+        inputs = {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+        if self.position_ids is not None:
+            inputs["position_ids"] = self.position_ids
+        return inputs
 
     def to(self, device: torch.device | str) -> PackedBatch:
         """The same batch on ``device``."""
@@ -201,9 +222,6 @@ def pack(
     attention_mask = np.zeros((B, L), dtype=np.int64)
     logit_index = np.zeros((B, T), dtype=np.int64)
     response_ids = np.full((B, T), pad_id, dtype=np.int64)
-    # Float (B, T) per-token fields, 0 at padding; the optional ones only when ``flat`` has them.
-    per_token = {name: np.zeros((B, T), dtype=np.float32) for name in _PER_TOKEN
-                 if getattr(flat, name) is not None}
     for row, i in enumerate(idx):
         p, r = int(p_len[row]), int(r_len[row])
         prompt = flat.prompt_ids[flat.prompt_offsets[i] : flat.prompt_offsets[i + 1]]
@@ -214,8 +232,6 @@ def pack(
         # Token at position p + j is predicted by the logits at p + j - 1.
         logit_index[row, :r] = np.arange(p - 1, p - 1 + r) - first_logit
         response_ids[row, :r] = flat.response_ids[resp]
-        for name, values in per_token.items():
-            values[row, :r] = getattr(flat, name)[resp]
     return PackedBatch(
         input_ids=torch.from_numpy(input_ids),
         attention_mask=torch.from_numpy(attention_mask),
@@ -223,8 +239,89 @@ def pack(
         logit_index=torch.from_numpy(logit_index),
         response_ids=torch.from_numpy(response_ids),
         weights=torch.from_numpy(flat.weights[idx].copy()),
-        **{name: torch.from_numpy(values) for name, values in per_token.items()},
+        **_per_token_fields(flat, idx, T),
     )
+
+
+def pack_shared(
+    flat: FlatSamples, indices: Sequence[int], pad_id: int = 0
+) -> PackedBatch:
+    """Lays samples ``indices`` of ``flat`` in one input row: their longest common prompt
+    prefix once, then each sample's own tokens, which attend to the prefix and to themselves.
+
+    The n samples of a group (and every group of one agent) share a long system prompt and
+    tool schema: the model runs on them once instead of n times, and on no padding. Each
+    sample keeps at least its last prompt token, so every response token is predicted inside
+    the sample's own segment. Values and gradients equal `pack`'s up to float rounding.
+
+    Args and returns as `pack`; ``T`` is the longest response, the per-token fields are laid
+    out as in `pack`.
+    """
+    if len(indices) == 0:
+        raise ValueError("pack_shared needs at least one sample index")
+    idx = np.asarray(indices, dtype=np.int64)
+    prompts = [flat.prompt_ids[flat.prompt_offsets[i] : flat.prompt_offsets[i + 1]] for i in idx]
+    shared = _common_prefix_length(prompts, int(flat.prompt_lengths[idx].min()) - 1)
+    responses = [flat.response_ids[flat.response_slice(int(i))] for i in idx]
+    B, T = len(idx), max(1, max(len(r) for r in responses))
+    segments = [np.concatenate([p[shared:], r]) for p, r in zip(prompts, responses, strict=True)]
+    L = shared + sum(len(seg) for seg in segments)
+    input_ids = np.empty(L, dtype=np.int64)
+    position_ids = np.empty(L, dtype=np.int64)
+    allowed = np.zeros((L, L), dtype=bool)
+    input_ids[:shared], position_ids[:shared] = prompts[0][:shared], np.arange(shared)
+    allowed[:, :shared] = True  # every token sees the whole shared prefix ...
+    logit_index = np.zeros((B, T), dtype=np.int64)
+    response_ids = np.full((B, T), pad_id, dtype=np.int64)
+    start = shared
+    for row, (seg, prompt, resp) in enumerate(zip(segments, prompts, responses, strict=True)):
+        end = start + len(seg)
+        input_ids[start:end] = seg
+        position_ids[start:end] = np.arange(shared, shared + len(seg))
+        allowed[start:end, start:end] = True  # ... and the tokens of its own sample
+        first = start + len(prompt) - shared - 1  # the sample's last prompt token
+        logit_index[row, : len(resp)] = np.arange(first, first + len(resp)) - shared
+        response_ids[row, : len(resp)] = resp
+        start = end
+    allowed &= np.tri(L, dtype=bool)  # causal
+    return PackedBatch(
+        input_ids=torch.from_numpy(input_ids)[None],
+        attention_mask=torch.from_numpy(allowed)[None, None],
+        num_logits=L - shared,
+        logit_index=torch.from_numpy(logit_index),
+        response_ids=torch.from_numpy(response_ids),
+        weights=torch.from_numpy(flat.weights[idx].copy()),
+        position_ids=torch.from_numpy(position_ids)[None],
+        logit_rows=torch.zeros(B, dtype=torch.long),
+        **_per_token_fields(flat, idx, T),
+    )
+
+
+def _common_prefix_length(prompts: Sequence[np.ndarray], at_most: int) -> int:
+    """Length of the longest prefix all ``prompts`` share, capped at ``at_most``."""
+    n = min(at_most, *(len(p) for p in prompts))
+    first = prompts[0][:n]
+    for p in prompts[1:]:
+        differs = np.flatnonzero(p[:n] != first)
+        n = int(differs[0]) if len(differs) else n
+        first = first[:n]
+    return max(n, 0)
+
+
+def _per_token_fields(flat: FlatSamples, idx: np.ndarray, T: int) -> dict[str, torch.Tensor]:
+    """The float per-token fields of samples ``idx``, ``(B, T)`` each, 0 at padding; the
+    optional ones only when ``flat`` has them."""
+    fields = {}
+    for name in _PER_TOKEN:
+        source = getattr(flat, name)
+        if source is None:
+            continue
+        values = np.zeros((len(idx), T), dtype=np.float32)
+        for row, i in enumerate(idx):
+            span = flat.response_slice(int(i))
+            values[row, : span.stop - span.start] = source[span]
+        fields[name] = torch.from_numpy(values)
+    return fields
 
 
 _PER_TOKEN = (

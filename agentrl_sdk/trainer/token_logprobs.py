@@ -45,9 +45,10 @@ def response_logprobs(
     rows, cols = (batch.response_mask > 0).nonzero(as_tuple=True)  # (N,) trained positions
     kept = batch.logit_index[rows, cols]  # the kept logit position predicting each
     targets = batch.response_ids[rows, cols]
+    input_rows = batch.rows[rows]
 
     def select(hidden: Tensor, project: Callable[[Tensor], Tensor]) -> Tensor:
-        picked = hidden[rows, kept]  # (N, H)
+        picked = hidden[input_rows, kept]  # (N, H)
         parts = [
             _chunk_outputs(h, t, project, temperature, with_entropy)
             if not torch.is_grad_enabled()
@@ -58,12 +59,7 @@ def response_logprobs(
         return torch.cat(parts) if parts else hidden.new_zeros((0, 2), dtype=torch.float32)
 
     with _head_replaced(model, select) as returned:
-        out = model(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            logits_to_keep=batch.num_logits,
-            use_cache=False,
-        )
+        out = model(**batch.model_inputs(), logits_to_keep=batch.num_logits, use_cache=False)
     if out.logits is not returned[0]:
         raise ValueError(
             f"{type(model).__name__} post-processes its LM head's output (e.g. logit "

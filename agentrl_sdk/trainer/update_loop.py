@@ -19,7 +19,14 @@ import torch.distributed as dist
 from agentrl_sdk.algorithms import LossAgg, micro_batch_share, sequence_mass, token_share
 from agentrl_sdk.algorithms.objectives import MetricShares
 from agentrl_sdk.trainer.lora import lora_dropout_active
-from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, mini_batches, pack, shard_plan
+from agentrl_sdk.trainer.packing import (
+    FlatSamples,
+    PackedBatch,
+    mini_batches,
+    pack,
+    pack_shared,
+    shard_plan,
+)
 
 if TYPE_CHECKING:
     from agentrl_sdk.trainer.sharded_model import ShardedModel
@@ -155,4 +162,5 @@ def _normalisers(
 def _packed(sharded: ShardedModel, flat: FlatSamples, indices: Sequence[int]) -> PackedBatch:
     if not indices:  # a rank with no work still joins the collectives of a forward/backward
         return pack(FlatSamples.placeholder(sharded.pad_id), [0], sharded.pad_id).to(sharded.device)
-    return pack(flat, indices, sharded.pad_id).to(sharded.device)
+    packer = pack_shared if sharded.config.share_prefix else pack
+    return packer(flat, indices, sharded.pad_id).to(sharded.device)

@@ -8,7 +8,7 @@ import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from agentrl_sdk.algorithms import entropy_from_logits
-from agentrl_sdk.trainer.packing import FlatSamples, pack
+from agentrl_sdk.trainer.packing import FlatSamples, pack, pack_shared
 from agentrl_sdk.trainer.token_logprobs import response_logprobs
 from agentrl_sdk.types import Sample
 
@@ -23,20 +23,27 @@ def _model(cls=Qwen2ForCausalLM, config_cls=Qwen2Config, **extra):
     return cls(config).float()
 
 
-def _batch():
+def _flat(prefix: int = 0):
     g = torch.Generator().manual_seed(1)
 
     def ids(n):
         return torch.randint(1, 300, (n,), generator=g).tolist()
 
+    system = ids(prefix)  # a prompt prefix every sample shares
+
     def sample(p, mask):  # a tool output (mask 0) between two trained turns
-        return Sample(row_id="r", sample_index=0, prompt_ids=ids(p), response_ids=ids(len(mask)),
+        return Sample(row_id="r", sample_index=0, prompt_ids=system + ids(p),
+                      response_ids=ids(len(mask)),
                       response_mask=mask, old_logprobs=[0.0] * len(mask),
                       token_advantages=[1.0] * len(mask))  # fmt: skip
 
-    return pack(FlatSamples.from_samples([
+    return FlatSamples.from_samples([
         sample(7, [1, 1, 0, 0, 0, 1, 1]), sample(3, [1, 1, 1]), sample(5, [0, 1, 0, 1]),
-    ]), [0, 1, 2])  # fmt: skip
+    ])  # fmt: skip
+
+
+def _batch():
+    return pack(_flat(), [0, 1, 2])
 
 
 def _full_vocabulary(model, batch):
@@ -82,3 +89,25 @@ def test_a_model_that_post_processes_its_logits_is_refused():
         response_logprobs(model, _batch(), TEMPERATURE, with_entropy=False)
     # The head is restored: the model computes plain logits again.
     assert model(input_ids=torch.tensor([[1, 2]])).logits.shape == (1, 2, 301)
+
+
+def _loss_and_grads(model, batch):
+    logp, entropy = response_logprobs(model, batch, TEMPERATURE, with_entropy=True)
+    loss = ((logp * 1.3 - entropy * 0.1) * batch.response_mask).sum()
+    model.zero_grad()
+    loss.backward()
+    return logp.detach(), entropy.detach(), loss.item(), [p.grad.clone() for p in model.parameters()]
+
+
+def test_a_shared_prefix_packed_once_gives_the_padded_values_and_gradients():
+    model, flat = _model(), _flat(prefix=9)
+    shared = pack_shared(flat, [0, 1, 2])
+    # The 9 shared tokens + each sample's own prompt and response, no padding.
+    assert shared.input_ids.shape == (1, 9 + (7 + 7) + (3 + 3) + (5 + 4))
+    assert shared.position_ids[0, 9:16].tolist() == list(range(9, 16))
+    want, got = _loss_and_grads(model, pack(flat, [0, 1, 2])), _loss_and_grads(model, shared)
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=0)  # logprobs
+    torch.testing.assert_close(got[1], want[1], atol=1e-5, rtol=0)  # entropies
+    assert got[2] == pytest.approx(want[2], abs=1e-5)  # the loss
+    for a, b in zip(got[3], want[3], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
