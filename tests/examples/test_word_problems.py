@@ -93,3 +93,36 @@ def test_config_validates_and_trains_the_last_layers_in_bf16():
     config = TrainConfig.from_yaml(Path("examples/word_problems/config.yaml"))
     assert config.trainer.trainable_layers == 6 and config.trainer.dtype == "bfloat16"
     assert config.engine.options.dtype == "bfloat16"
+
+
+def _varied_reward(state, row, trajectory) -> float:
+    """Signal without the warm start: the imported model rarely calls the tool, but its replies'
+    lengths vary."""
+    return float(len(str(state["messages"][-1].content)) % 2)
+
+
+@pytest.mark.slow
+def test_the_demo_recipe_trains_smollm2_for_two_updates(tmp_path, smollm2_folder):
+    """The shipped config (engine, bf16, last layers, shared-prefix packing, checkpointing) on
+    the real model: two updates whose trainer logprobs match the engine's to bf16 rounding."""
+    from pathlib import Path
+
+    import agentrl_sdk as sdk
+    from agentrl_sdk.entrypoints import resolve_entrypoints
+    from agentrl_sdk.pipeline import TrainConfig
+
+    config = TrainConfig.from_yaml(Path("examples/word_problems/config.yaml"))
+    config.model.path, config.model.builder = str(smollm2_folder), None
+    config.max_steps, config.data.batch_size = 2, 2
+    config.rollout.n, config.evaluation.every = 4, 0
+    config.algorithm.correction = "tis"  # recompute the trainer's logprobs: the mismatch metric
+    config.checkpoint.dir, config.tracking.uri = None, f"sqlite:///{tmp_path / 'mlflow.db'}"
+    job = resolve_entrypoints(config)
+    result = sdk.train(job.graph, job.dataset, reward=_varied_reward, config=config,
+                       input_fn=job.input_fn)  # fmt: skip
+    assert [m["policy_version"] for m in result.history] == [1, 2]
+    for m in result.history:
+        assert m["train/skipped_no_signal"] or m["train/optimizer_steps"] == 2
+        # Both sides compute in bf16 with float32 logprobs: they differ by bf16 rounding only.
+        assert m["train/mismatch_abs_logp"] < 0.05, m
+    assert any(not m["train/skipped_no_signal"] for m in result.history)
