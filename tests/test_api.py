@@ -39,3 +39,20 @@ def test_held_out_rows_are_validated_and_passed_on(captured):
     sdk.train(object(), _rows(8), None, {"evaluation": {"every": 2}}, eval_dataset=held_out)
     assert [r["id"] for r in captured["eval_rows"]] == ["r100", "r101", "r102"]
     assert captured["skipped_rows"] == 1  # the held-out row with an empty prompt
+
+
+def test_a_reward_function_with_the_wrong_parameters_is_refused_at_start(captured):
+    def two(state, row):
+        return 1.0
+
+    with pytest.raises(TypeError, match=r"reward\(final_state, row, trajectory\)"):
+        sdk.train(object(), _rows(4), two, {"max_steps": 1})
+    assert not captured  # refused before the pipeline ran
+
+    def flexible(state, *rest, **extra):  # anything that takes the three arguments runs
+        return 1.0
+
+    for ok in (flexible, lambda s, r, t: 1.0, None):
+        assert sdk.train(object(), _rows(4), ok, {"max_steps": 1}).steps == 1
+    with pytest.raises(TypeError, match="must be a function"):
+        sdk.train(object(), _rows(4), "reward", {"max_steps": 1})

@@ -33,7 +33,7 @@ from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.rollout import default_input, row_id_of
 from agentrl_sdk.rollout.credit import credit_policies, flat_groups
 from agentrl_sdk.rollout.overlong import add_overlong_penalties, truncated
-from agentrl_sdk.rollout.rewards import RewardFn, score
+from agentrl_sdk.rollout.rewards import RewardFn, check_reward_fn, score
 from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.tracing import TrainingRun, rollout_credit
@@ -62,6 +62,9 @@ class JobSpec:
     input_fn: Callable[[dict[str, Any]], Any] = default_input
     skipped_rows: int = 0
     eval_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_reward_fn(self.reward_fn)
 
 
 @dataclass

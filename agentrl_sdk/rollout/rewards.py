@@ -21,6 +21,28 @@ RewardFn = Callable[[Any, Mapping[str, Any], Trajectory], RewardValue | Awaitabl
 OnRewardError = Literal["zero", "drop"]
 
 
+def check_reward_fn(reward_fn: RewardFn | None) -> None:
+    """Refuses, before any rollout, a reward function that cannot be called as
+    ``reward(final_state, row, trajectory)`` (else every rollout would count a TypeError)."""
+    if reward_fn is None or isinstance(reward_fn, GroupReward):
+        return
+    if not callable(reward_fn):
+        raise TypeError(f"reward must be a function, got {type(reward_fn).__name__}")
+    try:
+        signature = inspect.signature(reward_fn)
+    except (TypeError, ValueError):  # a builtin without a signature: called as it is
+        return
+    try:
+        signature.bind(None, {}, None)
+    except TypeError as exc:
+        name = getattr(reward_fn, "__qualname__", repr(reward_fn))
+        raise TypeError(
+            f"the reward function {name}{signature} cannot be called as "
+            f"reward(final_state, row, trajectory) ({exc}): give it those three parameters, "
+            "e.g. `def reward(state, row, trajectory)` (unused ones may be named `_`)"
+        ) from None
+
+
 async def score(
     trajectories: list[Trajectory],
     rows: Mapping[str, Mapping[str, Any]],
