@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
+from transformers import DynamicCache
 
+from agentrl_sdk.engines._prefix_cache import PrefixCache, common_prefix, inputs_after_prefixes
 from agentrl_sdk.engines._row_adapters import RowAdapters
 from agentrl_sdk.engines._running_batch import RunningBatch, SequenceState
 from agentrl_sdk.engines._sampling import sample_next
@@ -20,7 +22,7 @@ from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult
 
 if TYPE_CHECKING:
-    from transformers import DynamicCache, PreTrainedModel
+    from transformers import PreTrainedModel
 
     from agentrl_sdk.engines.lora_weights import AdapterWeights
 
@@ -110,9 +112,12 @@ class Scheduler:
         max_batch_size: Most requests decoded at once.
     """
 
-    def __init__(self, model: PreTrainedModel, max_batch_size: int) -> None:
+    def __init__(
+        self, model: PreTrainedModel, max_batch_size: int, prefix_cache_bytes: int = 0
+    ) -> None:
         self.model = model
         self.max_batch_size = max_batch_size
+        self.prefixes = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
         self.version = 0
         self.paused = False
         # Seconds spent prefilling and decoding: what overlap could hide is the rest.
@@ -227,6 +232,8 @@ class Scheduler:
             deliver(update.loop, update.future, error=error)
             return
         self.version = self._base_version = update.version
+        if self.prefixes is not None:
+            self.prefixes.clear(everything=True)
         # The running rows' KV cache holds the old weights' keys: prefill them again, first.
         rows = [r for r in self._batch.rows if not r.cancelled]
         self._batch = RunningBatch.empty()
@@ -245,6 +252,8 @@ class Scheduler:
             deliver(update.loop, update.future, error=error)
             return
         self.version = self._adapter_versions[name] = update.version
+        if self.prefixes is not None:
+            self.prefixes.clear(name)
         # Only the adapter's rows hold keys of the old adapter: they alone prefill again.
         rows = self._batch.rows
         stale = [r for r in rows if r.sampling.adapter == name and not r.cancelled]
@@ -263,7 +272,7 @@ class Scheduler:
         if room <= 0:
             return
         self._prefilling = [self._waiting.popleft() for _ in range(room)]
-        inputs = RunningBatch.prefill_inputs(self._prefilling)
+        inputs = self._prefill_inputs(self._prefilling)
         logits, cache = self._forward(self._prefilling, **inputs, logits_to_keep=1)
         lengths = torch.tensor([len(r.context) for r in self._prefilling])
         fresh = RunningBatch(self._prefilling, cache, inputs["attention_mask"], lengths, lengths)
@@ -273,6 +282,37 @@ class Scheduler:
         self._record(fresh, tokens, logprobs)
         self._batch.merge(fresh)
         self._prefilling = []
+
+    def _prefill_inputs(self, rows: list[Request]) -> dict[str, Any]:
+        """Left-padded inputs of ``rows``' contexts, after whatever prefix is cached. Rows that
+        share a prompt prefix (a group's samples) get it prefilled once, first."""
+        if self.prefixes is None:
+            return RunningBatch.prefill_inputs(rows)
+        contexts = [r.context for r in rows]
+        adapter = rows[0].sampling.adapter
+        shared = common_prefix(contexts) if len(rows) > 1 else 0
+        if shared and all(r.sampling.adapter == adapter for r in rows):
+            hit = self.prefixes.lookup(adapter, contexts[0])
+            if hit is None or hit.length < shared:
+                prefix = contexts[0][:shared]
+                _, cache = self._forward(
+                    rows[:1], input_ids=torch.tensor([prefix]), logits_to_keep=1
+                )
+                self.prefixes.insert(adapter, prefix, *_row_kv(cache, 0, None))
+        pairs = zip(rows, contexts, strict=True)
+        hits = [self.prefixes.lookup(r.sampling.adapter, c) for r, c in pairs]
+        if all(h is None for h in hits):
+            return RunningBatch.prefill_inputs(rows)
+        return inputs_after_prefixes(contexts, hits, DynamicCache(config=self.model.config))
+
+    def _remember(self, batch: RunningBatch, index: int, row: Request) -> None:
+        """Keep a finished row's keys and values: the next call of its tool loop extends it."""
+        if self.prefixes is None or batch.cache is None:
+            return
+        kept = batch.mask[index].bool()
+        tokens = row.context[:-1]  # its newest token was sampled, never fed
+        if int(kept.sum()) == len(tokens):
+            self.prefixes.insert(row.sampling.adapter, tokens, *_row_kv(batch.cache, index, kept))
 
     def _decode(self) -> None:
         batch = self._batch
@@ -303,6 +343,7 @@ class Scheduler:
             if reason is None:
                 survivors.append(i)
                 continue
+            self._remember(batch, i, row)
             mixed = any(v != version for v in row.versions)
             result = GenerateResult(
                 token_ids=row.token_ids,
@@ -353,6 +394,16 @@ def deliver(
         loop.call_soon_threadsafe(settle)
     except RuntimeError:
         pass  # the caller's loop is closed: its asyncio.run returned, nobody awaits this
+
+
+def _row_kv(
+    cache: DynamicCache, index: int, kept: torch.Tensor | None
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Row ``index``'s per-layer ``(H, n, D)`` keys and values (only the ``kept`` columns)."""
+    layers = list(cache.layers)
+    if kept is None:
+        return [la.keys[index] for la in layers], [la.values[index] for la in layers]
+    return [la.keys[index][:, kept] for la in layers], [la.values[index][:, kept] for la in layers]
 
 
 def _drain(inbox: queue.SimpleQueue[Any]) -> list[Any]:

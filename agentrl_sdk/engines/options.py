@@ -39,6 +39,10 @@ class TorchOptions(EngineOptions):
         None, ge=1, description="Torch threads of the engine on CPU (default: every core; "
         "with pipeline fully_async and a CPU trainer here, the cores its workers do not reserve)."
     )
+    prefix_cache_mb: int | None = Field(
+        None, ge=0, description="MiB of keys and values kept for prompts that start with tokens "
+        "already run (a group's shared prompt, a tool loop's earlier calls); default 0: none."
+    )
 
 
 class VLLMOptions(EngineOptions):

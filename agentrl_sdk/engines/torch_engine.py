@@ -63,6 +63,10 @@ class TorchEngine:
             two sets of spinning OpenMP threads on one core slow both many times over.
         tokenizer: The model's tokenizer, needed only to stop on strings (requests with
             ``sampling.stop`` are refused without one).
+        prefix_cache_mb: Budget of the prefix cache (0: none): keys and values of finished
+            requests, and of the prompt prefix the requests admitted together share, so a
+            prompt that starts with them prefills only the rest (`_prefix_cache`). Cleared by
+            every weight update.
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class TorchEngine:
         max_batch_size: int = 64,
         tokenizer: Any | None = None,
         cpu_threads: int | None = None,
+        prefix_cache_mb: int = 0,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -85,7 +90,7 @@ class TorchEngine:
         self._eos = frozenset(_default_eos(model) if eos_token_ids is None else eos_token_ids)
         self._tokenizer = tokenizer
         self._cpu_threads = cpu_threads
-        self._scheduler = Scheduler(model.eval(), max_batch_size)
+        self._scheduler = Scheduler(model.eval(), max_batch_size, prefix_cache_mb << 20)
         self._lora_base: dict[str, torch.Tensor] = {}  # adapted weights before any adapter
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -100,6 +105,7 @@ class TorchEngine:
         eos_token_ids: Iterable[int] | None = None,
         max_batch_size: int = 64,
         cpu_threads: int | None = None,
+        prefix_cache_mb: int = 0,
     ) -> TorchEngine:
         """Load a model (and its tokenizer, if saved beside it) from a local directory, never
         from the network, and serve it.
@@ -110,6 +116,7 @@ class TorchEngine:
             eos_token_ids: As in the constructor.
             max_batch_size: As in the constructor.
             cpu_threads: As in the constructor.
+            prefix_cache_mb: As in the constructor.
 
         Raises:
             FileNotFoundError: ``path`` is not a directory.
@@ -123,7 +130,8 @@ class TorchEngine:
             )
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
         return cls(model, eos_token_ids=eos_token_ids, max_batch_size=max_batch_size,
-                   tokenizer=_saved_tokenizer(path), cpu_threads=cpu_threads)
+                   tokenizer=_saved_tokenizer(path), cpu_threads=cpu_threads,
+                   prefix_cache_mb=prefix_cache_mb)
 
     @property
     def model(self) -> PreTrainedModel:

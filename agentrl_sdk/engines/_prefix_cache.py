@@ -1,0 +1,198 @@
+"""The torch engine's prefix cache: keys and values of token sequences it has already run, so a
+later prompt that starts with them prefills only the rest.
+
+Agent rollouts repeat themselves: the n samples of a group share their prompt (system prompt,
+tool schema, question), and each call of a tool loop extends the context of the call before
+it. Without a cache, every call prefills its whole context again; for a small model on a CPU
+that is about half of a rollout's time.
+
+Entries are found by hashes of whole blocks of tokens (each hash chained to the one before, as
+vLLM does), checked against the stored tokens, kept least-recently-used within a byte budget,
+and dropped when the weights that computed them change.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["BLOCK_TOKENS", "PrefixCache", "PrefixHit"]
+
+BLOCK_TOKENS = 16
+"""Prefixes are matched in whole blocks of this many tokens."""
+
+
+@dataclass(eq=False)
+class _Entry:
+    adapter: str | None
+    tokens: tuple[int, ...]
+    keys: list[torch.Tensor]  # per layer (H, n, D)
+    values: list[torch.Tensor]
+    hashes: list[int]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+
+@dataclass(frozen=True)
+class PrefixHit:
+    """The first ``length`` tokens of a context, cached: per layer ``(H, length, D)`` keys and
+    values."""
+
+    length: int
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+
+class PrefixCache:
+    """Cached keys and values by token prefix, per adapter (None: the base weights).
+
+    Args:
+        max_bytes: Budget of the stored tensors; the least recently used entries leave first.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._index: dict[tuple[str | None, int], tuple[int, int]] = {}  # -> entry id, tokens
+        self._bytes = 0
+        self.hit_tokens = 0  # prompt tokens not prefilled thanks to the cache
+        self.missed_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, adapter: str | None, context: Sequence[int]) -> PrefixHit | None:
+        """The longest cached whole-block prefix of ``context``, leaving at least its last
+        token to prefill (its logits sample the next token); None without one."""
+        found: tuple[int, int] | None = None
+        for blocks, h in enumerate(_block_hashes(context, len(context) - 1), start=1):
+            at = self._index.get((adapter, h))
+            if at is None:
+                break
+            found = (at[0], blocks * BLOCK_TOKENS)
+        if found is None:
+            self.missed_tokens += len(context)
+            return None
+        entry_id, length = found
+        entry = self._entries[entry_id]
+        if tuple(context[:length]) != entry.tokens[:length]:  # a hash collision
+            self.missed_tokens += len(context)
+            return None
+        self._entries.move_to_end(entry_id)
+        self.hit_tokens += length
+        self.missed_tokens += len(context) - length
+        return PrefixHit(
+            length, [k[:, :length] for k in entry.keys], [v[:, :length] for v in entry.values]
+        )
+
+    def insert(
+        self,
+        adapter: str | None,
+        tokens: Sequence[int],
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+    ) -> None:
+        """Keep ``tokens``' per-layer ``(H, n, D)`` keys and values (whole blocks only)."""
+        length = len(tokens) // BLOCK_TOKENS * BLOCK_TOKENS
+        if length == 0:
+            return
+        hashes = list(_block_hashes(tokens, length))
+        if self._index.get((adapter, hashes[-1]), (None, 0))[1] == length:
+            return  # already cached
+        entry = _Entry(adapter, tuple(tokens[:length]), [k[:, :length].clone() for k in keys],
+                       [v[:, :length].clone() for v in values], hashes)  # fmt: skip
+        if entry.nbytes > self.max_bytes:
+            return
+        entry_id = id(entry)
+        self._entries[entry_id] = entry
+        self._bytes += entry.nbytes
+        for blocks, h in enumerate(hashes, start=1):
+            self._index[(adapter, h)] = (entry_id, blocks * BLOCK_TOKENS)
+        while self._bytes > self.max_bytes:
+            self._evict(next(iter(self._entries)))
+
+    def clear(self, adapter: str | None = None, *, everything: bool = False) -> None:
+        """Drop the entries of ``adapter`` (its weights changed), or all of them."""
+        for entry_id, entry in list(self._entries.items()):
+            if everything or entry.adapter == adapter:
+                self._evict(entry_id)
+
+    def _evict(self, entry_id: int) -> None:
+        entry = self._entries.pop(entry_id)
+        self._bytes -= entry.nbytes
+        for blocks, h in enumerate(entry.hashes, start=1):
+            if self._index.get((entry.adapter, h)) == (entry_id, blocks * BLOCK_TOKENS):
+                del self._index[(entry.adapter, h)]
+
+
+def _block_hashes(tokens: Sequence[int], limit: int):
+    """Chained hashes of the whole blocks within ``tokens[:limit]``."""
+    h = 0
+    for start in range(0, limit - BLOCK_TOKENS + 1, BLOCK_TOKENS):
+        h = hash((h, tuple(tokens[start : start + BLOCK_TOKENS])))
+        yield h
+
+
+def common_prefix(contexts: Sequence[Sequence[int]]) -> int:
+    """How many leading whole blocks of tokens every context shares (in tokens), leaving each
+    at least one token of its own."""
+    limit = min(len(c) for c in contexts) - 1
+    first = contexts[0]
+    shared = 0
+    while shared + BLOCK_TOKENS <= limit:
+        block = first[shared : shared + BLOCK_TOKENS]
+        if any(c[shared : shared + BLOCK_TOKENS] != block for c in contexts[1:]):
+            break
+        shared += BLOCK_TOKENS
+    return shared
+
+
+def inputs_after_prefixes(
+    contexts: Sequence[Sequence[int]], hits: Sequence[PrefixHit | None], cache: object
+) -> dict[str, object]:
+    """Model inputs that prefill each context after its cached prefix.
+
+    Layout per row: the cached prefix left-padded to the longest one (``C`` columns), then the
+    rest of its context left-padded to the longest rest (``S`` columns). Padding is masked out
+    wherever it sits, so every row's last token is in the last column, as `RunningBatch`
+    expects. ``cache`` is an empty ``DynamicCache`` that receives the prefixes.
+    """
+    B = len(contexts)
+    lengths = [h.length if h is not None else 0 for h in hits]
+    C = max(lengths)
+    rests = [list(c[n:]) for c, n in zip(contexts, lengths, strict=True)]
+    S = max(len(r) for r in rests)
+    some = next(h for h in hits if h is not None)
+    ids = torch.zeros(B, S, dtype=torch.long)
+    mask = torch.zeros(B, C + S, dtype=torch.long)
+    positions = torch.zeros(B, S, dtype=torch.long)
+    for b, (n, rest) in enumerate(zip(lengths, rests, strict=True)):
+        ids[b, S - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+        mask[b, C - n : C] = 1
+        mask[b, C + S - len(rest) :] = 1
+        positions[b, S - len(rest) :] = torch.arange(n, n + len(rest))
+    for layer in range(len(some.keys)):
+        keys, values = (
+            torch.stack([_left_padded(h, which, layer, C, some) for h in hits])
+            for which in ("keys", "values")
+        )  # (B, H, C, D)
+        cache.update(keys, values, layer)  # type: ignore[attr-defined]
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions,
+            "past_key_values": cache}  # fmt: skip
+
+
+def _left_padded(
+    hit: PrefixHit | None, which: str, layer: int, width: int, like: PrefixHit
+) -> torch.Tensor:
+    template = getattr(like, which)[layer]  # (H, n, D)
+    H, _, D = template.shape
+    out = template.new_zeros(H, width, D)
+    if hit is not None:
+        part = getattr(hit, which)[layer]
+        out[:, width - part.shape[1] :] = part
+    return out

@@ -1,0 +1,81 @@
+"""TorchEngine's prefix cache: a group's shared prompt prefilled once, a tool loop's next call
+prefilling only its new tokens; the same greedy tokens and logprobs as without the cache."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from agentrl_sdk.engines import TorchEngine
+from agentrl_sdk.engines._prefix_cache import BLOCK_TOKENS, PrefixCache
+from agentrl_sdk.engines.weights import StateDict
+from agentrl_sdk.types import SamplingParams
+from tests.engines._tiny import ID_VOCAB, hf_greedy, id_model
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return id_model(0)
+
+
+def _ids(n: int, seed: int) -> list[int]:
+    return torch.randint(0, ID_VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+async def test_shared_prompts_and_continued_contexts_reuse_keys_with_the_same_outputs(model):
+    system = _ids(40, 1)  # a system prompt every request shares
+    group = [system + _ids(5 + i, 10 + i) for i in range(4)]
+    cached = TorchEngine(model, prefix_cache_mb=64)
+    try:
+        first = await asyncio.gather(*(cached.generate(p, GREEDY, f"a{i}")
+                                       for i, p in enumerate(group)))  # fmt: skip
+        prefixes = cached._scheduler.prefixes
+        assert prefixes.hit_tokens >= 4 * 32  # the shared 40 tokens, in whole blocks
+        # The next call of a tool loop: its context, the answer, a tool result, and more.
+        follow = [p + r.token_ids + _ids(6, 20 + i) for i, (p, r) in enumerate(zip(group, first))]
+        before = prefixes.hit_tokens
+        second = await asyncio.gather(*(cached.generate(p, GREEDY, f"b{i}")
+                                        for i, p in enumerate(follow)))  # fmt: skip
+        assert prefixes.hit_tokens - before >= sum(
+            (len(p) + len(r.token_ids) - 1) // BLOCK_TOKENS * BLOCK_TOKENS
+            for p, r in zip(group, first, strict=True)
+        )  # each reused its own first call (all but the token sampled last)
+    finally:
+        cached.close()
+    plain = TorchEngine(model)
+    try:
+        for prompt, result in zip(group + follow, first + second, strict=True):
+            assert result.token_ids == hf_greedy(model, prompt, GREEDY.max_tokens)
+            want = await plain.generate(prompt, GREEDY, "plain")
+            assert result.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+    finally:
+        plain.close()
+
+
+async def test_new_weights_empty_the_cache(model):
+    engine = TorchEngine(model, prefix_cache_mb=64)
+    try:
+        prompt = _ids(40, 3)
+        await engine.generate(prompt, GREEDY, "a")
+        assert len(engine._scheduler.prefixes) == 1
+        await engine.load_weights(StateDict(id_model(seed=1).state_dict()), 1)
+        assert len(engine._scheduler.prefixes) == 0
+    finally:
+        engine.close()
+
+
+def test_the_byte_budget_evicts_the_least_recently_used():
+    kv = [torch.zeros(2, 32, 4)]  # one layer, 2 heads, 32 tokens, dim 4: 1 KiB
+    cache = PrefixCache(max_bytes=2 * 2 * kv[0].numel() * 4)  # two entries' keys and values
+    a, b, c = _ids(33, 1), _ids(33, 2), _ids(33, 3)
+    cache.insert(None, a[:32], kv, kv)
+    cache.insert(None, b[:32], kv, kv)
+    assert cache.lookup(None, a).length == 32  # a is now the most recent
+    cache.insert(None, c[:32], kv, kv)  # evicts b
+    assert cache.lookup(None, b) is None and cache.lookup(None, c).length == 32
+    assert cache.lookup("other-adapter", a) is None  # entries belong to their weights
+    assert cache.lookup(None, a[:32]).length == 16  # the last token is always prefilled
