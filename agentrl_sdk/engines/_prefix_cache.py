@@ -68,7 +68,36 @@ class PrefixCache:
 
     def lookup(self, adapter: str | None, context: Sequence[int]) -> PrefixHit | None:
         """The longest cached whole-block prefix of ``context``, leaving at least its last
-        token to prefill (its logits sample the next token); None without one."""
+        token to prefill (its logits sample the next token); None without one. Counted in
+        ``hit_tokens`` / ``missed_tokens``."""
+        found = self._longest(adapter, context)
+        if found is None:
+            self.missed_tokens += len(context)
+            return None
+        entry_id, length = found
+        entry = self._entries[entry_id]
+        self._entries.move_to_end(entry_id)
+        self.hit_tokens += length
+        self.missed_tokens += len(context) - length
+        return PrefixHit(
+            length, [k[:, :length] for k in entry.keys], [v[:, :length] for v in entry.values]
+        )
+
+    def cached_length(self, adapter: str | None, context: Sequence[int]) -> int:
+        """How many leading tokens of ``context`` `lookup` would find (not counted)."""
+        found = self._longest(adapter, context)
+        return 0 if found is None else found[1]
+
+    def holds(self, adapter: str | None, tokens: Sequence[int]) -> bool:
+        """Whether `insert` of ``tokens`` would add nothing: their whole blocks are cached."""
+        length = len(tokens) // BLOCK_TOKENS * BLOCK_TOKENS
+        if length == 0:
+            return True
+        last = list(_block_hashes(tokens, length))[-1]
+        return self._index.get((adapter, last), (None, 0))[1] == length
+
+    def _longest(self, adapter: str | None, context: Sequence[int]) -> tuple[int, int] | None:
+        """(entry id, length) of the longest cached prefix, checked against its tokens."""
         found: tuple[int, int] | None = None
         for blocks, h in enumerate(_block_hashes(context, len(context) - 1), start=1):
             at = self._index.get((adapter, h))
@@ -76,19 +105,11 @@ class PrefixCache:
                 break
             found = (at[0], blocks * BLOCK_TOKENS)
         if found is None:
-            self.missed_tokens += len(context)
             return None
         entry_id, length = found
-        entry = self._entries[entry_id]
-        if tuple(context[:length]) != entry.tokens[:length]:  # a hash collision
-            self.missed_tokens += len(context)
-            return None
-        self._entries.move_to_end(entry_id)
-        self.hit_tokens += length
-        self.missed_tokens += len(context) - length
-        return PrefixHit(
-            length, [k[:, :length] for k in entry.keys], [v[:, :length] for v in entry.values]
-        )
+        if tuple(context[:length]) != self._entries[entry_id].tokens[:length]:
+            return None  # a hash collision
+        return found
 
     def insert(
         self,
@@ -97,21 +118,24 @@ class PrefixCache:
         keys: list[torch.Tensor],
         values: list[torch.Tensor],
     ) -> None:
-        """Keep ``tokens``' per-layer ``(H, n, D)`` keys and values (whole blocks only)."""
+        """Keep ``tokens``' per-layer ``(H, n, D)`` keys and values (whole blocks only). A
+        tensor that holds exactly those is kept as it is: pass copies, not views of a batch."""
         length = len(tokens) // BLOCK_TOKENS * BLOCK_TOKENS
-        if length == 0:
+        if length == 0 or self.holds(adapter, tokens):
             return
-        hashes = list(_block_hashes(tokens, length))
-        if self._index.get((adapter, hashes[-1]), (None, 0))[1] == length:
-            return  # already cached
-        entry = _Entry(adapter, tuple(tokens[:length]), [k[:, :length].clone() for k in keys],
-                       [v[:, :length].clone() for v in values], hashes)  # fmt: skip
+        entry = _Entry(
+            adapter,
+            tuple(tokens[:length]),
+            [_owned(k, length) for k in keys],
+            [_owned(v, length) for v in values],
+            list(_block_hashes(tokens, length)),
+        )
         if entry.nbytes > self.max_bytes:
             return
         entry_id = id(entry)
         self._entries[entry_id] = entry
         self._bytes += entry.nbytes
-        for blocks, h in enumerate(hashes, start=1):
+        for blocks, h in enumerate(entry.hashes, start=1):
             self._index[(adapter, h)] = (entry_id, blocks * BLOCK_TOKENS)
         while self._bytes > self.max_bytes:
             self._evict(next(iter(self._entries)))
@@ -128,6 +152,13 @@ class PrefixCache:
         for blocks, h in enumerate(entry.hashes, start=1):
             if self._index.get((entry.adapter, h)) == (entry_id, blocks * BLOCK_TOKENS):
                 del self._index[(entry.adapter, h)]
+
+
+def _owned(t: torch.Tensor, length: int) -> torch.Tensor:
+    """``t[:, :length]``, copied only if it would keep more memory alive than it uses."""
+    t = t[:, :length]
+    whole = t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return t if whole else t.clone()
 
 
 def _block_hashes(tokens: Sequence[int], limit: int):

@@ -292,8 +292,7 @@ class Scheduler:
         adapter = rows[0].sampling.adapter
         shared = common_prefix(contexts) if len(rows) > 1 else 0
         if shared and all(r.sampling.adapter == adapter for r in rows):
-            hit = self.prefixes.lookup(adapter, contexts[0])
-            if hit is None or hit.length < shared:
+            if self.prefixes.cached_length(adapter, contexts[0]) < shared:
                 prefix = contexts[0][:shared]
                 _, cache = self._forward(
                     rows[:1], input_ids=torch.tensor([prefix]), logits_to_keep=1
@@ -311,8 +310,9 @@ class Scheduler:
             return
         kept = batch.mask[index].bool()
         tokens = row.context[:-1]  # its newest token was sampled, never fed
-        if int(kept.sum()) == len(tokens):
-            self.prefixes.insert(row.sampling.adapter, tokens, *_row_kv(batch.cache, index, kept))
+        adapter = row.sampling.adapter
+        if int(kept.sum()) == len(tokens) and not self.prefixes.holds(adapter, tokens):
+            self.prefixes.insert(adapter, tokens, *_row_kv(batch.cache, index, kept))
 
     def _decode(self) -> None:
         batch = self._batch
@@ -399,7 +399,8 @@ def deliver(
 def _row_kv(
     cache: DynamicCache, index: int, kept: torch.Tensor | None
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Row ``index``'s per-layer ``(H, n, D)`` keys and values (only the ``kept`` columns)."""
+    """Row ``index``'s per-layer ``(H, n, D)`` keys and values (only the ``kept`` columns):
+    views of the batch's cache without ``kept``, copies with it."""
     layers = list(cache.layers)
     if kept is None:
         return [la.keys[index] for la in layers], [la.values[index] for la in layers]

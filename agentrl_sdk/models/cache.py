@@ -9,7 +9,6 @@ import os
 import pickle
 import shutil
 from collections.abc import Callable, Mapping
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ def cached_build(
     build: Callable[[Path], None],
     *,
     isolated: bool = False,
+    timeout_s: float = 3 * 3600.0,
 ) -> Path:
     """The folder ``<cache>/<name>-<hash(recipe)>``, calling ``build(folder)`` if it is missing.
 
@@ -36,7 +36,8 @@ def cached_build(
     activations and float32 copies go back to the OS when it ends, instead of staying in the
     caller's heap for the training that follows (allocators rarely return freed memory).
     ``build`` must then be picklable (a module-level function or a ``functools.partial`` of
-    one); its exceptions are raised here.
+    one); its exceptions are raised here, and a child that runs past ``timeout_s`` or dies
+    is killed or reported with a `RuntimeError`, never waited on forever.
     """
     key = hashlib.sha1(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:10]
     folder = cache_root() / f"{name}-{key}"
@@ -46,14 +47,14 @@ def cached_build(
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     if isolated:
-        _build_in_child(build, partial)
+        _build_in_child(build, partial, timeout_s)
     else:
         build(partial)
     partial.rename(folder)
     return folder
 
 
-def _build_in_child(build: Callable[[Path], None], folder: Path) -> None:
+def _build_in_child(build: Callable[[Path], None], folder: Path, timeout_s: float) -> None:
     try:
         pickle.dumps(build)
     except Exception as exc:  # lambdas, closures, bound methods of unpicklable objects
@@ -62,5 +63,36 @@ def _build_in_child(build: Callable[[Path], None], folder: Path) -> None:
             f"a functools.partial of one), got {build!r}: {exc}"
         ) from exc
     spawn = multiprocessing.get_context("spawn")  # never fork a process holding torch threads
-    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as child:
-        child.submit(build, folder).result()
+    receive, send = spawn.Pipe(duplex=False)
+    child = spawn.Process(target=_run_build, args=(build, folder, send), daemon=True)
+    child.start()
+    send.close()  # the child holds the only writer: a dead child reads as EOF here
+    try:
+        if not receive.poll(timeout_s):
+            raise RuntimeError(f"the isolated build of {folder.name} ran over {timeout_s:.0f} s")
+        error = receive.recv()
+    except EOFError:
+        child.join(10)
+        raise RuntimeError(
+            f"the isolated build of {folder.name} died (exit code {child.exitcode})"
+        ) from None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join(10)
+    if error is not None:
+        raise error
+
+
+def _run_build(build: Callable[[Path], None], folder: Path, done: Any) -> None:
+    """In the child: run the build, then send None or the exception it raised."""
+    try:
+        build(folder)
+    except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+        try:
+            pickle.dumps(exc)
+        except Exception:
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        done.send(exc)
+    else:
+        done.send(None)

@@ -138,7 +138,8 @@ class TrainerGroup:
         Returns:
             ``loss``, ``pg_loss``, ``clip_frac``, ``approx_kl``, ``ratio_mean``, ``entropy``
             (``kl``, ``dual_clip_frac`` when enabled), ``grad_norm``, ``lr``, ``tokens``,
-            ``trained_tokens``, ``samples``, ``optimizer_steps``, ``step``, ``time_s``,
+            ``trained_tokens``, ``samples``, ``samples_skipped`` (without signal, so left out of
+            the passes: no KL or entropy term), ``optimizer_steps``, ``step``, ``time_s``,
             ``peak_rss_gb`` (the largest peak resident memory of any rank so far) and
             ``restarts`` (times the group was rebuilt after a rank died).
         """

@@ -123,6 +123,12 @@ class FlatSamples:
         return cumulative[self.response_offsets[1:]] - cumulative[self.response_offsets[:-1]]
 
     @property
+    def carries_signal(self) -> np.ndarray:
+        """``(N,)`` whether some trained (mask-1) token of the sample has an advantage."""
+        signal = np.concatenate([[0], np.cumsum((self.advantages != 0) & (self.response_mask > 0))])
+        return signal[self.response_offsets[1:]] > signal[self.response_offsets[:-1]]
+
+    @property
     def lengths(self) -> np.ndarray:
         """``(N,)`` prompt plus response tokens per sample."""
         return self.prompt_lengths + self.response_lengths

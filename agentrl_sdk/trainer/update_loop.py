@@ -44,11 +44,16 @@ class Objective:
             objective of `agentrl_sdk.algorithms.objectives`.
         agg: The loss aggregation, which sets each micro-batch's share of the step's loss.
         shares: Which metrics add up by loss share and which by token share.
+        skips_inert: A sample none of whose trained tokens has an advantage adds nothing to
+            the loss or its gradient (`policy_needs_signal`): it is left out of the forward
+            and backward passes but kept in the loss's denominator, so the update is the
+            same; by-token metrics are then over the samples trained.
     """
 
     loss: Callable[[PackedBatch], tuple[torch.Tensor, dict[str, float]]]
     agg: LossAgg
     shares: MetricShares
+    skips_inert: bool = False
 
 
 def train(sharded: ShardedModel, flat: FlatSamples, objective: Objective) -> dict[str, float]:
@@ -57,7 +62,8 @@ def train(sharded: ShardedModel, flat: FlatSamples, objective: Objective) -> dic
     Returns:
         The objective's metrics, ``grad_norm`` and ``lr`` averaged over the optimizer steps
         (``lr`` is the last step's), plus ``tokens``, ``trained_tokens``, ``samples``,
-        ``optimizer_steps``, ``step`` and ``peak_rss_gb``.
+        ``samples_skipped`` (left out as inert, per pass), ``optimizer_steps``, ``step`` and
+        ``peak_rss_gb``.
     """
     if len(flat) == 0:
         raise ValueError("update got an empty batch")
@@ -70,6 +76,7 @@ def train(sharded: ShardedModel, flat: FlatSamples, objective: Objective) -> dic
     sharded.updates += 1
     metrics = {k: sum(s[k] for s in steps) / len(steps) for k in steps[0]}
     metrics["lr"] = steps[-1]["lr"]
+    metrics["samples_skipped"] *= len(steps) / cfg.ppo_epochs  # a sum over one pass
     return metrics | {
         "tokens": float(flat.lengths.sum()),
         "trained_tokens": float(flat.trained_tokens.sum()),
@@ -107,13 +114,16 @@ def _optimizer_step(
     sharded: ShardedModel, flat: FlatSamples, mini: list[int], objective: Objective
 ) -> dict[str, float]:
     cfg, agg = sharded.config, objective.agg
-    mine = shard_plan(flat.lengths, mini, sharded.world_size, cfg.micro_batch_tokens)[sharded.rank]
-    mass, tokens, longest = _normalisers(sharded, flat, [i for mb in mine for i in mb], agg)
+    # The loss's denominators are the whole mini-batch's (every rank holds the whole batch).
+    mass, longest = _mass(flat, mini, agg), int(flat.response_lengths[mini].max(initial=1))
+    trained = _trained(flat, mini, objective)
+    tokens = float(flat.trained_tokens[trained].sum())
+    mine = shard_plan(flat.lengths, trained, sharded.world_size, cfg.micro_batch_tokens)
     shares = objective.shares
     sums = dict.fromkeys((*shares.by_loss, *shares.by_token), 0.0)
     sharded.optimizer.zero_grad(set_to_none=True)
     with lora_dropout_active(sharded.model, cfg.lora is not None):
-        for indices in mine:
+        for indices in mine[sharded.rank]:
             batch = _packed(sharded, flat, indices)
             mask = batch.response_mask
             # share * (S_mb / d_mb) = S_mb / D: the micro-batch's part of the whole-batch loss.
@@ -128,7 +138,18 @@ def _optimizer_step(
     stepped = sharded.optimizer_step()
     totals = torch.tensor(list(sums.values()), dtype=torch.float64, device=sharded.device)
     dist.all_reduce(totals)
-    return dict(zip(sums, totals.tolist(), strict=True)) | stepped
+    skipped = float(len(mini) - len(trained))
+    return dict(zip(sums, totals.tolist(), strict=True)) | stepped | {"samples_skipped": skipped}
+
+
+def _trained(flat: FlatSamples, mini: list[int], objective: Objective) -> list[int]:
+    """The samples of ``mini`` that go through the model: all, or those carrying signal when
+    the objective skips inert ones. A mini-batch with none keeps them all: its optimizer step
+    then runs on zero gradients, as it would have (AdamW's momentum and decay still move)."""
+    if not objective.skips_inert:
+        return mini
+    signal = flat.carries_signal
+    return [i for i in mini if signal[i]] or mini
 
 
 def _mass(flat: FlatSamples, indices: Sequence[int], agg: LossAgg) -> float:
@@ -137,26 +158,6 @@ def _mass(flat: FlatSamples, indices: Sequence[int], agg: LossAgg) -> float:
     n = flat.trained_tokens[idx].astype(np.float64)
     w = flat.weights[idx].astype(np.float64)
     return float(sequence_mass(w, n, agg).sum())
-
-
-def _normalisers(
-    sharded: ShardedModel, flat: FlatSamples, mine: list[int], agg: LossAgg
-) -> tuple[float, float, int]:
-    """The step's loss denominator and trained tokens summed over all ranks, and its longest
-    response (the padded length of the whole batch)."""
-    idx = np.asarray(mine, dtype=np.int64)
-    sums = torch.tensor(
-        [_mass(flat, idx, agg), float(flat.trained_tokens[idx].sum())],
-        dtype=torch.float64,
-        device=sharded.device,
-    )
-    longest = torch.tensor(
-        [int(flat.response_lengths[idx].max(initial=1))], dtype=torch.int64, device=sharded.device
-    )
-    dist.all_reduce(sums)
-    dist.all_reduce(longest, op=dist.ReduceOp.MAX)
-    mass, tokens = sums.tolist()
-    return mass, tokens, int(longest.item())
 
 
 def _packed(sharded: ShardedModel, flat: FlatSamples, indices: Sequence[int]) -> PackedBatch:

@@ -13,6 +13,7 @@ import torch
 from agentrl_sdk.algorithms import PolicyLossConfig, importance_weights
 from agentrl_sdk.algorithms.objectives import (
     PolicyOutputs,
+    inert_without_signal,
     policy_metric_shares,
     policy_objective,
 )
@@ -68,8 +69,9 @@ class PolicyWorker:
             adapters=adapters,
         )  # fmt: skip
         self._objective = Objective(
-            self._ppo_loss, loss_config.agg, policy_metric_shares(loss_config)
-        )
+            self._ppo_loss, loss_config.agg, policy_metric_shares(loss_config),
+            skips_inert=inert_without_signal(loss_config),
+        )  # fmt: skip
 
     rendezvous_address = forwarded("rendezvous_address")
     setup = forwarded("setup")  # joins the process group, loads and shards the model
@@ -120,7 +122,8 @@ class PolicyWorker:
 
         Returns:
             Metrics averaged over the optimizer steps (``lr`` is the last step's), plus
-            ``tokens``, ``trained_tokens``, ``samples``, ``optimizer_steps`` and ``step``.
+            ``tokens``, ``trained_tokens``, ``samples``, ``samples_skipped``,
+            ``optimizer_steps`` and ``step`` (see `update_loop.train`).
         """
         flat, correction = self._prepared(flat)
         return train(self.sharded, flat, self._objective) | correction

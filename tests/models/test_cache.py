@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from functools import partial
 from pathlib import Path
 
@@ -17,6 +18,14 @@ def _write_pid(folder: Path, tag: str = "") -> None:
 
 def _fail(folder: Path) -> None:
     raise RuntimeError("the warm start diverged")
+
+
+def _hang(folder: Path) -> None:
+    time.sleep(600)
+
+
+def _die(folder: Path) -> None:
+    os._exit(3)  # as the OOM killer would leave it: no exception, no result
 
 
 @pytest.fixture(autouse=True)
@@ -49,3 +58,12 @@ def test_an_isolated_build_refuses_a_lambda_and_raises_the_childs_error(tmp_path
     with pytest.raises(RuntimeError, match="diverged"):
         cached_build("m", {"x": 3}, _fail, isolated=True)
     assert not (tmp_path / "m").exists() and not list(tmp_path.glob("m-*/config.json"))
+
+
+def test_an_isolated_build_that_hangs_or_dies_is_reported_not_waited_on():
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="ran over 20 s"):
+        cached_build("m", {"x": 4}, _hang, isolated=True, timeout_s=20)
+    assert time.monotonic() - started < 60
+    with pytest.raises(RuntimeError, match=r"died \(exit code 3\)"):
+        cached_build("m", {"x": 5}, _die, isolated=True)

@@ -235,14 +235,16 @@ def test_two_ranks_match_single_process_reference(scenario_a, model_path):
     assert max_diff(scenario_a["states"][1], reference.state_dict()) < TOL
 
 
-def two_updates_match_reference(model_path, config, loss) -> list[dict[str, float]]:
-    """Two updates of a one-rank group, each equal to the reference's; their metrics."""
+def two_updates_match_reference(
+    model_path, config, loss, batches=BATCHES
+) -> list[dict[str, float]]:
+    """Two updates of a group, each equal to the reference's; their metrics."""
     reference = Reference(model_path, config, loss)
     metrics = []
     with TrainerGroup(model_path, config, loss) as group:
         for step in range(2):
-            metrics.append(group.update(BATCHES[step]))
-            expected = reference.update(BATCHES[step].samples)
+            metrics.append(group.update(batches[step]))
+            expected = reference.update(batches[step].samples)
             assert max_diff(full_state(group), reference.state_dict()) < TOL
             assert metrics[-1]["loss"] == pytest.approx(expected["loss"], abs=TOL)
     return metrics
@@ -256,6 +258,26 @@ def test_two_ranks_micro_batched_match_reference_in_every_agg_mode(ray_session, 
     config = CONFIG_A.model_copy(update={"num_mini_batches": 2})
     metrics = two_updates_match_reference(model_path, config, PolicyLossConfig(agg=agg))
     assert [m["optimizer_steps"] for m in metrics] == [2, 2]
+
+
+def without_signal(batch: Batch, inert: set[int]) -> Batch:
+    """``batch`` with zero advantages for the samples ``inert`` (a group whose rewards agree)."""
+    return Batch(samples=[
+        s.model_copy(update={"token_advantages": [0.0] * len(s.response_ids)}) if i in inert else s
+        for i, s in enumerate(batch.samples)
+    ])  # fmt: skip
+
+
+def test_samples_without_signal_are_skipped_and_the_update_is_unchanged(ray_session, model_path):
+    """No KL or entropy term: inert samples stay out of the forward and backward passes (on 2
+    ranks, micro-batched, 2 mini-batches of 4 and 3) yet count in the loss's denominator, so
+    the weights equal the reference that computes them. Batch 0's first mini-batch is all
+    inert: it is computed, its step moving the weights by weight decay alone, as before."""
+    batches = [without_signal(BATCHES[0], {0, 1, 2, 3, 5}), without_signal(BATCHES[1], {1, 4, 5})]
+    config = CONFIG_A.model_copy(update={"num_mini_batches": 2})
+    loss = PolicyLossConfig(agg="seq-mean-token-sum-norm")
+    metrics = two_updates_match_reference(model_path, config, loss, batches)
+    assert [m["samples_skipped"] for m in metrics] == [1, 3]
 
 
 def test_one_rank_micro_batched_matches_reference(ray_session, model_path):
