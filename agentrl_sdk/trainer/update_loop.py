@@ -45,7 +45,7 @@ class Objective:
         agg: The loss aggregation, which sets each micro-batch's share of the step's loss.
         shares: Which metrics add up by loss share and which by token share.
         skips_inert: A sample none of whose trained tokens has an advantage adds nothing to
-            the loss or its gradient (`policy_needs_signal`): it is left out of the forward
+            the loss or its gradient (`inert_without_signal`): it is left out of the forward
             and backward passes but kept in the loss's denominator, so the update is the
             same; by-token metrics are then over the samples trained.
     """
