@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-from transformers import DynamicCache
-
+from agentrl_sdk.engines._kv_cache import RoomyCache
 from agentrl_sdk.engines._prefix_cache import PrefixCache, common_prefix, inputs_after_prefixes
 from agentrl_sdk.engines._row_adapters import RowAdapters
 from agentrl_sdk.engines._running_batch import RunningBatch, SequenceState
@@ -302,7 +301,7 @@ class Scheduler:
         hits = [self.prefixes.lookup(r.sampling.adapter, c) for r, c in pairs]
         if all(h is None for h in hits):
             return RunningBatch.prefill_inputs(rows)
-        return inputs_after_prefixes(contexts, hits, DynamicCache(config=self.model.config))
+        return inputs_after_prefixes(contexts, hits, RoomyCache(self.model.config))
 
     def _remember(self, batch: RunningBatch, index: int, row: Request) -> None:
         """Keep a finished row's keys and values: the next call of its tool loop extends it."""
@@ -327,8 +326,9 @@ class Scheduler:
 
     def _forward(
         self, rows: list[Request], **inputs: Any
-    ) -> tuple[torch.Tensor, DynamicCache]:
+    ) -> tuple[torch.Tensor, RoomyCache]:
         """Last-position logits ``(B, V)`` of ``rows`` (each with its adapter) and the grown cache."""
+        inputs.setdefault("past_key_values", RoomyCache(self.model.config))
         with torch.inference_mode(), self.adapters.rows([r.sampling.adapter for r in rows]):
             out = self.model(**inputs, use_cache=True)
         return out.logits[:, -1, :], out.past_key_values
@@ -397,7 +397,7 @@ def deliver(
 
 
 def _row_kv(
-    cache: DynamicCache, index: int, kept: torch.Tensor | None
+    cache: RoomyCache, index: int, kept: torch.Tensor | None
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Row ``index``'s per-layer ``(H, n, D)`` keys and values (only the ``kept`` columns):
     views of the batch's cache without ``kept``, copies with it."""

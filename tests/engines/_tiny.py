@@ -3,6 +3,7 @@ and a model folder for the vLLM, pool and benchmark code paths (built once, cach
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -62,7 +63,11 @@ def id_model(seed: int = 0) -> PreTrainedModel:
 
 
 def hf_greedy(model: PreTrainedModel, prompt: list[int], n: int) -> list[int]:
-    """The ``n`` ids HF ``generate`` picks greedily after ``prompt``: the reference answer."""
+    """The ``n`` ids HF ``generate`` picks greedily after ``prompt``: the reference answer,
+    computed with transformers' own SDPA attention (an engine serving ``model`` swaps in its own
+    for decode steps)."""
+    model = copy.deepcopy(model)
+    model.set_attn_implementation("sdpa")
     out = model.generate(
         torch.tensor([prompt]), do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0
     )

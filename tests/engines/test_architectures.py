@@ -52,6 +52,7 @@ async def test_torch_engine_matches_hf_greedy_and_a_full_forward(family):
                                          for i, p in enumerate(prompts)))
     finally:
         engine.close()
+    model.set_attn_implementation("sdpa")  # the reference: transformers' own attention
     for prompt, result in zip(prompts, results, strict=True):
         with torch.no_grad():
             out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12,

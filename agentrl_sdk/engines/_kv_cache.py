@@ -1,0 +1,76 @@
+"""The torch engine's KV cache: decode steps append into spare room instead of copying.
+
+transformers' `DynamicLayer` grows by ``torch.cat``, so every decode step copies the whole
+cache of every layer to add one column (~15% of a decode step at 48 rows x 350 tokens here).
+`RoomyLayer` keeps its keys and values as views of buffers with room for more columns and
+writes a step's column in place; only when the room runs out, or the batch replaced the
+tensors (rows finished, rows merged), is there one copy, with room again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+__all__ = ["DECODE_ROOM", "RoomyCache", "RoomyLayer"]
+
+DECODE_ROOM = 64
+"""Columns of room a decode step's copy leaves: one copy per this many decode steps."""
+
+
+class RoomyLayer(DynamicLayer):
+    """A `DynamicLayer` whose decode steps write into preallocated room.
+
+    Room is made only for single-token appends (decode steps): a prefill's keys stay exactly
+    their size, so views of them (prefix-cache entries) pin no spare memory.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._key_room: torch.Tensor | None = None
+        self._value_room: torch.Tensor | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys, self._key_room = _append(self.keys, self._key_room, key_states)
+        self.values, self._value_room = _append(self.values, self._value_room, value_states)
+        return self.keys, self.values
+
+
+class RoomyCache(DynamicCache):
+    """A `DynamicCache` of `RoomyLayer` (full-attention models: the TorchEngine refuses others)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config=config)
+        self.layers = [RoomyLayer() for _ in self.layers]
+
+
+def _append(
+    cached: torch.Tensor, room: torch.Tensor | None, new: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``cached`` followed by ``new`` along the sequence axis, and the buffer it is a view of."""
+    if cached.numel() == 0:  # an uninitialised layer holds a 1-d empty tensor
+        return new.contiguous(), None
+    length, added = cached.shape[-2], new.shape[-2]
+    if (
+        room is not None
+        and cached.data_ptr() == room.data_ptr()
+        and cached.stride() == room.stride()
+        and cached.shape[:2] == room.shape[:2]
+        and length + added <= room.shape[-2]
+    ):
+        room[:, :, length : length + added] = new
+        return room[:, :, : length + added], room
+    if added != 1:  # a prefill: exactly its size
+        return torch.cat([cached, new], dim=-2), None
+    batch, heads, _, dim = cached.shape
+    room = cached.new_empty(batch, heads, length + added + DECODE_ROOM, dim)
+    room[:, :, :length] = cached
+    room[:, :, length : length + added] = new
+    return room[:, :, : length + added], room

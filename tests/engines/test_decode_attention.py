@@ -1,0 +1,73 @@
+"""The torch engine's decode path: grouped attention against SDPA, and a KV cache that appends
+decode steps in place yet holds exactly what concatenation would."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from agentrl_sdk.engines import TorchEngine
+from agentrl_sdk.engines._decode_attention import NAME, grouped_decode_attention
+from agentrl_sdk.engines._kv_cache import DECODE_ROOM, RoomyLayer
+from tests.engines._tiny import id_model
+
+
+def _reference(query, key, value, mask):  # float64 SDPA over repeated key/value heads
+    groups = query.shape[1] // key.shape[1]
+    key, value = (t.double().repeat_interleave(groups, dim=1) for t in (key, value))
+    mask = mask if mask is None or mask.dtype == torch.bool else mask.double()
+    return F.scaled_dot_product_attention(query.double(), key, value, attn_mask=mask)
+
+
+@pytest.mark.parametrize("length", [1, 3])
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "additive"])
+def test_grouped_attention_equals_sdpa(length: int, mask_kind: str) -> None:
+    torch.manual_seed(0)
+    batch, heads, kv_heads, keys, dim = 4, 6, 2, 11, 8
+    query = torch.randn(batch, heads, length, dim)
+    key, value = torch.randn(2, batch, kv_heads, keys, dim)
+    allowed = torch.ones(batch, 1, length, keys, dtype=torch.bool)
+    allowed[0, :, :, :5] = False  # a left-padded row
+    allowed[2, :, :, :2] = False
+    allowed &= torch.ones(length, keys, dtype=torch.bool).tril(keys - length)  # causal
+    mask = {"none": None, "bool": allowed,
+            "additive": torch.zeros(allowed.shape).masked_fill(~allowed, -1e30)}[mask_kind]
+    if mask is None:
+        allowed = None
+    out = grouped_decode_attention(query, key, value, mask, dim**-0.5)  # (B, Q, H, D)
+    expected = _reference(query, key, value, allowed).transpose(1, 2)
+    assert out.shape == (batch, length, heads, dim)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_decode_steps_append_in_place_and_equal_concatenation() -> None:
+    torch.manual_seed(1)
+    layer = RoomyLayer()
+    prompt = torch.randn(3, 2, 5, 4)
+    keys, _ = layer.update(prompt, -prompt)
+    assert keys.untyped_storage().nbytes() == keys.numel() * keys.element_size()  # no room
+    expected = prompt
+    buffers = set()
+    for _ in range(DECODE_ROOM + 2):  # runs out of room once
+        step = torch.randn(3, 2, 1, 4)
+        keys, values = layer.update(step, -step)
+        expected = torch.cat([expected, step], dim=-2)
+        assert torch.equal(keys, expected) and torch.equal(values, -expected)
+        buffers.add(keys.data_ptr())
+    assert len(buffers) == 2  # one copy to make room, one when it ran out
+    # The running batch replaces the tensors when rows finish: appends go on from those.
+    layer.keys, layer.values = keys[[0, 2]], values[[0, 2]]
+    step = torch.randn(2, 2, 1, 4)
+    keys, values = layer.update(step, -step)
+    assert torch.equal(keys, torch.cat([expected[[0, 2]], step], dim=-2))
+    assert torch.equal(values, -torch.cat([expected[[0, 2]], step], dim=-2))
+
+
+async def test_the_engine_decodes_with_grouped_attention() -> None:
+    model = id_model()  # SDPA, as transformers loads it
+    engine = TorchEngine(model)
+    try:
+        assert engine.model.config._attn_implementation == NAME
+    finally:
+        engine.close()
