@@ -12,9 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+from agentrl_sdk.engines._kv_cache import room_of
 
 __all__ = ["NAME", "grouped_decode_attention", "use_decode_attention"]
 
@@ -41,10 +44,15 @@ def grouped_decode_attention(
     scores = torch.matmul(key, grouped.transpose(-1, -2)).transpose(-1, -2)  # (B, KV, G*Q, L)
     scores = scores.to(torch.float32, memory_format=torch.contiguous_format).mul_(scaling)
     scores = scores.view(batch, key.shape[1], groups, length, -1)  # (B, KV, G, Q, L)
+    if mask is None and length > 1:  # no padding: transformers left the causal rule to us
+        mask = torch.ones(length, key.shape[2], dtype=torch.bool, device=query.device)
+        mask = mask.tril(key.shape[2] - length)[None, None]  # (1, 1, Q, L)
     if mask is not None:
         mask = mask[:, :, None]  # (B, 1, 1, Q, L)
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill_(~mask, float("-inf"))
+        if mask.dtype == torch.bool:  # the lowest float, not -inf: a left-padded prefill's
+            # padding queries see nothing, and -inf would make their outputs (and the keys
+            # and values later layers cache for them) NaN; SDPA keeps them finite too
+            scores = scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
         else:
             scores = scores.add_(mask)
     weights = torch.softmax(scores, dim=-1).to(value.dtype)
@@ -63,13 +71,31 @@ def _attention(
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    if query.shape[2] != 1 or dropout or key.shape[1] == 0 or query.shape[1] % key.shape[1]:
+    batch, heads, length, _ = query.shape
+    scores_bytes = 4 * batch * heads * length * key.shape[2]
+    grouped = key.shape[1] > 0 and heads % key.shape[1] == 0
+    if not grouped or dropout or scores_bytes > SCORES_BUDGET or kwargs.get("is_causal") is False:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    key_room, value_room = room_of(key), room_of(value)
+    if length == 1 and key_room is not None and value_room is not None:
+        # A decode step over the cache's whole buffers: the columns after the cached ones
+        # are zeros, masked out, and a matmul copies a view with room before using it.
+        cached, width = key.shape[2], key_room.shape[2]
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, 1, 1, cached, dtype=torch.bool)
+        floating = attention_mask.is_floating_point()
+        padding = torch.finfo(attention_mask.dtype).min if floating else False
+        attention_mask = F.pad(attention_mask, (0, width - cached), value=padding)
+        key, value = key_room, value_room
     return grouped_decode_attention(query, key, value, attention_mask, scale), None
 
+
+SCORES_BUDGET = 64 << 20
+"""Bytes of float32 scores a grouped call may hold; larger prefills go to SDPA, whose flash
+kernel works in blocks."""
 
 AttentionInterface.register(NAME, _attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)

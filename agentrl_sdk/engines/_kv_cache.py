@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-__all__ = ["DECODE_ROOM", "RoomyCache", "RoomyLayer"]
+__all__ = ["DECODE_ROOM", "RoomyCache", "RoomyLayer", "room_of"]
 
 DECODE_ROOM = 64
 """Columns of room a decode step's copy leaves: one copy per this many decode steps."""
@@ -66,11 +66,24 @@ def _append(
         and length + added <= room.shape[-2]
     ):
         room[:, :, length : length + added] = new
-        return room[:, :, : length + added], room
+        return _view(room, length + added), room
     if added != 1:  # a prefill: exactly its size
         return torch.cat([cached, new], dim=-2), None
     batch, heads, _, dim = cached.shape
-    room = cached.new_empty(batch, heads, length + added + DECODE_ROOM, dim)
+    room = cached.new_zeros(batch, heads, length + added + DECODE_ROOM, dim)
     room[:, :, :length] = cached
     room[:, :, length : length + added] = new
-    return room[:, :, : length + added], room
+    return _view(room, length + added), room
+
+
+def room_of(cached: torch.Tensor) -> torch.Tensor | None:
+    """The buffer whose first columns ``cached`` (a `RoomyLayer`'s keys or values) is, if any:
+    ``(B, H, R, D)``, zeros after those columns. Attention over the whole buffer (the rest
+    masked out) skips the copy a matmul makes of a view with room."""
+    return getattr(cached, "_room", None)
+
+
+def _view(room: torch.Tensor, length: int) -> torch.Tensor:
+    view = room[:, :, :length]
+    view._room = room  # type: ignore[attr-defined]  # read by room_of
+    return view
