@@ -27,29 +27,59 @@ BLOCK_TOKENS = 16
 
 @dataclass(eq=False)
 class _Entry:
+    """Keys and values of ``tokens``: those of ``tokens[:start]`` are ``base``'s (a group's
+    shared prompt, a tool loop's earlier call), only the rest are this entry's own."""
+
     adapter: str | None
     tokens: tuple[int, ...]
-    keys: list[torch.Tensor]  # per layer (H, n, D)
+    base: _Entry | None
+    start: int
+    keys: list[torch.Tensor]  # per layer (H, len(tokens) - start, D)
     values: list[torch.Tensor]
-    hashes: list[int]
+    hashes: list[int]  # of its own blocks
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
+    def parts(self, length: int) -> list[tuple[list[torch.Tensor], list[torch.Tensor]]]:
+        """Per-layer keys and values of ``tokens[:length]``, in token order, as views."""
+        parts = []
+        entry: _Entry | None = self
+        while entry is not None and length > 0:
+            if length > entry.start:
+                own = length - entry.start
+                parts.append(([k[:, :own] for k in entry.keys], [v[:, :own] for v in entry.values]))
+                length = entry.start
+            entry = entry.base
+        return parts[::-1]
+
 
 @dataclass(frozen=True)
 class PrefixHit:
-    """The first ``length`` tokens of a context, cached: per layer ``(H, length, D)`` keys and
-    values."""
+    """The first ``length`` tokens of a context, cached: per-layer ``(H, n, D)`` keys and values
+    of consecutive runs of them (``parts``), which `write` lays end to end."""
 
     length: int
-    keys: list[torch.Tensor]
-    values: list[torch.Tensor]
+    parts: list[tuple[list[torch.Tensor], list[torch.Tensor]]]
+
+    def write(self, which: str, layer: int, out: torch.Tensor) -> None:
+        """Copy layer ``layer``'s ``which`` ("keys" or "values") into the last ``length``
+        columns of ``out`` ``(H, W, D)``."""
+        at = out.shape[1] - self.length
+        for keys, values in self.parts:
+            part = (keys if which == "keys" else values)[layer]
+            out[:, at : at + part.shape[1]] = part
+            at += part.shape[1]
 
 
 class PrefixCache:
     """Cached keys and values by token prefix, per adapter (None: the base weights).
+
+    An entry stores only the tokens no earlier entry holds: the n rollouts of a group share
+    their prompt's keys, and each call of a tool loop adds only what came after the call before
+    it. An entry's bases are used more recently than it (a hit or insert touches the chain), so
+    the least recently used entry is never another's base.
 
     Args:
         max_bytes: Budget of the stored tensors; the least recently used entries leave first.
@@ -66,50 +96,53 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored keys and values."""
+        return self._bytes
+
     def lookup(self, adapter: str | None, context: Sequence[int]) -> PrefixHit | None:
         """The longest cached whole-block prefix of ``context``, leaving at least its last
         token to prefill (its logits sample the next token); None without one. Counted in
         ``hit_tokens`` / ``missed_tokens``."""
-        found = self._longest(adapter, context)
+        found = self._longest(adapter, context, len(context) - 1)
         if found is None:
             self.missed_tokens += len(context)
             return None
-        entry_id, length = found
-        entry = self._entries[entry_id]
-        self._entries.move_to_end(entry_id)
+        entry, length = found
+        self._touch(entry)
         self.hit_tokens += length
         self.missed_tokens += len(context) - length
-        return PrefixHit(
-            length, [k[:, :length] for k in entry.keys], [v[:, :length] for v in entry.values]
-        )
+        return PrefixHit(length, entry.parts(length))
 
     def cached_length(self, adapter: str | None, context: Sequence[int]) -> int:
         """How many leading tokens of ``context`` `lookup` would find (not counted)."""
-        found = self._longest(adapter, context)
+        found = self._longest(adapter, context, len(context) - 1)
         return 0 if found is None else found[1]
 
     def holds(self, adapter: str | None, tokens: Sequence[int]) -> bool:
         """Whether `insert` of ``tokens`` would add nothing: their whole blocks are cached."""
         length = len(tokens) // BLOCK_TOKENS * BLOCK_TOKENS
-        if length == 0:
-            return True
-        last = list(_block_hashes(tokens, length))[-1]
-        return self._index.get((adapter, last), (None, 0))[1] == length
+        found = self._longest(adapter, tokens, length)
+        return length == (0 if found is None else found[1])
 
-    def _longest(self, adapter: str | None, context: Sequence[int]) -> tuple[int, int] | None:
-        """(entry id, length) of the longest cached prefix, checked against its tokens."""
+    def _longest(
+        self, adapter: str | None, context: Sequence[int], limit: int
+    ) -> tuple[_Entry, int] | None:
+        """The entry holding the longest cached prefix within ``context[:limit]``, and its
+        length, checked against the entry's tokens."""
         found: tuple[int, int] | None = None
-        for blocks, h in enumerate(_block_hashes(context, len(context) - 1), start=1):
+        for blocks, h in enumerate(_block_hashes(context, limit), start=1):
             at = self._index.get((adapter, h))
             if at is None:
                 break
             found = (at[0], blocks * BLOCK_TOKENS)
         if found is None:
             return None
-        entry_id, length = found
-        if tuple(context[:length]) != self._entries[entry_id].tokens[:length]:
+        entry, length = self._entries[found[0]], found[1]
+        if tuple(context[:length]) != entry.tokens[:length]:
             return None  # a hash collision
-        return found
+        return entry, length
 
     def insert(
         self,
@@ -117,26 +150,37 @@ class PrefixCache:
         tokens: Sequence[int],
         keys: list[torch.Tensor],
         values: list[torch.Tensor],
+        columns: torch.Tensor | None = None,
     ) -> None:
-        """Keep ``tokens``' per-layer ``(H, n, D)`` keys and values (whole blocks only). A
-        tensor that holds exactly those is kept as it is: pass copies, not views of a batch."""
+        """Keep ``tokens``' keys and values (whole blocks only), copying only those of the
+        tokens no entry holds yet. ``keys``/``values``: per layer ``(H, n, D)``, the tokens'
+        at ``columns`` (default: the first ``len(tokens)``). A tensor that holds exactly the
+        new tokens is kept as it is: pass copies or ``columns``, not plain views of a batch."""
         length = len(tokens) // BLOCK_TOKENS * BLOCK_TOKENS
-        if length == 0 or self.holds(adapter, tokens):
+        found = self._longest(adapter, tokens, length)
+        base, start = found if found is not None else (None, 0)
+        if start == length:
             return
+        own = (
+            slice(start, length) if columns is None else columns[start:length]
+        )  # the tokens' own columns
         entry = _Entry(
             adapter,
             tuple(tokens[:length]),
-            [_owned(k, length) for k in keys],
-            [_owned(v, length) for v in values],
-            list(_block_hashes(tokens, length)),
+            base,
+            start,
+            [_owned(k, own) for k in keys],
+            [_owned(v, own) for v in values],
+            list(_block_hashes(tokens, length))[start // BLOCK_TOKENS :],
         )
         if entry.nbytes > self.max_bytes:
             return
         entry_id = id(entry)
         self._entries[entry_id] = entry
         self._bytes += entry.nbytes
-        for blocks, h in enumerate(entry.hashes, start=1):
+        for blocks, h in enumerate(entry.hashes, start=start // BLOCK_TOKENS + 1):
             self._index[(adapter, h)] = (entry_id, blocks * BLOCK_TOKENS)
+        self._touch(entry)
         while self._bytes > self.max_bytes:
             self._evict(next(iter(self._entries)))
 
@@ -146,19 +190,29 @@ class PrefixCache:
             if everything or entry.adapter == adapter:
                 self._evict(entry_id)
 
+    def _touch(self, entry: _Entry | None) -> None:
+        """Mark ``entry`` and then its bases most recently used."""
+        while entry is not None:
+            self._entries.move_to_end(id(entry))
+            entry = entry.base
+
     def _evict(self, entry_id: int) -> None:
         entry = self._entries.pop(entry_id)
         self._bytes -= entry.nbytes
-        for blocks, h in enumerate(entry.hashes, start=1):
+        for blocks, h in enumerate(entry.hashes, start=entry.start // BLOCK_TOKENS + 1):
             if self._index.get((entry.adapter, h)) == (entry_id, blocks * BLOCK_TOKENS):
                 del self._index[(entry.adapter, h)]
 
 
-def _owned(t: torch.Tensor, length: int) -> torch.Tensor:
-    """``t[:, :length]``, copied only if it would keep more memory alive than it uses."""
-    t = t[:, :length]
-    whole = t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
-    return t if whole else t.clone()
+def _owned(t: torch.Tensor, columns: slice | torch.Tensor) -> torch.Tensor:
+    """``t``'s ``columns`` (dim 1), copied unless they are all of a tensor of its own."""
+    if isinstance(columns, torch.Tensor):
+        return t.index_select(1, columns)
+    part = t[:, columns]
+    whole = part.is_contiguous() and (
+        part.untyped_storage().nbytes() == part.numel() * part.element_size()
+    )
+    return part if whole else part.clone()
 
 
 def _block_hashes(tokens: Sequence[int], limit: int):
@@ -207,7 +261,7 @@ def inputs_after_prefixes(
         mask[b, C - n : C] = 1
         mask[b, C + S - len(rest) :] = 1
         positions[b, S - len(rest) :] = torch.arange(n, n + len(rest))
-    for layer in range(len(some.keys)):
+    for layer in range(len(some.parts[0][0])):
         keys, values = (
             torch.stack([_left_padded(h, which, layer, C, some) for h in hits])
             for which in ("keys", "values")
@@ -220,10 +274,9 @@ def inputs_after_prefixes(
 def _left_padded(
     hit: PrefixHit | None, which: str, layer: int, width: int, like: PrefixHit
 ) -> torch.Tensor:
-    template = getattr(like, which)[layer]  # (H, n, D)
-    H, _, D = template.shape
-    out = template.new_zeros(H, width, D)
+    keys, values = like.parts[0]
+    template = (keys if which == "keys" else values)[layer]  # (H, n, D)
+    out = template.new_zeros(template.shape[0], width, template.shape[2])
     if hit is not None:
-        part = getattr(hit, which)[layer]
-        out[:, width - part.shape[1] :] = part
+        hit.write(which, layer, out)
     return out

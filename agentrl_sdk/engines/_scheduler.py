@@ -296,7 +296,7 @@ class Scheduler:
                 _, cache = self._forward(
                     rows[:1], input_ids=torch.tensor([prefix]), logits_to_keep=1
                 )
-                self.prefixes.insert(adapter, prefix, *_row_kv(cache, 0, None))
+                self.prefixes.insert(adapter, prefix, *_row_kv(cache, 0))
         pairs = zip(rows, contexts, strict=True)
         hits = [self.prefixes.lookup(r.sampling.adapter, c) for r, c in pairs]
         if all(h is None for h in hits):
@@ -307,11 +307,11 @@ class Scheduler:
         """Keep a finished row's keys and values: the next call of its tool loop extends it."""
         if self.prefixes is None or batch.cache is None:
             return
-        kept = batch.mask[index].bool()
+        columns = batch.mask[index].nonzero().squeeze(1)  # the row's cached positions
         tokens = row.context[:-1]  # its newest token was sampled, never fed
-        adapter = row.sampling.adapter
-        if int(kept.sum()) == len(tokens) and not self.prefixes.holds(adapter, tokens):
-            self.prefixes.insert(adapter, tokens, *_row_kv(batch.cache, index, kept))
+        if len(columns) == len(tokens):
+            keys, values = _row_kv(batch.cache, index)
+            self.prefixes.insert(row.sampling.adapter, tokens, keys, values, columns)
 
     def _decode(self) -> None:
         batch = self._batch
@@ -396,15 +396,10 @@ def deliver(
         pass  # the caller's loop is closed: its asyncio.run returned, nobody awaits this
 
 
-def _row_kv(
-    cache: RoomyCache, index: int, kept: torch.Tensor | None
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Row ``index``'s per-layer ``(H, n, D)`` keys and values (only the ``kept`` columns):
-    views of the batch's cache without ``kept``, copies with it."""
+def _row_kv(cache: RoomyCache, index: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Row ``index``'s per-layer ``(H, L, D)`` keys and values: views of the batch's cache."""
     layers = list(cache.layers)
-    if kept is None:
-        return [la.keys[index] for la in layers], [la.values[index] for la in layers]
-    return [la.keys[index][:, kept] for la in layers], [la.values[index][:, kept] for la in layers]
+    return [la.keys[index] for la in layers], [la.values[index] for la in layers]
 
 
 def _drain(inbox: queue.SimpleQueue[Any]) -> list[Any]:

@@ -79,3 +79,47 @@ def test_the_byte_budget_evicts_the_least_recently_used():
     assert cache.lookup(None, b) is None and cache.lookup(None, c).length == 32
     assert cache.lookup("other-adapter", a) is None  # entries belong to their weights
     assert cache.lookup(None, a[:32]).length == 16  # the last token is always prefilled
+
+
+def _hit_tensor(hit, which: str, layer: int = 0) -> torch.Tensor:
+    keys, _ = hit.parts[0]
+    out = torch.full((keys[layer].shape[0], hit.length, keys[layer].shape[2]), float("nan"))
+    hit.write(which, layer, out)
+    return out
+
+
+def test_entries_store_only_what_no_other_entry_holds():
+    system = _ids(32, 5)
+    rows = [system + _ids(40, 10 + i) for i in range(3)]  # 72 tokens: 64 in whole blocks
+    kv = {i: torch.randn(2, 72, 4, generator=torch.Generator().manual_seed(i)) for i in range(3)}
+    for kv_i in kv.values():  # every row computed the same keys for the shared prompt
+        kv_i[:, :32] = kv[0][:, :32]
+    cache = PrefixCache(max_bytes=1 << 20)
+    cache.insert(None, system, [kv[0][:, :32].clone()], [-kv[0][:, :32]])
+    columns = torch.arange(100, 172)  # where the row sits in a padded batch
+    for i, row in enumerate(rows):
+        padded = torch.zeros(2, 172, 4)
+        padded[:, 100:] = kv[i]
+        cache.insert(None, row, [padded], [-padded], columns)
+    per_token = 2 * 4 * 4 * 2  # heads x dim x float32, keys and values
+    assert cache.nbytes == per_token * (32 + 3 * 32)  # the shared prompt once
+    for i, row in enumerate(rows):
+        hit = cache.lookup(None, row + [7])
+        assert hit.length == 64 and len(hit.parts) == 2  # the prompt's, then its own
+        assert torch.equal(_hit_tensor(hit, "keys"), kv[i][:, :64])
+        assert torch.equal(_hit_tensor(hit, "values"), -kv[i][:, :64])
+    cache.insert(None, rows[0], [kv[0]], [-kv[0]])  # held already: nothing copied
+    assert cache.nbytes == per_token * (32 + 3 * 32)
+
+
+def test_a_base_outlives_the_entries_built_on_it():
+    system = _ids(32, 6)
+    rows = [system + _ids(32, 20 + i) for i in range(4)]
+    kv = [torch.randn(2, 64, 4)]
+    cache = PrefixCache(max_bytes=2 * 4 * 4 * 2 * (32 + 2 * 32))  # the prompt and two rows
+    cache.insert(None, system, [kv[0][:, :32].clone()], [kv[0][:, :32].clone()])
+    for row in rows:  # each insert touches the prompt: the older rows leave, never the prompt
+        cache.insert(None, row, kv, kv)
+        assert cache.lookup(None, system + [1]).length == 32
+    assert [cache.cached_length(None, row + [1]) for row in rows] == [32, 32, 64, 64]
+    assert torch.equal(_hit_tensor(cache.lookup(None, rows[3] + [1]), "keys"), kv[0])
