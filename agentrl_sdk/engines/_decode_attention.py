@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
@@ -97,13 +96,16 @@ SCORES_BUDGET = 64 << 20
 """Bytes of float32 scores a grouped call may hold; larger prefills go to SDPA, whose flash
 kernel works in blocks."""
 
-AttentionInterface.register(NAME, _attention)
-ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
-
 
 def use_decode_attention(model: torch.nn.Module) -> None:
     """Serve ``model`` with `grouped_decode_attention` on decode steps, if it runs SDPA today
     (other implementations, e.g. eager or flash, are left as they are)."""
     config = getattr(model, "config", None)
     if getattr(config, "_attn_implementation", None) == "sdpa":
+        # Imported here, not at the top: transformers' modeling_utils probes for mlflow, which
+        # must first be imported with telemetry off (the CLI sets that switch itself).
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(NAME, _attention)
+        ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
         model.set_attn_implementation(NAME)
