@@ -4,7 +4,8 @@ torch's CPU SDPA is slow on a decode step's shapes: one query per row against a 
 in bf16 takes ~11 ms a layer at 48 rows x 350 keys here, and a padding mask also makes
 transformers repeat the grouped keys and values for it (a copy of the whole cache per layer).
 Two grouped matmuls do the same step in ~1.5 ms with no copy (the engine's decode speed on the
-demo's shapes: ~65 -> ~150 tok/s). Prefills keep SDPA, which is as fast there.
+demo's shapes: ~65 -> ~200 tok/s). Prefills take the same path while their float32 scores fit
+`SCORES_BUDGET`; larger ones keep SDPA, whose flash kernel works in blocks.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ __all__ = ["NAME", "grouped_decode_attention", "use_decode_attention"]
 
 NAME = "agentrl_grouped_decode"
 """The attention implementation's registered name (its masks are SDPA's)."""
+
+SCORES_BUDGET = 64 << 20
+"""Bytes of float32 scores a grouped call may hold; larger prefills go to SDPA."""
 
 
 def grouped_decode_attention(
@@ -90,11 +94,6 @@ def _attention(
         attention_mask = F.pad(attention_mask, (0, width - cached), value=padding)
         key, value = key_room, value_room
     return grouped_decode_attention(query, key, value, attention_mask, scale), None
-
-
-SCORES_BUDGET = 64 << 20
-"""Bytes of float32 scores a grouped call may hold; larger prefills go to SDPA, whose flash
-kernel works in blocks."""
 
 
 def use_decode_attention(model: torch.nn.Module) -> None:

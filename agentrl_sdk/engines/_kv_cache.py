@@ -28,18 +28,13 @@ class RoomyLayer(DynamicLayer):
     their size, so views of them (prefix-cache entries) pin no spare memory.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._key_room: torch.Tensor | None = None
-        self._value_room: torch.Tensor | None = None
-
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        self.keys, self._key_room = _append(self.keys, self._key_room, key_states)
-        self.values, self._value_room = _append(self.values, self._value_room, value_states)
+        self.keys = _append(self.keys, key_states)
+        self.values = _append(self.values, value_states)
         return self.keys, self.values
 
 
@@ -51,29 +46,23 @@ class RoomyCache(DynamicCache):
         self.layers = [RoomyLayer() for _ in self.layers]
 
 
-def _append(
-    cached: torch.Tensor, room: torch.Tensor | None, new: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``cached`` followed by ``new`` along the sequence axis, and the buffer it is a view of."""
+def _append(cached: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """``cached`` followed by ``new`` along the sequence axis: in ``cached``'s room if it has
+    enough (tensors the running batch put in its place have none)."""
     if cached.numel() == 0:  # an uninitialised layer holds a 1-d empty tensor
-        return new.contiguous(), None
+        return new.contiguous()
     length, added = cached.shape[-2], new.shape[-2]
-    if (
-        room is not None
-        and cached.data_ptr() == room.data_ptr()
-        and cached.stride() == room.stride()
-        and cached.shape[:2] == room.shape[:2]
-        and length + added <= room.shape[-2]
-    ):
+    room = room_of(cached)
+    if room is not None and length + added <= room.shape[-2]:
         room[:, :, length : length + added] = new
-        return _view(room, length + added), room
+        return _view(room, length + added)
     if added != 1:  # a prefill: exactly its size
-        return torch.cat([cached, new], dim=-2), None
+        return torch.cat([cached, new], dim=-2)
     batch, heads, _, dim = cached.shape
     room = cached.new_zeros(batch, heads, length + added + DECODE_ROOM, dim)
     room[:, :, :length] = cached
     room[:, :, length : length + added] = new
-    return _view(room, length + added), room
+    return _view(room, length + added)
 
 
 def room_of(cached: torch.Tensor) -> torch.Tensor | None:
