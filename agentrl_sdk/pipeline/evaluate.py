@@ -21,15 +21,26 @@ async def evaluate_job(job: Job, updates: int) -> EvalResult:
     """Roll out every held-out row of ``job`` on the weights its engines serve now, score the
     rollouts and log ``eval/...`` metrics (MLflow step = ``updates``) and traces (tag
     ``phase=eval``) to the job's run.
+
+    The weight gates hold training rollouts back meanwhile (those already inside an engine go
+    on): the evaluation has the engines to itself instead of sharing them with the next
+    step's rows.
     """
     settings = job.config.evaluation
     rows = job.eval_rows[: settings.max_rows]
     started = time.perf_counter()
-    trajectories = await arollout_batch(
-        job.graph, rows, job.engines, tokenizer=job.tokenizer,
-        config=settings.rollout(job.config.rollout), input_fn=job.input_fn,
-        record_events=job.traced and settings.traces != "off",
-    )  # fmt: skip
+    gates = [p.gate for p in job.policies.values()]
+    for gate in gates:
+        gate.hold()
+    try:
+        trajectories = await arollout_batch(
+            job.graph, rows, job.ungated_engines, tokenizer=job.tokenizer,
+            config=settings.rollout(job.config.rollout), input_fn=job.input_fn,
+            record_events=job.traced and settings.traces != "off",
+        )  # fmt: skip
+    finally:
+        for gate in gates:
+            gate.release()
     seconds = time.perf_counter() - started
     counts = await score_rollouts(job, trajectories, rows)
     metrics = eval_metrics(trajectories, seconds, pass_threshold=settings.pass_threshold)

@@ -28,6 +28,7 @@ class WeightGate:
         self.engine = engine
         self._open = asyncio.Event()
         self._open.set()
+        self._holds = 0  # the step's hold and an evaluation's may nest
 
     @property
     def policy_version(self) -> int:
@@ -35,12 +36,16 @@ class WeightGate:
         return self.engine.policy_version
 
     def hold(self) -> None:
-        """Hold new ``generate`` calls until `release` (calls already inside the engine go on)."""
+        """Hold new ``generate`` calls until the matching `release` (calls already inside the
+        engine go on)."""
+        self._holds += 1
         self._open.clear()
 
     def release(self) -> None:
-        """Release every held call and let new ones through."""
-        self._open.set()
+        """End one `hold`; the last releases every held call and lets new ones through."""
+        self._holds = max(self._holds - 1, 0)
+        if not self._holds:
+            self._open.set()
 
     async def generate(
         self,

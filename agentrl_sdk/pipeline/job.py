@@ -90,9 +90,18 @@ class Job:
     def engines(self) -> Mapping[str, Engine]:
         """What rollouts call, by policy name: every policy's gate (with one policy, its gate
         serves whatever policy a node names, as one engine does in ``sdk.rollout``)."""
-        if len(self.policies) == 1:
-            return SharedEngine(self.policies[DEFAULT_POLICY].gate)
-        return {name: p.gate for name, p in self.policies.items()}
+        return self._by_policy({name: p.gate for name, p in self.policies.items()})
+
+    @property
+    def ungated_engines(self) -> Mapping[str, Engine]:
+        """As `engines`, past the gates: what an evaluation calls while the gates hold the
+        training rollouts back."""
+        return self._by_policy({name: p.gate.engine for name, p in self.policies.items()})
+
+    def _by_policy(self, engines: dict[str, Engine]) -> Mapping[str, Engine]:
+        if len(engines) == 1:
+            return SharedEngine(engines[DEFAULT_POLICY])
+        return engines
 
     @property
     def traced(self) -> bool:

@@ -82,8 +82,29 @@ def test_evaluating_no_rows_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("pipeline", ["sync", "fully_async"])
-def test_training_evaluates_held_out_rows_on_schedule(tmp_path, pipeline):
+def test_training_evaluates_held_out_rows_on_schedule(tmp_path, pipeline, monkeypatch):
+    from agentrl_sdk.pipeline import evaluate
+    from agentrl_sdk.pipeline.gate import WeightGate
     from examples.tool_selection.model import model_path
+
+    # Whether a training rollout's call got past its gate while an evaluation ran.
+    evaluating, passed = [False], []
+    rollout_batch, generate = evaluate.arollout_batch, WeightGate.generate
+
+    async def timed_evaluation(*args, **kwargs):
+        evaluating[0] = True
+        try:
+            return await rollout_batch(*args, **kwargs)
+        finally:
+            evaluating[0] = False
+
+    async def watched_generate(self, *args, **kwargs):
+        await self._open.wait()
+        passed.append(evaluating[0])
+        return await generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "arollout_batch", timed_evaluation)
+    monkeypatch.setattr(WeightGate, "generate", watched_generate)
 
     config = TrainConfig.from_yaml(HERE / "config.yaml")
     config.model.path = str(model_path())
@@ -101,8 +122,10 @@ def test_training_evaluates_held_out_rows_on_schedule(tmp_path, pipeline):
     result = sdk.train(build_tool_graph(), tool_rows(32, seed=2), right_tool_reward, config,
                        input_fn=graph_input, eval_dataset=held_out)
 
-    # Before training, every 2 updates, and after the last one.
+    # Before training, every 2 updates, and after the last one; the gates held training
+    # rollouts back meanwhile (the evaluation's calls go past them).
     assert [e.step for e in result.evaluations] == [0, 2, 3]
+    assert passed and not any(passed)
     for evaluation in result.evaluations:
         assert evaluation.metrics["rows"] == 6.0 and evaluation.trajectories == []
     uri, run_id = config.tracking.uri, result.run_id

@@ -44,3 +44,15 @@ async def test_closed_gate_holds_generate_until_the_new_weights() -> None:
     assert [r.policy_version for r in results] == [1, 1, 1, 1]
     assert gate.policy_version == 1 and await gate.health()
     assert engine.closed == 0  # holding the gate never closes the engine
+
+
+async def test_nested_holds_release_with_the_last() -> None:
+    gate = WeightGate(_VersionedEngine())
+    gate.hold()
+    gate.hold()  # an evaluation inside the step's hold
+    held = asyncio.ensure_future(gate.generate([1], SamplingParams(), "a"))
+    gate.release()
+    await asyncio.sleep(0.01)
+    assert not held.done()
+    gate.release()
+    assert (await asyncio.wait_for(held, timeout=5)).token_ids == [1]
