@@ -4,7 +4,9 @@ transformers' `DynamicLayer` grows by ``torch.cat``, so every decode step copies
 cache of every layer to add one column (~15% of a decode step at 48 rows x 350 tokens here).
 `RoomyLayer` keeps its keys and values as views of buffers with room for more columns and
 writes a step's column in place; only when the room runs out, or the batch replaced the
-tensors (rows finished, rows merged), is there one copy, with room again.
+tensors, is there one copy, with room again. Rows that finish leave the buffer in place
+(`keep_rows`: the survivors move up) and rows that join fill the rows they left
+(`append_rows`), so the running batch does not copy its whole cache each time one does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-__all__ = ["DECODE_ROOM", "RoomyCache", "RoomyLayer", "room_of"]
+__all__ = [
+    "DECODE_ROOM", "RoomyCache", "RoomyLayer", "append_rows", "fill_order", "fits", "keep_rows",
+    "room_of",
+]
 
 DECODE_ROOM = 64
 """Columns of room a decode step's copy leaves: one copy per this many decode steps."""
@@ -51,28 +56,92 @@ def _append(cached: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     enough (tensors the running batch put in its place have none)."""
     if cached.numel() == 0:  # an uninitialised layer holds a 1-d empty tensor
         return new.contiguous()
-    length, added = cached.shape[-2], new.shape[-2]
+    batch, length, added = cached.shape[0], cached.shape[-2], new.shape[-2]
     room = room_of(cached)
     if room is not None and length + added <= room.shape[-2]:
         room[:, :, length : length + added] = new
-        return _view(room, length + added)
+        return _view(_buffer(cached), batch, length + added)
     if added != 1:  # a prefill: exactly its size
         return torch.cat([cached, new], dim=-2)
-    batch, heads, _, dim = cached.shape
-    room = cached.new_zeros(batch, heads, length + added + DECODE_ROOM, dim)
-    room[:, :, :length] = cached
-    room[:, :, length : length + added] = new
-    return _view(room, length + added)
+    _, heads, _, dim = cached.shape
+    buffer = cached.new_zeros(batch, heads, length + added + DECODE_ROOM, dim)
+    buffer[:, :, :length] = cached
+    buffer[:, :, length : length + added] = new
+    return _view(buffer, batch, length + added)
+
+
+@torch.inference_mode()  # the buffers are inference tensors: written in place only there
+def keep_rows(cached: torch.Tensor, order: list[int]) -> torch.Tensor:
+    """Rows ``order`` of ``cached``, in that order. With a buffer, ``order`` must keep every
+    row it keeps below ``len(order)`` in place (`fill_order`): only the rows from further down
+    move, into the rows that left, and nothing else is copied."""
+    buffer = _buffer(cached)
+    if buffer is None:
+        return cached.index_select(0, torch.tensor(order, dtype=torch.long))
+    holes = [new for new, old in enumerate(order) if new != old]
+    if holes:
+        movers = torch.tensor([order[new] for new in holes], dtype=torch.long)
+        buffer.index_copy_(0, torch.tensor(holes, dtype=torch.long), buffer.index_select(0, movers))
+    return _view(buffer, len(order), cached.shape[-2])
+
+
+def fill_order(indices: list[int]) -> list[int]:
+    """An order of the rows ``indices`` (ascending) that leaves those among the first
+    ``len(indices)`` rows where they are and moves the rest into the places of those left."""
+    kept = len(indices)
+    order = list(range(kept))
+    holes = sorted(set(order) - set(indices))
+    for hole, mover in zip(holes, [i for i in indices if i >= kept], strict=True):
+        order[hole] = mover
+    return order
+
+
+@torch.inference_mode()
+def append_rows(cached: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor | None:
+    """``cached``'s rows then ``fresh``'s, written into the buffer's spare rows; None when it
+    has too few rows, or too few columns for both and the next decode step.
+
+    Both keep their columns' right end at the wider one's: a fresh row is left-padded with
+    zeros, and when fresh rows are wider the cached rows gain a gap of masked columns before
+    the next one (their position ids are their own, so a gap changes nothing).
+    """
+    buffer = _buffer(cached)
+    rows, width = cached.shape[0], max(cached.shape[-2], fresh.shape[-2])
+    if buffer is None or not fits(cached, fresh):
+        return None
+    target = buffer[rows : rows + fresh.shape[0]]
+    target[:, :, : width - fresh.shape[-2]].zero_()
+    target[:, :, width - fresh.shape[-2] : width] = fresh
+    return _view(buffer, rows + fresh.shape[0], width)
+
+
+def fits(cached: torch.Tensor, fresh: torch.Tensor) -> bool:
+    """Whether `append_rows` can place ``fresh`` in ``cached``'s buffer."""
+    buffer = _buffer(cached)
+    width = max(cached.shape[-2], fresh.shape[-2])
+    return (
+        buffer is not None
+        and cached.shape[0] + fresh.shape[0] <= buffer.shape[0]
+        and width < buffer.shape[-2]
+        and fresh.shape[1:2] == buffer.shape[1:2]
+    )
 
 
 def room_of(cached: torch.Tensor) -> torch.Tensor | None:
     """The buffer whose first columns ``cached`` (a `RoomyLayer`'s keys or values) is, if any:
-    ``(B, H, R, D)``, zeros after those columns. Attention over the whole buffer (the rest
-    masked out) skips the copy a matmul makes of a view with room."""
+    ``(B, H, R, D)``, with masked-out finite values (zeros, or a row's that left) after those
+    columns. Attention over the whole buffer (the rest masked out) skips the copy a matmul
+    makes of a view with room."""
+    buffer = _buffer(cached)
+    return None if buffer is None else buffer[: cached.shape[0]]
+
+
+def _buffer(cached: torch.Tensor) -> torch.Tensor | None:
+    """The whole buffer behind ``cached``, its spare rows included."""
     return getattr(cached, "_room", None)
 
 
-def _view(room: torch.Tensor, length: int) -> torch.Tensor:
-    view = room[:, :, :length]
-    view._room = room  # type: ignore[attr-defined]  # read by room_of
+def _view(buffer: torch.Tensor, rows: int, length: int) -> torch.Tensor:
+    view = buffer[:rows, :, :length]
+    view._room = buffer  # type: ignore[attr-defined]  # read by room_of
     return view

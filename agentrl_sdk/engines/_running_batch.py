@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from agentrl_sdk.engines._kv_cache import DECODE_ROOM, append_rows, fill_order, fits, keep_rows
 from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.types import FinishReason, SamplingParams
 
@@ -67,11 +68,12 @@ class SequenceState:
 
 
 class RunningBatch:
-    """Sequences decoded together, left-padded so every row's next token sits in the last column.
+    """Sequences decoded together, padded so every row's next token goes in the same column.
 
     Invariants: ``mask`` is ``(B, L)`` and covers exactly the ``L`` cached positions; every
     row's newest sampled token is in ``last`` and not yet in the cache; ``positions[b]`` is
-    that token's position id. Padded cache slots hold zeros and are masked out.
+    that token's position id. Padding (on the left, or a gap where a row joined wider ones)
+    holds finite values and is masked out.
     """
 
     def __init__(
@@ -134,38 +136,67 @@ class RunningBatch:
         self.last = tokens
 
     def keep(self, indices: list[int]) -> None:
-        """Keep only the rows at ``indices`` and drop cache columns no remaining row uses."""
+        """Keep only the rows at ``indices`` (ascending; their order may change) and drop cache
+        columns no remaining row uses, when they are many."""
         if len(indices) == len(self.rows):
             return
         if not indices:
             self.__dict__.update(RunningBatch.empty().__dict__)
             return
-        idx = torch.tensor(indices, dtype=torch.long)
-        self.rows = [self.rows[i] for i in indices]
+        # Finished long rows may leave padding columns every survivor ignores: cut them when
+        # they are many (a copy of the cache); else the rows below move into the places of
+        # those that left, inside the cache's buffers, and the others stay where they are.
+        first = int(self.mask.index_select(0, torch.tensor(indices)).any(dim=0).int().argmax())
+        if first >= DECODE_ROOM:
+            idx = torch.tensor(indices, dtype=torch.long)
+            for layer in _layers(self.cache):
+                layer.keys = layer.keys.index_select(0, idx)[:, :, first:]
+                layer.values = layer.values.index_select(0, idx)[:, :, first:]
+            self._select(indices)
+            self.mask = self.mask[:, first:]
+            return
+        order = fill_order(indices)
+        for layer in _layers(self.cache):
+            layer.keys = keep_rows(layer.keys, order)
+            layer.values = keep_rows(layer.values, order)
+        self._select(order)
+
+    def _select(self, order: list[int]) -> None:
+        """The per-row state of rows ``order``, in that order."""
+        idx = torch.tensor(order, dtype=torch.long)
+        self.rows = [self.rows[i] for i in order]
         self.mask = self.mask.index_select(0, idx)
         for name in ("positions", "last", "temperature", "top_k", "top_p"):
             setattr(self, name, getattr(self, name).index_select(0, idx))
-        # Finished long rows leave padding columns every survivor ignores; cut them.
-        first = int(self.mask.any(dim=0).int().argmax())
-        self.mask = self.mask[:, first:]
-        for layer in _layers(self.cache):
-            layer.keys = layer.keys.index_select(0, idx)[:, :, first:]
-            layer.values = layer.values.index_select(0, idx)[:, :, first:]
 
     def merge(self, other: RunningBatch) -> None:
-        """Append ``other``'s rows, left-padding whichever cache is shorter."""
+        """Append ``other``'s rows: into the rows of this cache's buffer that finished rows
+        left when they fit, else by concatenation, the shorter cache left-padded."""
         if not other.rows:
             return
         if not self.rows:
             self.__dict__.update(other.__dict__)
             return
         width = max(self.mask.shape[1], other.mask.shape[1])
-        for mine, theirs in zip(_layers(self.cache), _layers(other.cache), strict=True):
+        pairs = list(zip(_layers(self.cache), _layers(other.cache), strict=True))
+        if all(fits(mine.keys, theirs.keys) for mine, theirs in pairs):
+            # Into the rows that finished rows left: no copy of the running rows' cache.
+            for mine, theirs in pairs:
+                mine.keys = append_rows(mine.keys, theirs.keys)
+                mine.values = append_rows(mine.values, theirs.values)
+            mine_mask = F.pad(self.mask, (0, width - self.mask.shape[1]))  # a gap, if any
+            self.mask = torch.cat([mine_mask, _pad_left(other.mask, width)])
+            self._append_rows_of(other)
+            return
+        for mine, theirs in pairs:
             mine.keys = torch.cat([_pad_left(mine.keys, width), _pad_left(theirs.keys, width)])
             mine.values = torch.cat(
                 [_pad_left(mine.values, width), _pad_left(theirs.values, width)]
             )
         self.mask = torch.cat([_pad_left(self.mask, width), _pad_left(other.mask, width)])
+        self._append_rows_of(other)
+
+    def _append_rows_of(self, other: RunningBatch) -> None:
         self.rows = self.rows + other.rows
         for name in ("positions", "last", "temperature", "top_k", "top_p"):
             setattr(self, name, torch.cat([getattr(self, name), getattr(other, name)]))

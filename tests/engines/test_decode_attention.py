@@ -9,7 +9,14 @@ import torch.nn.functional as F
 
 from agentrl_sdk.engines import TorchEngine
 from agentrl_sdk.engines._decode_attention import NAME, grouped_decode_attention
-from agentrl_sdk.engines._kv_cache import DECODE_ROOM, RoomyLayer
+from agentrl_sdk.engines._kv_cache import (
+    DECODE_ROOM,
+    RoomyLayer,
+    append_rows,
+    fill_order,
+    keep_rows,
+    room_of,
+)
 from tests.engines._tiny import id_model
 
 
@@ -66,6 +73,43 @@ def test_decode_steps_append_in_place_and_equal_concatenation() -> None:
     keys, values = layer.update(step, -step)
     assert torch.equal(keys, torch.cat([expected[[0, 2]], step], dim=-2))
     assert torch.equal(values, -torch.cat([expected[[0, 2]], step], dim=-2))
+
+
+def test_fill_order_moves_only_the_rows_below_the_survivors() -> None:
+    assert fill_order([0, 2, 3, 5]) == [0, 5, 2, 3]  # row 5 takes the place row 1 left
+    assert fill_order([1, 2, 3]) == [3, 1, 2]
+    assert fill_order([0, 1]) == [0, 1]
+    assert fill_order([4]) == [4]
+
+
+def test_rows_leave_and_join_inside_the_buffer() -> None:
+    torch.manual_seed(2)
+    layer = RoomyLayer()
+    prompt = torch.randn(4, 2, 5, 3)
+    layer.update(prompt, -prompt)
+    step = torch.randn(4, 2, 1, 3)
+    keys, _ = layer.update(step, -step)
+    expected = torch.cat([prompt, step], dim=-2)  # (4, 2, 6, 3)
+    buffer = room_of(keys).data_ptr()
+
+    with torch.inference_mode():  # as the engine thread's buffers are
+        order = fill_order([0, 2, 3])  # row 1 finished: row 3 moves into its place
+        kept = keep_rows(keys, order)
+        assert torch.equal(kept, expected[order]) and kept.data_ptr() == buffer
+        # A wider fresh row joins in the freed row; the kept rows gain a gap of 2 columns.
+        fresh = torch.randn(1, 2, 8, 3)
+        joined = append_rows(kept, fresh)
+    assert joined is not None and joined.data_ptr() == buffer
+    assert joined.shape == (4, 2, 8, 3)
+    assert torch.equal(joined[:3, :, :6], expected[order]) and torch.equal(joined[3], fresh[0])
+    assert torch.isfinite(room_of(joined)).all()
+    # A narrower one is left-padded with zeros; no spare row left: None (the batch concatenates).
+    with torch.inference_mode():
+        assert append_rows(joined, torch.randn(1, 2, 3, 3)) is None
+        narrower = append_rows(keep_rows(joined, [0, 1, 2]), torch.ones(1, 2, 3, 3))
+    assert narrower is not None
+    assert torch.equal(narrower[3, :, :5], torch.zeros(2, 5, 3))
+    assert torch.equal(narrower[3, :, 5:], torch.ones(2, 3, 3))
 
 
 async def test_the_engine_decodes_with_grouped_attention() -> None:
