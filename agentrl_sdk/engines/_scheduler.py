@@ -271,10 +271,25 @@ class Scheduler:
         if room <= 0:
             return
         self._prefilling = [self._waiting.popleft() for _ in range(room)]
-        inputs = self._prefill_inputs(self._prefilling)
-        logits, cache = self._forward(self._prefilling, **inputs, logits_to_keep=1)
+        # A group's samples start from the same prompt: each distinct context is prefilled
+        # once, and its rows get copies of its keys, values and next-token logits.
+        firsts: dict[tuple[str | None, tuple[int, ...]], int] = {}
+        where = [
+            firsts.setdefault((r.sampling.adapter, tuple(r.context)), len(firsts))
+            for r in self._prefilling
+        ]
+        distinct = [self._prefilling[where.index(i)] for i in range(len(firsts))]
+        inputs = self._prefill_inputs(distinct)
+        logits, cache = self._forward(distinct, **inputs, logits_to_keep=1)
+        mask = inputs["attention_mask"]
+        if len(distinct) < len(self._prefilling):
+            index = torch.tensor(where, dtype=torch.long)
+            logits, mask = logits.index_select(0, index), mask.index_select(0, index)
+            for layer in cache.layers:
+                layer.keys = layer.keys.index_select(0, index)
+                layer.values = layer.values.index_select(0, index)
         lengths = torch.tensor([len(r.context) for r in self._prefilling])
-        fresh = RunningBatch(self._prefilling, cache, inputs["attention_mask"], lengths, lengths)
+        fresh = RunningBatch(self._prefilling, cache, mask, lengths, lengths)
         noise = fresh.noise(logits.shape[-1])
         tokens, logprobs = sample_next(logits, fresh.temperature, fresh.top_k, fresh.top_p, noise)
         fresh.last = tokens

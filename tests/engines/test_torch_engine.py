@@ -109,6 +109,40 @@ async def test_seeded_sampling_is_batch_invariant(engine, prompts) -> None:
     assert all(lp > -math.log(ID_VOCAB) for lp in alone.logprobs)
 
 
+async def test_a_groups_shared_prompt_is_prefilled_once(model, prompts, monkeypatch) -> None:
+    from agentrl_sdk.engines._scheduler import Scheduler
+
+    prefilled: list[int] = []  # rows of each prefill forward
+    forward = Scheduler._forward
+
+    def counting(self, rows, **inputs):
+        if inputs["input_ids"].shape[1] > 1:
+            prefilled.append(inputs["input_ids"].shape[0])
+        return forward(self, rows, **inputs)
+
+    monkeypatch.setattr(Scheduler, "_forward", counting)
+    engine = TorchEngine(model)
+    try:
+        sampling = SamplingParams(temperature=1.0, max_tokens=8)
+        group = [sampling.model_copy(update={"seed": i}) for i in range(4)]
+        alone = [await engine.generate(prompts[5], s, f"a{i}") for i, s in enumerate(group)]
+        prefilled.clear()
+        await engine.pause()
+        calls = [engine.generate(prompts[5], s, f"g{i}") for i, s in enumerate(group)]
+        calls.append(engine.generate(prompts[6], group[0], "other"))
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        await asyncio.sleep(0.05)  # all five wait, then start together
+        await engine.resume()
+        together = await asyncio.gather(*tasks)
+    finally:
+        engine.close()
+    assert prefilled == [2]  # the group's prompt and the other prompt
+    for one, other in zip(alone, together, strict=False):
+        assert other.token_ids == one.token_ids
+        assert other.logprobs == pytest.approx(one.logprobs, abs=1e-5)
+    assert len({tuple(r.token_ids) for r in together[:4]}) > 1  # each sample its own
+
+
 async def test_stop_token_ends_generation_and_is_included(engine, model, prompts) -> None:
     prompt = prompts[5]
     full = hf_greedy(model, prompt, GREEDY.max_tokens)
