@@ -47,7 +47,10 @@ class Objective:
         skips_inert: A sample none of whose trained tokens has an advantage adds nothing to
             the loss or its gradient (`inert_without_signal`): it is left out of the forward
             and backward passes but kept in the loss's denominator, so the update is the
-            same; by-token metrics are then over the samples trained.
+            same; by-token metrics are then over the samples trained. A mini-batch of inert
+            samples only steps the optimizer on zero gradients (AdamW's momentum and decay
+            still move the weights, as they would have); its by-loss metrics are 0 and it
+            has no by-token ones.
     """
 
     loss: Callable[[PackedBatch], tuple[torch.Tensor, dict[str, float]]]
@@ -74,7 +77,9 @@ def train(sharded: ShardedModel, flat: FlatSamples, objective: Objective) -> dic
         for mini in mini_batches(len(flat), cfg.num_mini_batches)
     ]
     sharded.updates += 1
-    metrics = {k: sum(s[k] for s in steps) / len(steps) for k in steps[0]}
+    # By-token metrics are means over the steps that trained tokens (see `_zero_step`).
+    keys = dict.fromkeys(k for s in steps for k in s)
+    metrics = {k: float(np.mean([s[k] for s in steps if k in s])) for k in keys}
     metrics["lr"] = steps[-1]["lr"]
     metrics["samples_skipped"] *= len(steps) / cfg.ppo_epochs  # a sum over one pass
     return metrics | {
@@ -117,6 +122,8 @@ def _optimizer_step(
     # The loss's denominators are the whole mini-batch's (every rank holds the whole batch).
     mass, longest = _mass(flat, mini, agg), int(flat.response_lengths[mini].max(initial=1))
     trained = _trained(flat, mini, objective)
+    if not trained:
+        return _zero_step(sharded, objective, skipped=len(mini))
     tokens = float(flat.trained_tokens[trained].sum())
     mine = shard_plan(flat.lengths, trained, sharded.world_size, cfg.micro_batch_tokens)
     shares = objective.shares
@@ -144,12 +151,22 @@ def _optimizer_step(
 
 def _trained(flat: FlatSamples, mini: list[int], objective: Objective) -> list[int]:
     """The samples of ``mini`` that go through the model: all, or those carrying signal when
-    the objective skips inert ones. A mini-batch with none keeps them all: its optimizer step
-    then runs on zero gradients, as it would have (AdamW's momentum and decay still move)."""
+    the objective skips inert ones."""
     if not objective.skips_inert:
         return mini
     signal = flat.carries_signal
-    return [i for i in mini if signal[i]] or mini
+    return [i for i in mini if signal[i]]
+
+
+def _zero_step(sharded: ShardedModel, objective: Objective, skipped: int) -> dict[str, float]:
+    """The optimizer step of a mini-batch whose samples are all inert: on zero gradients, as
+    their forward and backward passes would have left them (every rank skips them alike)."""
+    sharded.optimizer.zero_grad(set_to_none=True)
+    for group in sharded.optimizer.param_groups:
+        for param in group["params"]:
+            param.grad = torch.zeros_like(param)
+    stepped = sharded.optimizer_step()
+    return dict.fromkeys(objective.shares.by_loss, 0.0) | stepped | {"samples_skipped": skipped}
 
 
 def _mass(flat: FlatSamples, indices: Sequence[int], agg: LossAgg) -> float:

@@ -272,12 +272,13 @@ def test_samples_without_signal_are_skipped_and_the_update_is_unchanged(ray_sess
     """No KL or entropy term: inert samples stay out of the forward and backward passes (on 2
     ranks, micro-batched, 2 mini-batches of 4 and 3) yet count in the loss's denominator, so
     the weights equal the reference that computes them. Batch 0's first mini-batch is all
-    inert: it is computed, its step moving the weights by weight decay alone, as before."""
+    inert: it is not computed either, and its step on zero gradients moves the weights by
+    weight decay alone, as the reference's does."""
     batches = [without_signal(BATCHES[0], {0, 1, 2, 3, 5}), without_signal(BATCHES[1], {1, 4, 5})]
     config = CONFIG_A.model_copy(update={"num_mini_batches": 2})
     loss = PolicyLossConfig(agg="seq-mean-token-sum-norm")
     metrics = two_updates_match_reference(model_path, config, loss, batches)
-    assert [m["samples_skipped"] for m in metrics] == [1, 3]
+    assert [m["samples_skipped"] for m in metrics] == [5, 3]
 
 
 def test_one_rank_micro_batched_matches_reference(ray_session, model_path):
