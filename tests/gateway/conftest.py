@@ -59,6 +59,9 @@ class RecordingEngine:
         self.engine = engine
         self.prompts: list[list[int]] = []
         self.results = []
+        # (prompt, result) as each call returns: concurrent calls that finish in one decode
+        # step may return in any order, so pair them here rather than by position.
+        self.answered: list[tuple[list[int], object]] = []
 
     @property
     def policy_version(self) -> int:
@@ -68,6 +71,7 @@ class RecordingEngine:
         self.prompts.append(list(prompt_ids))
         result = await self.engine.generate(prompt_ids, sampling, request_id)
         self.results.append(result)
+        self.answered.append((list(prompt_ids), result))
         return result
 
 

@@ -47,8 +47,7 @@ async def test_rollouts_stick_to_a_replica_and_record_its_tokens(qwen_tokenizer)
         for engine in engines:
             engine.close()
 
-    served = [{tuple(p): res for p, res in zip(rep.prompts, rep.results, strict=True)}
-              for rep in replicas]  # fmt: skip
+    served = [{tuple(p): res for p, res in rep.answered} for rep in replicas]
     used = set()
     for traj in trajectories:
         assert traj.status == "ok" and len(traj.calls) == TURNS
