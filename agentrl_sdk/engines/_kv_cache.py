@@ -97,18 +97,19 @@ def fill_order(indices: list[int]) -> list[int]:
 
 
 @torch.inference_mode()
-def append_rows(cached: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor | None:
-    """``cached``'s rows then ``fresh``'s, written into the buffer's spare rows; None when it
-    has too few rows, or too few columns for both and the next decode step.
+def append_rows(cached: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
+    """``cached``'s rows then ``fresh``'s, written into the buffer's spare rows (the caller
+    checks `fits` first: merging a batch is all layers or none).
 
     Both keep their columns' right end at the wider one's: a fresh row is left-padded with
     zeros, and when fresh rows are wider the cached rows gain a gap of masked columns before
     the next one (their position ids are their own, so a gap changes nothing).
     """
+    if not fits(cached, fresh):
+        raise ValueError("append_rows: the buffer has no room for these rows (check `fits`)")
     buffer = _buffer(cached)
+    assert buffer is not None  # `fits` found it
     rows, width = cached.shape[0], max(cached.shape[-2], fresh.shape[-2])
-    if buffer is None or not fits(cached, fresh):
-        return None
     target = buffer[rows : rows + fresh.shape[0]]
     target[:, :, : width - fresh.shape[-2]].zero_()
     target[:, :, width - fresh.shape[-2] : width] = fresh

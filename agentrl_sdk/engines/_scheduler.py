@@ -273,12 +273,15 @@ class Scheduler:
         self._prefilling = [self._waiting.popleft() for _ in range(room)]
         # A group's samples start from the same prompt: each distinct context is prefilled
         # once, and its rows get copies of its keys, values and next-token logits.
-        firsts: dict[tuple[str | None, tuple[int, ...]], int] = {}
-        where = [
-            firsts.setdefault((r.sampling.adapter, tuple(r.context)), len(firsts))
-            for r in self._prefilling
-        ]
-        distinct = [self._prefilling[where.index(i)] for i in range(len(firsts))]
+        slots: dict[tuple[str | None, tuple[int, ...]], int] = {}
+        distinct: list[Request] = []
+        where: list[int] = []  # each row's slot in ``distinct``
+        for request in self._prefilling:
+            key = (request.sampling.adapter, tuple(request.context))
+            if key not in slots:
+                slots[key] = len(distinct)
+                distinct.append(request)
+            where.append(slots[key])
         inputs = self._prefill_inputs(distinct)
         logits, cache = self._forward(distinct, **inputs, logits_to_keep=1)
         mask = inputs["attention_mask"]

@@ -9,6 +9,7 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
+from agentrl_sdk.pipeline.gate import held
 from agentrl_sdk.pipeline.job import Job, JobSpec, open_job, score_rollouts
 from agentrl_sdk.pipeline.metrics import eval_metrics
 from agentrl_sdk.pipeline.results import EvalResult, TrainResult
@@ -29,18 +30,12 @@ async def evaluate_job(job: Job, updates: int) -> EvalResult:
     settings = job.config.evaluation
     rows = job.eval_rows[: settings.max_rows]
     started = time.perf_counter()
-    gates = [p.gate for p in job.policies.values()]
-    for gate in gates:
-        gate.hold()
-    try:
+    with held(p.gate for p in job.policies.values()):
         trajectories = await arollout_batch(
             job.graph, rows, job.ungated_engines, tokenizer=job.tokenizer,
             config=settings.rollout(job.config.rollout), input_fn=job.input_fn,
             record_events=job.traced and settings.traces != "off",
         )  # fmt: skip
-    finally:
-        for gate in gates:
-            gate.release()
     seconds = time.perf_counter() - started
     counts = await score_rollouts(job, trajectories, rows)
     metrics = eval_metrics(trajectories, seconds, pass_threshold=settings.pass_threshold)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from agentrl_sdk.types import GenerateResult, SamplingParams
@@ -11,7 +13,7 @@ if TYPE_CHECKING:
     from agentrl_sdk.engines import Engine
     from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 
-__all__ = ["WeightGate"]
+__all__ = ["WeightGate", "held"]
 
 
 class WeightGate:
@@ -85,3 +87,16 @@ class WeightGate:
     def close(self) -> None:
         """Close the engine."""
         self.engine.close()
+
+
+@contextlib.contextmanager
+def held(gates: Iterable[WeightGate]) -> Iterator[None]:
+    """Hold every gate in ``gates`` for the block; each is released however the block ends."""
+    gates = list(gates)
+    for gate in gates:
+        gate.hold()
+    try:
+        yield
+    finally:
+        for gate in gates:
+            gate.release()

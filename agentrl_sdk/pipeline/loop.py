@@ -11,10 +11,9 @@ engines' decode threads or servers, the trainer's Ray workers).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from rich.console import Console
@@ -22,6 +21,7 @@ from rich.console import Console
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.pipeline.checkpoints import PIPELINE_STATE, finish, maybe_resume, save_checkpoint
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
+from agentrl_sdk.pipeline.gate import held
 from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
 from agentrl_sdk.pipeline.job import (
     Job,
@@ -150,7 +150,7 @@ class _Trainer:
         metrics |= self._pipeline_metrics(wait_s, groups)
         more = step + 1 < job.config.max_steps  # another update follows this one
         prefetch = schedule.prefetch and more
-        with self._gates_held(prefetch):
+        with held(p.gate for p in self.job.policies.values() if prefetch):
             if prefetch:  # the next rows start, behind the closed gate
                 await self.rollouter.served(step + 1)
             metrics |= await update_policies(job, step, samples)
@@ -175,18 +175,6 @@ class _Trainer:
             "async/repushes": float(self.repushes),
             "async/partial_rollouts": float(sum(g.mixed_versions for g in groups)),
         }
-
-    @contextlib.contextmanager
-    def _gates_held(self, hold: bool) -> Iterator[None]:
-        """Hold every policy's weight gate for the block (no new request reaches an engine)."""
-        gates = [p.gate for p in self.job.policies.values()] if hold else []
-        for gate in gates:
-            gate.hold()
-        try:
-            yield
-        finally:
-            for gate in gates:
-                gate.release()
 
     async def _take_batch(
         self, step: int, stop: asyncio.Event

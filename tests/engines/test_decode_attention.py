@@ -14,6 +14,7 @@ from agentrl_sdk.engines._kv_cache import (
     RoomyLayer,
     append_rows,
     fill_order,
+    fits,
     keep_rows,
     room_of,
 )
@@ -99,15 +100,16 @@ def test_rows_leave_and_join_inside_the_buffer() -> None:
         # A wider fresh row joins in the freed row; the kept rows gain a gap of 2 columns.
         fresh = torch.randn(1, 2, 8, 3)
         joined = append_rows(kept, fresh)
-    assert joined is not None and joined.data_ptr() == buffer
+    assert joined.data_ptr() == buffer
     assert joined.shape == (4, 2, 8, 3)
     assert torch.equal(joined[:3, :, :6], expected[order]) and torch.equal(joined[3], fresh[0])
     assert torch.isfinite(room_of(joined)).all()
-    # A narrower one is left-padded with zeros; no spare row left: None (the batch concatenates).
+    # A narrower one is left-padded with zeros; no spare row left: no fit (the batch concatenates).
     with torch.inference_mode():
-        assert append_rows(joined, torch.randn(1, 2, 3, 3)) is None
+        assert not fits(joined, torch.randn(1, 2, 3, 3))
+        with pytest.raises(ValueError, match="no room"):
+            append_rows(joined, torch.randn(1, 2, 3, 3))
         narrower = append_rows(keep_rows(joined, [0, 1, 2]), torch.ones(1, 2, 3, 3))
-    assert narrower is not None
     assert torch.equal(narrower[3, :, :5], torch.zeros(2, 5, 3))
     assert torch.equal(narrower[3, :, 5:], torch.ones(2, 3, 3))
 
