@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import threading
 import time
@@ -272,7 +273,7 @@ class EnginePool:
         """What every replica takes, but broadcasts: a pool is one receiver to a push, and its
         replicas cannot all join a push group sized for one."""
         common = WeightIntake.common(replica.weight_intake for replica in self.replicas)
-        return WeightIntake(common.kinds - {"collective"}, common.shared_host)
+        return dataclasses.replace(common, kinds=common.kinds - {"collective"})
 
     async def load_weights(self, push: WeightPush, version: int) -> None:
         """Load ``push`` into every healthy replica behind a pause, as ``version``.

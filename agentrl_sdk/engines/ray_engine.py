@@ -7,6 +7,7 @@ keeps working); token ids travel as numpy arrays (the object store moves lists ~
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -117,8 +118,8 @@ class RayEngine:
         except Exception as exc:
             raise EngineError(f"the {backend!r} engine actor failed to start: {exc}") from exc
         # The actor turns object references and broadcasts into tensors for the engine inside.
-        self.weight_intake = WeightIntake(
-            inner.kinds | {"state_dict", "object_refs", "collective"}, inner.shared_host
+        self.weight_intake = dataclasses.replace(
+            inner, kinds=inner.kinds | {"state_dict", "object_refs", "collective"}
         )
         self._closed = False
 

@@ -131,7 +131,12 @@ class StagedFile:
         """Write new values of the same tensors in place; returns their distinct bytes."""
         if self._views is None:
             return write_bucket_file(tensors, self.path)
-        if tensors.keys() != self._views.keys() or _tied_names(tensors) != self._aliases:
+        views = self._views
+        if (
+            tensors.keys() != views.keys()
+            or _tied_names(tensors) != self._aliases
+            or any((t.dtype, t.shape) != (views[k].dtype, views[k].shape) for k, t in tensors.items())
+        ):
             raise ValueError(f"{self.path} holds other tensors than this bucket")
         for key, tensor in tensors.items():
             if key not in self._aliases:

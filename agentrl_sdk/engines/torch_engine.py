@@ -209,9 +209,12 @@ class TorchEngine:
 
     @property
     def weight_intake(self) -> WeightIntake:
-        """Tensors, files staged on this host, and adapters (merged or named). A `RayEngine`
+        """Tensors, files staged on this host, and adapters (merged or named), full weights
+        best in the served dtype (staged files in it are served in place). A `RayEngine`
         around it also takes object references and broadcasts, turned into tensors there."""
-        return WeightIntake(frozenset({"state_dict", "shared_files", "adapter"}), host_id())
+        floating = {t.dtype for t in self._scheduler.layout.values() if t.dtype.is_floating_point}
+        dtype = str(floating.pop()).removeprefix("torch.") if len(floating) == 1 else None
+        return WeightIntake(frozenset({"state_dict", "shared_files", "adapter"}), host_id(), dtype)
 
     async def load_weights(self, push: WeightPush, version: int) -> None:
         """Serve ``push`` from the next decode step on, as ``version``.

@@ -7,6 +7,7 @@ vllm is an optional dependency (``pip install agentrl-sdk[vllm]`` on GPU machine
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import itertools
 import logging
@@ -153,7 +154,7 @@ class VLLMEngine(VLLMBackend):
         group itself), and adapters when started with ``enable_lora``."""
         base = super().weight_intake
         extra = {"collective", "adapter"} if self._takes_adapters else {"collective"}
-        return WeightIntake(base.kinds | extra, base.shared_host)
+        return dataclasses.replace(base, kinds=base.kinds | extra)
 
     async def load_weights(self, push: WeightPush, version: int) -> None:
         """`VLLMBackend.load_weights`, plus adapters (`_load_adapter`) and broadcasts: vLLM's

@@ -40,6 +40,7 @@ __all__ = [
     "WeightIntake",
     "WeightKind",
     "WeightPush",
+    "cast_floating",
     "size_of",
 ]
 
@@ -84,10 +85,14 @@ class WeightIntake:
         kinds: The `WeightKind` s it loads.
         shared_host: The `host_id` whose shared memory it maps `SharedWeights` from (None: it
             cannot map staged files, e.g. a remote server); ``shared_files`` needs it.
+        dtype: The floating dtype it serves full weights in (``"bfloat16"``, ...), so a
+            source sends them cast already: half the bytes of float32 to move and map, and
+            staged files served in place. None: it takes any and casts them itself.
     """
 
     kinds: frozenset[WeightKind]
     shared_host: str | None = None
+    dtype: str | None = None
 
     def takes(self, kind: WeightKind, host: str | None = None) -> bool:
         """Whether a push of ``kind`` (staged on ``host``, for shared files) can be loaded."""
@@ -108,7 +113,9 @@ class WeightIntake:
         kinds = frozenset.intersection(*(i.kinds for i in intakes))
         hosts = {i.shared_host for i in intakes}
         host = hosts.pop() if len(hosts) == 1 else None
-        return cls(kinds if host is not None else kinds - {"shared_files"}, host)
+        dtypes = {i.dtype for i in intakes}
+        dtype = dtypes.pop() if len(dtypes) == 1 else None  # mixed: each casts its own
+        return cls(kinds if host is not None else kinds - {"shared_files"}, host, dtype)
 
 
 class PushSize(NamedTuple):
@@ -117,6 +124,16 @@ class PushSize(NamedTuple):
     tensors: int
     nbytes: int
     buckets: int
+
+
+def cast_floating(tensor: torch.Tensor, dtype: str | None) -> torch.Tensor:
+    """``tensor`` in ``dtype`` (a name: ``"bfloat16"``) if it is floating, else as it is; the
+    cast rounds to nearest, as an engine's copy into its own dtype does."""
+    import torch
+
+    if dtype is None or not tensor.is_floating_point():
+        return tensor
+    return tensor.to(getattr(torch, dtype))
 
 
 def size_of(push: WeightPush) -> PushSize:

@@ -80,8 +80,9 @@ class AdapterGroup:
         return WeightIntake(frozenset({"adapter"}))
 
     def export_weights(
-        self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = ()
-    ) -> WeightPush:
+        self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = (),
+        dtype: str | None = None,
+    ) -> WeightPush:  # fmt: skip
         """This adapter, named (``kind`` must be 'adapter': see `full_state_dict`)."""
         if kind != "adapter":
             self.full_state_dict()

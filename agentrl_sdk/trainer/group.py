@@ -186,32 +186,35 @@ class TrainerGroup:
 
     def export_weights(
         self, kind: WeightKind, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-        audience: tuple[int, ...] = (),
+        audience: tuple[int, ...] = (), dtype: str | None = None,
     ) -> WeightPush:  # fmt: skip
         """The current weights as a push of ``kind`` (`WeightSource`; see `WeightExports`)."""
-        return self._exports.export(kind, bucket_bytes, audience)
+        return self._exports.export(kind, bucket_bytes, audience, dtype)
 
     def send_weights(self, push: WeightPush) -> None:
         """Broadcast a collective push's tensors from rank 0 (`WeightSource`)."""
         self._exports.send(push)
 
     def full_state_dict(
-        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None
     ) -> Iterator[dict[str, torch.Tensor]]:
         """Streams the full (unsharded, CPU) weights from rank 0, bucket by bucket.
 
         Each bucket is a dict of at most ``bucket_bytes`` (a single larger tensor comes alone;
         tied keys come together, sharing one tensor). The next bucket is gathered while the
         caller consumes the current one. Finish (or close) the iterator before the next call.
+        Floating tensors come cast to ``dtype`` when given (on rank 0, before they travel).
         """
-        return self._exports.stream(bucket_bytes)
+        return self._exports.stream(bucket_bytes, dtype)
 
     @property
     def staging_host(self) -> str:
         """The host (`host_id`) whose shared memory `stage_weights` writes to: rank 0's."""
         return self.info["host"]
 
-    def stage_weights(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> SharedWeights:
+    def stage_weights(
+        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None
+    ) -> SharedWeights:
         """Writes the full weights as bucket files in rank 0's shared memory; none pass here.
 
         Every rank gathers each bucket (a collective) and rank 0 writes it, all buckets in
@@ -222,12 +225,14 @@ class TrainerGroup:
         The files stay until the group shuts down. A rank dying meanwhile: the group is
         rebuilt (`trainer.max_restarts`) and the new rank 0 stages the weights again.
         """
-        return self._exports.stage(bucket_bytes)
+        return self._exports.stage(bucket_bytes, dtype)
 
-    def put_weights(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> RayWeights:
+    def put_weights(
+        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None
+    ) -> RayWeights:
         """Puts the full weights in rank 0's object store, a Ray object per bucket; only the
         references come here. The objects live while a reference does (and rank 0)."""
-        return self._exports.put(bucket_bytes)
+        return self._exports.put(bucket_bytes, dtype)
 
     def adapter_state_dict(self, adapter: str | None = None) -> dict[str, torch.Tensor]:
         """The full LoRA tensors (``trainer.lora`` only), by the keys of PEFT's

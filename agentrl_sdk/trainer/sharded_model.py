@@ -21,6 +21,7 @@ import torch.distributed as dist
 from agentrl_sdk.engines.lora_weights import merged_weight
 from agentrl_sdk.engines.shared_weights import host_id
 from agentrl_sdk.engines.tensor_transport import PackedTensors
+from agentrl_sdk.engines.weights import cast_floating
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.lora import (
@@ -319,12 +320,14 @@ class ShardedModel:
         return buckets
 
     def gather_bucket(
-        self, keys: Sequence[str], state: Mapping[str, torch.Tensor] | None = None
-    ) -> dict[str, torch.Tensor] | None:
+        self, keys: Sequence[str], state: Mapping[str, torch.Tensor] | None = None,
+        dtype: str | None = None,
+    ) -> dict[str, torch.Tensor] | None:  # fmt: skip
         """All-gathers the engine weights ``keys`` (a collective: every rank must call it).
 
         A LoRA-adapted weight comes merged, ``W + scaling * B @ A``. ``state``: the model's
         ``state_dict(keep_vars=True)`` when the caller gathers several buckets (taken once).
+        ``dtype``: floating tensors cast to it, as the engines serve them (None: float32).
 
         Returns:
             On rank 0, the full CPU tensors by key (tied keys share one tensor); else None.
@@ -344,6 +347,8 @@ class ShardedModel:
                         full, self._full(state[adapted.lora_a]), self._full(state[adapted.lora_b]),
                         self.config.lora.scaling, adapted.fan_in_fan_out,
                     )  # fmt: skip
+                if self.rank == 0:
+                    full = cast_floating(full, dtype)
                 gathered[id(tensor)] = full
             out[key] = full
         return out if self.rank == 0 else None

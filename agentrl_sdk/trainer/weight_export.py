@@ -31,7 +31,13 @@ from agentrl_sdk.engines.shared_weights import (
     remove_stage_folder,
 )
 from agentrl_sdk.engines.tensor_transport import PackedTensors
-from agentrl_sdk.engines.weights import StateDict, WeightIntake, WeightKind, WeightPush
+from agentrl_sdk.engines.weights import (
+    StateDict,
+    WeightIntake,
+    WeightKind,
+    WeightPush,
+    cast_floating,
+)
 from agentrl_sdk.trainer.ray_cluster import wait_ranks
 
 if TYPE_CHECKING:
@@ -52,7 +58,7 @@ class WeightExports:
     def __init__(self, group: TrainerGroup) -> None:
         self._group = group
         self._plans: dict[int, list[list[str]]] = {}
-        self._layouts: dict[int, tuple[BucketLayout, ...]] = {}
+        self._layouts: dict[tuple[int, str | None], tuple[BucketLayout, ...]] = {}
         self._slot = 1  # the file set `stage` wrote last (0 or 1)
         self._push_group: tuple[tuple[Any, ...], WeightGroup] | None = None
 
@@ -65,8 +71,11 @@ class WeightExports:
             kinds.add("adapter")
         return WeightIntake(frozenset(kinds), self._group.staging_host)
 
-    def export(self, kind: WeightKind, bucket_bytes: int, audience: tuple[int, ...]) -> WeightPush:
-        """The group's current weights as a push of ``kind`` (see `WeightSource`)."""
+    def export(
+        self, kind: WeightKind, bucket_bytes: int, audience: tuple[int, ...], dtype: str | None
+    ) -> WeightPush:
+        """The group's current weights as a push of ``kind``, floating tensors in ``dtype``
+        (see `WeightSource`)."""
         group = self._group
         match kind:
             case "adapter":
@@ -75,15 +84,16 @@ class WeightExports:
                     raise ValueError("an adapter push needs trainer.lora.sync: adapter")
                 return adapter
             case "shared_files":
-                return group.stage_weights(bucket_bytes)
+                return group.stage_weights(bucket_bytes, dtype)
             case "object_refs":
-                return group.put_weights(bucket_bytes)
+                return group.put_weights(bucket_bytes, dtype)
             case "collective":
-                return CollectiveWeights(self._push_group_for(audience), self.layouts(bucket_bytes))
+                layouts = self.layouts(bucket_bytes, dtype)
+                return CollectiveWeights(self._push_group_for(audience), layouts)
             case "state_dict":
                 state: dict[str, torch.Tensor] = {}
                 buckets = 0
-                for bucket in group.full_state_dict(bucket_bytes):
+                for bucket in group.full_state_dict(bucket_bytes, dtype):
                     state.update(bucket)
                     buckets += 1
                 return StateDict(state, buckets)
@@ -102,15 +112,15 @@ class WeightExports:
             plan = self._plans[bucket_bytes] = self._group._call("state_dict_plan", bucket_bytes)[0]
         return plan
 
-    def layouts(self, bucket_bytes: int) -> tuple[BucketLayout, ...]:
+    def layouts(self, bucket_bytes: int, dtype: str | None) -> tuple[BucketLayout, ...]:
         """The broadcast layout of each bucket (shapes and dtypes)."""
-        layouts = self._layouts.get(bucket_bytes)
+        layouts = self._layouts.get((bucket_bytes, dtype))
         if layouts is None:
-            layouts = tuple(self._group._call("run", bucket_layouts, bucket_bytes)[0])
-            self._layouts[bucket_bytes] = layouts
+            layouts = tuple(self._group._call("run", bucket_layouts, bucket_bytes, dtype)[0])
+            self._layouts[bucket_bytes, dtype] = layouts
         return layouts
 
-    def stage(self, bucket_bytes: int) -> SharedWeights:
+    def stage(self, bucket_bytes: int, dtype: str | None) -> SharedWeights:
         """Every bucket gathered and written by rank 0 to the file set not written last (see
         `TrainerGroup.stage_weights`)."""
         group, plan = self._group, self.plan(bucket_bytes)
@@ -118,7 +128,7 @@ class WeightExports:
         slot = self._slot
 
         def stage() -> list[tuple[str, int, int]]:
-            refs = group._submit("run", stage_buckets, plan, slot)
+            refs = group._submit("run", stage_buckets, plan, slot, dtype)
             return wait_ranks(refs, "stage_buckets", group.config.call_timeout_s)[0]
 
         files = group._recovering(stage)
@@ -130,12 +140,12 @@ class WeightExports:
             nbytes=sum(nbytes for _, _, nbytes in files),
         )
 
-    def put(self, bucket_bytes: int) -> RayWeights:
+    def put(self, bucket_bytes: int, dtype: str | None) -> RayWeights:
         """Every bucket put in rank 0's object store; only the references come here."""
         group, plan = self._group, self.plan(bucket_bytes)
 
         def put() -> list[tuple[list[Any], int, int]]:
-            pending = [group._submit("run", put_bucket, keys) for keys in plan]
+            pending = [group._submit("run", put_bucket, keys, dtype) for keys in plan]
             return [wait_ranks(refs, "put_bucket", group.config.call_timeout_s)[0]
                     for refs in pending]  # fmt: skip
 
@@ -146,15 +156,15 @@ class WeightExports:
             nbytes=sum(nbytes for _, _, nbytes in buckets),
         )
 
-    def stream(self, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
+    def stream(self, bucket_bytes: int, dtype: str | None) -> Iterator[dict[str, torch.Tensor]]:
         """The buckets through this process, the next one gathered while the caller reads
         the current one."""
         group, plan = self._group, self.plan(bucket_bytes)
-        pending = group._submit("run", gather_packed_bucket, plan[0]) if plan else None
+        pending = group._submit("run", gather_packed_bucket, plan[0], dtype) if plan else None
         for i in range(len(plan)):
             current = pending
             if i + 1 < len(plan):
-                pending = group._submit("run", gather_packed_bucket, plan[i + 1])
+                pending = group._submit("run", gather_packed_bucket, plan[i + 1], dtype)
             packed = wait_ranks(current, "gather_packed_bucket", group.config.call_timeout_s)[0]
             yield packed.unpack()
 
@@ -209,7 +219,7 @@ def release_staged() -> None:
 
 
 def stage_buckets(
-    worker: ShardedModel, plan: Sequence[Sequence[str]], slot: int
+    worker: ShardedModel, plan: Sequence[Sequence[str]], slot: int, dtype: str | None
 ) -> list[tuple[str, int, int]] | None:
     """Each bucket of ``plan`` gathered (a collective) and written by rank 0 as staged file
     ``index`` of ``slot`` (0 or 1), in one call per push (one state dict, no round trip per
@@ -222,13 +232,16 @@ def stage_buckets(
     state = worker.model.state_dict(keep_vars=True)
     files = []
     for index, keys in enumerate(plan):
-        bucket = worker.gather_bucket(keys, state)
+        bucket = worker.gather_bucket(keys, state, dtype)
         if bucket is not None:
-            files.append(_STAGED.write(bucket, f"slot{slot}-bucket-{index:05d}.safetensors"))
+            name = f"slot{slot}-{dtype or 'as-trained'}-bucket-{index:05d}.safetensors"
+            files.append(_STAGED.write(bucket, name))  # a dtype of its own: never resized
     return files if worker.rank == 0 else None
 
 
-def put_bucket(worker: ShardedModel, keys: Sequence[str]) -> tuple[list[Any], int, int] | None:
+def put_bucket(
+    worker: ShardedModel, keys: Sequence[str], dtype: str | None
+) -> tuple[list[Any], int, int] | None:
     """`ShardedModel.gather_bucket` put in this node's object store by rank 0 (a collective).
 
     Returns:
@@ -237,7 +250,7 @@ def put_bucket(worker: ShardedModel, keys: Sequence[str]) -> tuple[list[Any], in
     """
     import ray
 
-    state = worker.gather_bucket(keys)
+    state = worker.gather_bucket(keys, dtype=dtype)
     if state is None:
         return None
     unique = {id(t): t for t in state.values()}.values()
@@ -245,17 +258,22 @@ def put_bucket(worker: ShardedModel, keys: Sequence[str]) -> tuple[list[Any], in
     return [ray.put(PackedTensors.pack(state))], len(state), nbytes
 
 
-def gather_packed_bucket(worker: ShardedModel, keys: Sequence[str]) -> PackedTensors | None:
+def gather_packed_bucket(
+    worker: ShardedModel, keys: Sequence[str], dtype: str | None
+) -> PackedTensors | None:
     """`ShardedModel.gather_bucket` as numpy arrays, which leave the actor without a copy."""
-    state = worker.gather_bucket(keys)
+    state = worker.gather_bucket(keys, dtype=dtype)
     return None if state is None else PackedTensors.pack(state)
 
 
-def bucket_layouts(worker: ShardedModel, bucket_bytes: int) -> list[BucketLayout]:
-    """How each bucket of `ShardedModel.state_dict_plan` is laid out for a broadcast."""
+def bucket_layouts(
+    worker: ShardedModel, bucket_bytes: int, dtype: str | None
+) -> list[BucketLayout]:
+    """How each bucket of `ShardedModel.state_dict_plan` is laid out for a broadcast, its
+    floating tensors in ``dtype`` (None: the trainer's)."""
     meta = {}
     for keys, tensor in worker.engine_tensors():
-        full = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+        full = cast_floating(torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"), dtype)
         meta |= dict.fromkeys(keys, full)  # tied keys: one tensor object
     plan = worker.state_dict_plan(bucket_bytes)
     return [BucketLayout.of({k: meta[k] for k in keys}) for keys in plan]

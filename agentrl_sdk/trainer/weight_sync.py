@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from agentrl_sdk.engines.base import Engine
-from agentrl_sdk.engines.weights import StateDict, WeightIntake, WeightKind, WeightPush, size_of
+from agentrl_sdk.engines.weights import (
+    StateDict,
+    WeightIntake,
+    WeightKind,
+    WeightPush,
+    cast_floating,
+    size_of,
+)
 from agentrl_sdk.errors import AgentRLError
 from agentrl_sdk.trainer.config import WEIGHT_SYNC_TIMEOUT_S
 from agentrl_sdk.threads import run_blocking
@@ -61,10 +68,12 @@ class WeightSource(Protocol):
         ...
 
     def export_weights(
-        self, kind: WeightKind, bucket_bytes: int, audience: tuple[int, ...]
+        self, kind: WeightKind, bucket_bytes: int, audience: tuple[int, ...], dtype: str | None
     ) -> WeightPush:
         """The current weights as a push of ``kind`` (blocking). ``audience`` identifies the
-        receiving engines (a broadcast's push group is made anew when they change)."""
+        receiving engines (a broadcast's push group is made anew when they change); full
+        weights come with their floating tensors cast to ``dtype`` (the one every engine
+        serves; None: as they are)."""
         ...
 
     def send_weights(self, push: WeightPush) -> None:
@@ -82,10 +91,11 @@ class StateDictSource:
         self.tensors = tensors
 
     def export_weights(
-        self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = ()
-    ) -> StateDict:
+        self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = (),
+        dtype: str | None = None,
+    ) -> StateDict:  # fmt: skip
         """The tensors as they are now (``kind`` is 'state_dict': the only one offered)."""
-        return StateDict(dict(self.tensors))
+        return StateDict({k: cast_floating(t, dtype) for k, t in self.tensors.items()})
 
     def send_weights(self, push: WeightPush) -> None:
         """Nothing: the tensors travel in the push."""
@@ -190,7 +200,7 @@ class WeightSync:
         intake = WeightIntake.common(engine.weight_intake for engine in engines)
         kind = self._kind(source.weight_offer, intake)
         push = await run_blocking(
-            source.export_weights, kind, self.bucket_bytes, tuple(map(id, engines))
+            source.export_weights, kind, self.bucket_bytes, tuple(map(id, engines)), intake.dtype
         )
         gathered = time.perf_counter()
         loads = [engine.load_weights(push, version) for engine in engines]

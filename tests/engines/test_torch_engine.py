@@ -220,7 +220,7 @@ def test_torch_engine_takes_tensors_staged_files_and_adapters(engine) -> None:
     from agentrl_sdk.engines.shared_weights import host_id
 
     assert engine.weight_intake == WeightIntake(
-        frozenset({"state_dict", "shared_files", "adapter"}), host_id()
+        frozenset({"state_dict", "shared_files", "adapter"}), host_id(), "float32"
     )
 
 

@@ -483,6 +483,21 @@ async def test_engines_serve_staged_weights_without_a_copy_and_never_write_them(
         assert not any(v.any() for v in engine.model.state_dict().values())
     finally:
         engine.close()
+    # An engine serving bfloat16 gets the files in bfloat16: half the bytes, served in place,
+    # the values its own copy-in cast would give.
+    engine = TorchEngine.from_pretrained(model_path, dtype="bfloat16")
+    try:
+        assert engine.weight_intake.dtype == "bfloat16"
+        full = group.stage_weights(64 << 10)
+        fp32 = {k: v.clone() for k, v in full.state_dict().items()}
+        half = group.stage_weights(64 << 10, "bfloat16")
+        assert half.nbytes * 2 == full.nbytes
+        await engine.load_weights(half, 3)
+        served = engine.model.state_dict()
+        assert all(served[k].data_ptr() == v.data_ptr() for k, v in half.state_dict().items())
+        assert all(torch.equal(served[k], v.to(torch.bfloat16)) for k, v in fp32.items())
+    finally:
+        engine.close()
 
 
 def test_worker_errors_name_the_rank(scenario_a, tmp_path):

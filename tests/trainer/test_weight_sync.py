@@ -11,7 +11,7 @@ import torch
 
 from agentrl_sdk.engines.lora_weights import AdapterWeights
 from agentrl_sdk.engines.weights import StateDict, WeightIntake
-from agentrl_sdk.trainer import WeightSync, WeightSyncError
+from agentrl_sdk.trainer import StateDictSource, WeightSync, WeightSyncError
 
 
 class FakeSource:
@@ -23,13 +23,15 @@ class FakeSource:
     def __init__(self):
         self.tied = torch.ones(2, 3)
         self.exports = []
+        self.dtypes = []
 
     @property
     def weight_offer(self):
         return WeightIntake(self.kinds, self.staging_host)
 
-    def export_weights(self, kind, bucket_bytes, audience):
+    def export_weights(self, kind, bucket_bytes, audience, dtype):
         self.exports.append((kind, bucket_bytes, len(audience)))
+        self.dtypes.append(dtype)
         if kind == "adapter":
             return AdapterWeights({
                 "base_model.model.m.lora_A.weight": torch.zeros(2, 3),
@@ -46,9 +48,11 @@ class FakeSource:
 class FakeEngine:
     """Takes the kinds it is given; records what it loaded."""
 
-    def __init__(self, version=0, fail=False, delay=0.05, kinds=("state_dict",), host=None):
+    def __init__(
+        self, version=0, fail=False, delay=0.05, kinds=("state_dict",), host=None, dtype=None
+    ):
         self.policy_version, self.fail, self.delay = version, fail, delay
-        self.weight_intake = WeightIntake(frozenset(kinds), host)
+        self.weight_intake = WeightIntake(frozenset(kinds), host, dtype)
         self.loaded = self.adapter = None
         self.keep_version = False
 
@@ -96,6 +100,18 @@ async def test_push_loads_every_engine_concurrently_as_the_drivers_version():
     assert stats.bytes == (4 + 6 + 3) * 4  # the tied tensor counts once
     assert stats.total_s >= stats.load_s > 0
     assert set(stats.as_metrics()) >= {"weight_sync/total_s", "weight_sync/bytes"}
+
+
+async def test_full_weights_come_in_the_dtype_every_engine_serves():
+    source = FakeSource()
+    await WeightSync().push(source, [FakeEngine(dtype="bfloat16")] * 2, 1)
+    await WeightSync().push(source, [FakeEngine(dtype="bfloat16"), FakeEngine()], 2)
+    assert source.dtypes == ["bfloat16", None]  # engines that differ each cast their own
+    tensors = {"w": torch.tensor([1.0 + 2**-10]), "ids": torch.arange(3)}
+    engine = FakeEngine(dtype="bfloat16")
+    await WeightSync().push(StateDictSource(tensors), [engine], 1)
+    assert engine.loaded["w"].dtype == torch.bfloat16 and engine.loaded["w"].item() == 1.0
+    assert torch.equal(engine.loaded["ids"], torch.arange(3))  # integers stay as they are
 
 
 async def test_an_engine_reporting_another_version_raises():
@@ -247,6 +263,8 @@ def test_staged_file_is_overwritten_in_place_and_read_afresh():
             staged.overwrite({"emb": new})
         with pytest.raises(ValueError, match="other tensors"):  # no longer tied
             staged.overwrite({"emb": new, "head": new.clone(), "b": torch.ones(3)})
+        with pytest.raises(ValueError, match="other tensors"):  # another dtype: not cast
+            staged.overwrite({"emb": new, "head": new, "b": torch.ones(3)})
     finally:
         remove_stage_folder(folder)
 
