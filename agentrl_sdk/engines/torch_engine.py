@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import DynamicCache
 
+from agentrl_sdk.allocator import keep_memory_lean
 from agentrl_sdk.engines._decode_attention import use_decode_attention
 from agentrl_sdk.engines._scheduler import (
     STOP,
@@ -91,6 +92,7 @@ class TorchEngine:
         self._eos = frozenset(_default_eos(model) if eos_token_ids is None else eos_token_ids)
         self._tokenizer = tokenizer
         self._cpu_threads = cpu_threads
+        keep_memory_lean()  # before its first matmul: oneDNN reads its cache size once
         use_decode_attention(model)
         self._scheduler = Scheduler(model.eval(), max_batch_size, prefix_cache_mb << 20)
         self._lora_base: dict[str, torch.Tensor] = {}  # adapted weights before any adapter

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from agentrl_sdk.allocator import keep_memory_lean
 from agentrl_sdk.engines.lora_weights import merged_weight
 from agentrl_sdk.engines.shared_weights import host_id
 from agentrl_sdk.engines.tensor_transport import PackedTensors
@@ -95,6 +96,7 @@ class ShardedModel:
         reference: bool = False,
         adapters: Sequence[str] = (),
     ) -> None:
+        keep_memory_lean()
         self.rank = rank
         self.world_size = world_size
         self.model_path = str(model_path)

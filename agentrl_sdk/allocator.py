@@ -1,0 +1,53 @@
+"""A long job's resident memory kept near what it uses: the C allocator's and oneDNN's caches.
+
+Measured on the demo's rollouts (`benchmarks/real_model.py`; TorchEngine, bf16 SmolLM2, 48
+rows a round): the driver's anonymous memory grew by ~150 MB a round, to 2.2 GB after five,
+while the live tensors (weights and the prefix cache) held 0.5 GB. Two caches kept the rest:
+
+- glibc gives freed memory back to the system only from the top of its heap, and after a
+  large block is freed it raises its mmap threshold to that block's size (up to 32 MiB), so
+  tensors of every size (KV caches of each batch width, prefills of each length) come from the
+  heap and fragment it (``malloc_trim`` then gave back 0.9 GB). A fixed threshold gives each
+  large block its own mapping, returned when the block is freed.
+- oneDNN (torch's bf16 matmuls on CPU) keeps up to 1024 compiled kernels, one per shape, each
+  with its scratch memory; prefills of every length fill it. 64 keep a decode step's shapes.
+
+Together: 2.2 -> 1.2 GB after five rounds (peak 2.2 -> 1.6 GB). Both are process-wide and apply
+to what is allocated after `keep_memory_lean` runs; an environment that sets
+``MALLOC_MMAP_THRESHOLD_`` or ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` itself is left as it is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+__all__ = ["LARGE_BLOCK_BYTES", "ONEDNN_KERNELS", "keep_memory_lean"]
+
+LARGE_BLOCK_BYTES = 4 << 20
+"""Blocks from this size up get mappings of their own (glibc's ``M_MMAP_THRESHOLD``)."""
+
+ONEDNN_KERNELS = 64
+"""oneDNN's compiled-kernel cache capacity (its default: 1024)."""
+
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+_applied = False
+
+
+def keep_memory_lean() -> None:
+    """Apply both settings to this process, once (engines and trainer ranks call it when they
+    start). A no-op outside Linux with glibc, or for what the environment already set."""
+    global _applied
+    if _applied:
+        return
+    _applied = True
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNELS))
+    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl or another C library: nothing to tune
+        return
+    mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK_BYTES)
