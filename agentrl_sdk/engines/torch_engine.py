@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 from collections.abc import Iterable
@@ -209,11 +210,12 @@ class TorchEngine:
             request.cancelled = True
             raise
 
-    @property
+    @functools.cached_property
     def weight_intake(self) -> WeightIntake:
         """Tensors, files staged on this host, and adapters (merged or named), full weights
         best in the served dtype (staged files in it are served in place). A `RayEngine`
-        around it also takes object references and broadcasts, turned into tensors there."""
+        around it also takes object references and broadcasts, turned into tensors there.
+        Fixed for the engine's life: a push never changes the served dtypes."""
         floating = {t.dtype for t in self._scheduler.layout.values() if t.dtype.is_floating_point}
         dtype = str(floating.pop()).removeprefix("torch.") if len(floating) == 1 else None
         return WeightIntake(frozenset({"state_dict", "shared_files", "adapter"}), host_id(), dtype)

@@ -21,6 +21,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentrl_sdk.algorithms.aggregation import LossAgg, loss_shares, sequence_mass
+from agentrl_sdk.tracing._writer_process import write_traces
 from agentrl_sdk.types import RolloutEvent, Sample, Trajectory
 
 if TYPE_CHECKING:
@@ -177,25 +178,6 @@ def build_trace_payload(
         tags=tags,
     )
     return info, builder.spans
-
-
-def write_traces(tracking_uri: str, experiment_id: str, traces: Sequence[tuple[Any, Any]]) -> None:
-    """Log built traces (entities or payloads): each trace's info, then every span in one batch.
-
-    Info first: MLflow's store then inserts each trace row once, where spans first would make
-    every ``start_trace`` roll back its insert and merge into the row ``log_spans`` created
-    (about twice the time).
-    """
-    from mlflow.entities import Span
-    from mlflow.tracing.client import TracingClient
-
-    if not traces:
-        return
-    client = TracingClient(tracking_uri)
-    for info, _ in traces:
-        client.start_trace(info)
-    client.log_spans(experiment_id, [span if isinstance(span, Span) else Span.from_dict(span)
-                                     for _, spans in traces for span in spans])
 
 
 # --- span assembly -------------------------------------------------------------------------------

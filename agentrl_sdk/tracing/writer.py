@@ -8,9 +8,9 @@ so `submit` never blocks the event loop. The child answers each batch with how m
 wrote or the error it hit, so failures are counted and traces not written by the end are
 reported, never dropped silently.
 
-The child is started with ``python -m agentrl_sdk.tracing._writer_process`` rather than
-``multiprocessing``'s spawn, which would re-run a user's training script that has no
-``if __name__ == "__main__"`` guard.
+The child is started as ``python -P .../_writer_process.py`` rather than ``multiprocessing``'s
+spawn, which would re-run a user's training script that has no ``if __name__ == "__main__"``
+guard; it imports MLflow alone, not this package.
 """
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ import threading
 import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from agentrl_sdk.tracing.traces import TracePayload
+
+_WRITER_PROCESS = Path(__file__).with_name("_writer_process.py")
+"""The child's program (run as a file: see its docstring)."""
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +121,8 @@ class TraceWriter:
         results_r, results_w = os.pipe()
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "agentrl_sdk.tracing._writer_process", str(work_r),
-             str(results_w), self.tracking_uri, self.experiment_id],
+            [sys.executable, "-P", str(_WRITER_PROCESS), str(work_r), str(results_w),
+             self.tracking_uri, self.experiment_id],
             pass_fds=(work_r, results_w), env=env, stdin=subprocess.DEVNULL,
         )
         os.close(work_r)

@@ -24,6 +24,7 @@ from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 from agentrl_sdk.trainer.packing import FlatSamples
 from agentrl_sdk.trainer.ray_cluster import check_resources, init_ray, wait_ranks
+from agentrl_sdk.trainer.replay import ReplayLog
 from agentrl_sdk.trainer.weight_export import WeightExports
 from agentrl_sdk.trainer.worker import PolicyWorker
 from agentrl_sdk.types import Batch
@@ -85,12 +86,7 @@ class TrainerGroup:
         self.loss_config = loss_config or PolicyLossConfig()
         self._exports = WeightExports(self)
         self._owns_ray = init_ray(self.config)
-        # What a rebuilt group needs to reach the same state: the last checkpoint and the
-        # updates since (their batches; token ids, small next to the weights).
-        # Per adapter (None: the group's only or first one).
-        self._checkpoints: dict[str | None, str] = {}
-        self._since_checkpoint: list[tuple[str | None, FlatSamples]] = []
-        self._unreplayable: set[str | None] = set()  # updates dropped (max_replay_updates)
+        self.replay_log = ReplayLog(self.config.max_replay_updates, self.config.max_restarts > 0)
         self.restarts = 0
         try:
             check_resources(self.config)
@@ -152,7 +148,7 @@ class TrainerGroup:
         # itself. (An explicit ray.put from the SDK's threads once crashed Ray's driver on
         # an object-id check in CI, with two trainer groups putting at once.)
         per_rank = self._recovering(lambda: self._call(*_on(adapter, "update", flat)))
-        self._remember(adapter, flat)
+        self.replay_log.remember(adapter, flat)
         peak = max(m.pop("peak_rss_gb") for m in per_rank)
         return per_rank[0] | {"time_s": time.perf_counter() - start, "peak_rss_gb": peak,
                               "restarts": float(self.restarts)}
@@ -270,7 +266,7 @@ class TrainerGroup:
             raise TypeError(f"save_checkpoint: extra must be JSON-serialisable ({exc})") from exc
         folder = str(Path(path).resolve())
         self._recovering(lambda: self._call(*_on(adapter, "save_checkpoint", folder, extra)))
-        self._checkpointed(adapter, folder)
+        self.replay_log.checkpointed(adapter, folder)
 
     def load_checkpoint(
         self, path: str | os.PathLike[str], adapter: str | None = None
@@ -279,14 +275,8 @@ class TrainerGroup:
         returns its ``extra`` dict."""
         folder = str(Path(path).resolve())
         extra = self._call(*_on(adapter, "load_checkpoint", folder))[0]
-        self._checkpointed(adapter, folder)
+        self.replay_log.checkpointed(adapter, folder)
         return extra
-
-    def _checkpointed(self, adapter: str | None, folder: str) -> None:
-        """``adapter``'s state is ``folder`` now: its earlier updates need no replay."""
-        self._checkpoints[adapter] = folder
-        self._since_checkpoint = [(a, f) for a, f in self._since_checkpoint if a != adapter]
-        self._unreplayable.discard(adapter)
 
     def _recovering(self, call: Callable[[], _T]) -> _T:
         """``call()``; when a rank dies, rebuild the group in the state before it (at most
@@ -295,12 +285,7 @@ class TrainerGroup:
             try:
                 return call()
             except RankDiedError as exc:
-                if self._unreplayable:
-                    raise TrainerError(
-                        f"{exc}; more than trainer.max_replay_updates="
-                        f"{self.config.max_replay_updates} updates since the last checkpoint "
-                        "cannot be replayed: checkpoint more often, resume from the last one"
-                    ) from exc
+                self.replay_log.check(exc)
                 if self.restarts >= self.config.max_restarts:
                     raise TrainerError(
                         f"{exc}; the group was already rebuilt {self.restarts} time(s) "
@@ -310,21 +295,6 @@ class TrainerGroup:
                                self.restarts + 1, self.config.max_restarts)
                 self._rebuild()
 
-    def _remember(self, adapter: str | None, flat: FlatSamples) -> None:
-        """Keep an update's batch for a rebuild's replay, up to ``max_replay_updates``."""
-        if adapter in self._unreplayable or not self.config.max_restarts:
-            return
-        if len(self._since_checkpoint) >= self.config.max_replay_updates:
-            # Bounded memory: the adapters with dropped updates cannot be rebuilt until
-            # their next checkpoint.
-            self._unreplayable |= {a for a, _ in self._since_checkpoint} | {adapter}
-            self._since_checkpoint.clear()
-            logger.warning("more than %d updates since the last checkpoint "
-                           "(trainer.max_replay_updates): a dead rank now ends the run",
-                           self.config.max_replay_updates)  # fmt: skip
-            return
-        self._since_checkpoint.append((adapter, flat))
-
     def _rebuild(self) -> None:
         """New workers in the state of the old ones: the last checkpoint (or the model), then
         every update made since, replayed on the same batches."""
@@ -332,13 +302,7 @@ class TrainerGroup:
         self.restarts += 1
         self._stop_workers(graceful=False)  # survivors may be stuck in a collective
         self._start_workers()
-        for adapter, folder in self._checkpoints.items():
-            self._call(*_on(adapter, "load_checkpoint", folder))
-        for adapter, flat in self._since_checkpoint:
-            self._call(*_on(adapter, "update", flat))
-        logger.warning("trainer group rebuilt: %s, %d update(s) replayed",
-                       sorted(self._checkpoints.values()) or "from the model",
-                       len(self._since_checkpoint))
+        self.replay_log.replay(lambda adapter, *call: self._call(*_on(adapter, *call)))
 
     def export_pretrained(
         self,

@@ -302,25 +302,6 @@ class ShardedModel:
                 out.append((names, tensor))
         return out
 
-    def state_dict_plan(self, bucket_bytes: int) -> list[list[str]]:
-        """Keys of the engine's full state dict cut into buckets of at most ``bucket_bytes``
-        (unsharded). With LoRA these are the base model's keys, for merged weights.
-
-        Tied parameters (one tensor under several keys) stay in one bucket; a tensor larger
-        than the budget gets a bucket of its own. Identical on every rank.
-        """
-        buckets: list[list[str]] = []
-        size = 0
-        for keys, tensor in self.engine_tensors():
-            nbytes = tensor.numel() * tensor.element_size()
-            if buckets and size + nbytes <= bucket_bytes:
-                buckets[-1].extend(keys)
-                size += nbytes
-            else:
-                buckets.append(list(keys))
-                size = nbytes
-        return buckets
-
     def gather_bucket(
         self, keys: Sequence[str], state: Mapping[str, torch.Tensor] | None = None,
         dtype: str | None = None,

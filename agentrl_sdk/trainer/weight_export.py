@@ -109,7 +109,7 @@ class WeightExports:
         """The engine keys cut into buckets of at most ``bucket_bytes``."""
         plan = self._plans.get(bucket_bytes)
         if plan is None:
-            plan = self._plans[bucket_bytes] = self._group._call("state_dict_plan", bucket_bytes)[0]
+            plan = self._plans[bucket_bytes] = self._group._call("run", bucket_plan, bucket_bytes)[0]
         return plan
 
     def layouts(self, bucket_bytes: int, dtype: str | None) -> tuple[BucketLayout, ...]:
@@ -266,16 +266,36 @@ def gather_packed_bucket(
     return None if state is None else PackedTensors.pack(state)
 
 
+def bucket_plan(worker: ShardedModel, bucket_bytes: int) -> list[list[str]]:
+    """Keys of the engine's full state dict cut into buckets of at most ``bucket_bytes``
+    (unsharded). With LoRA these are the base model's keys, for merged weights.
+
+    Tied parameters (one tensor under several keys) stay in one bucket; a tensor larger
+    than the budget gets a bucket of its own. Identical on every rank.
+    """
+    buckets: list[list[str]] = []
+    size = 0
+    for keys, tensor in worker.engine_tensors():
+        nbytes = tensor.numel() * tensor.element_size()
+        if buckets and size + nbytes <= bucket_bytes:
+            buckets[-1].extend(keys)
+            size += nbytes
+        else:
+            buckets.append(list(keys))
+            size = nbytes
+    return buckets
+
+
 def bucket_layouts(
     worker: ShardedModel, bucket_bytes: int, dtype: str | None
 ) -> list[BucketLayout]:
-    """How each bucket of `ShardedModel.state_dict_plan` is laid out for a broadcast, its
+    """How each bucket of `bucket_plan` is laid out for a broadcast, its
     floating tensors in ``dtype`` (None: the trainer's)."""
     meta = {}
     for keys, tensor in worker.engine_tensors():
         full = cast_floating(torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"), dtype)
         meta |= dict.fromkeys(keys, full)  # tied keys: one tensor object
-    plan = worker.state_dict_plan(bucket_bytes)
+    plan = bucket_plan(worker, bucket_bytes)
     return [BucketLayout.of({k: meta[k] for k in keys}) for keys in plan]
 
 

@@ -162,7 +162,6 @@ class PolicyWorker:
 
     # ---------------------------------------------------------------- weights, checkpoints
 
-    state_dict_plan = forwarded("state_dict_plan")
     gather_packed_adapter = forwarded("gather_packed_adapter")
     run = forwarded("run")  # the weight exporters, run on the rank's `ShardedModel`
     save_checkpoint = forwarded("save_checkpoint")

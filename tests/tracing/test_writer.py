@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import mlflow
 
@@ -61,6 +62,19 @@ def test_a_dead_writer_reports_its_traces_lost_and_a_new_one_takes_over(tmp_path
     writer.flush(timeout=10)
     assert (writer.errors, writer.lost) == (1, 4)
     writer.close(timeout=1)
+
+
+def test_the_writer_process_holds_mlflow_but_not_torch_or_the_package(tmp_path):
+    """The child imports MLflow alone: no libtorch mapped into it (~0.3 GB less per run)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = mlflow.MlflowClient(uri).create_experiment("ok")
+    writer = TraceWriter(uri, experiment)
+    writer.submit([build_trace_payload(_trajectories(1)[0], experiment_id=experiment, step=0)])
+    assert writer.flush(timeout=120) and writer.written == 1
+    maps = Path(f"/proc/{writer._process.pid}/maps").read_text()
+    writer.close(timeout=10)
+    assert "mlflow" in maps or "sqlalchemy" in maps  # the store was really used in there
+    assert "libtorch" not in maps
 
 
 def test_close_with_nothing_written_starts_no_process(tmp_path):

@@ -6,13 +6,14 @@ import pytest
 
 from agentrl_sdk.trainer import TrainerConfig
 from agentrl_sdk.trainer.group import RankDiedError, TrainerError, TrainerGroup
+from agentrl_sdk.trainer.replay import ReplayLog
 
 
 def bookkeeping(max_replay_updates: int) -> TrainerGroup:
-    """The group's replay bookkeeping alone (no workers: only `_remember`/`_recovering`)."""
+    """The group's replay bookkeeping alone (no workers: only its log and `_recovering`)."""
     group = object.__new__(TrainerGroup)
     group.config = TrainerConfig(max_replay_updates=max_replay_updates)
-    group._checkpoints, group._since_checkpoint, group._unreplayable = {}, [], set()
+    group.replay_log = ReplayLog(max_replay_updates)
     group.restarts = 0
     return group
 
@@ -23,17 +24,36 @@ def dies() -> None:
 
 def test_the_replay_log_is_bounded_and_a_death_beyond_it_ends_the_run():
     group = bookkeeping(3)
+    log = group.replay_log
     for i in range(3):
-        group._remember("a" if i % 2 else "b", f"batch-{i}")
-    assert len(group._since_checkpoint) == 3
-    group._remember("a", "batch-3")  # one too many: nothing kept, both adapters unreplayable
-    assert group._since_checkpoint == [] and group._unreplayable == {"a", "b"}
-    group._remember("b", "batch-4")
-    assert group._since_checkpoint == []
+        log.remember("a" if i % 2 else "b", f"batch-{i}")
+    assert len(log.updates) == 3
+    log.remember("a", "batch-3")  # one too many: nothing kept, both adapters unreplayable
+    assert log.updates == [] and log.unreplayable == {"a", "b"}
+    log.remember("b", "batch-4")
+    assert log.updates == []
     with pytest.raises(TrainerError, match="max_replay_updates=3"):
         group._recovering(dies)
-    group._checkpointed("a", "/ckpt/a")
-    assert group._unreplayable == {"b"}  # b's dropped updates are still missing
-    group._checkpointed("b", "/ckpt/b")
-    group._remember("a", "batch-5")
-    assert group._unreplayable == set() and group._since_checkpoint == [("a", "batch-5")]
+    log.checkpointed("a", "/ckpt/a")
+    assert log.unreplayable == {"b"}  # b's dropped updates are still missing
+    log.checkpointed("b", "/ckpt/b")
+    log.remember("a", "batch-5")
+    assert log.unreplayable == set() and log.updates == [("a", "batch-5")]
+
+
+def test_a_replay_loads_each_checkpoint_then_the_updates_since_in_order():
+    log = ReplayLog(10)
+    log.remember(None, "batch-0")  # before the checkpoint: not replayed
+    log.checkpointed(None, "/ckpt/0")
+    log.remember("b", "batch-1")
+    log.remember(None, "batch-2")
+    calls = []
+    log.replay(lambda adapter, *call: calls.append((adapter, *call)))
+    assert calls == [(None, "load_checkpoint", "/ckpt/0"), ("b", "update", "batch-1"),
+                     (None, "update", "batch-2")]  # fmt: skip
+
+
+def test_without_restarts_nothing_is_kept():
+    log = ReplayLog(10, enabled=False)
+    log.remember(None, "batch-0")
+    assert log.updates == [] and log.unreplayable == set()
