@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ShardedModel", "causal_lm", "checkpoint_activations", "forwarded", "freeze_all_but_last",
+    "store_frozen_in",
 ]
 
 _T = TypeVar("_T")
@@ -242,10 +243,14 @@ class ShardedModel:
             self._adapted = inject_lora(model, self.config.lora, self.config.seed, self.adapters)
         elif trainable:
             self._freeze(model, layers, self.config.trainable_layers)
+        if not trainable:
+            model.requires_grad_(False)
+        if self.config.lora is None:  # LoRA merges into its frozen base in float32
+            store_frozen_in(model, self.compute_dtype)
         if self.config.activation_checkpointing:
             for layer in layers:
                 checkpoint_activations(layer)
-        # Parameters (and so optimizer state) stay float32; bf16 is for compute only.
+        # Trained parameters (and so optimizer state) stay float32; bf16 is for compute only.
         mp = MixedPrecisionPolicy()
         if self.compute_dtype != torch.float32:
             mp = MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
@@ -260,8 +265,6 @@ class ShardedModel:
                 if isinstance(module, FSDPModule):
                     module.set_gradient_divide_factor(1.0)
                     module.set_force_sum_reduction_for_comms(True)
-        else:
-            model.requires_grad_(False)
         return model
 
     @contextmanager
@@ -437,6 +440,16 @@ def freeze_all_but_last(model: nn.Module, layers: Sequence[nn.Module], count: in
     norm = getattr(getattr(model, "model", model), "norm", None)
     if count and norm is not None:
         norm.requires_grad_(True)
+
+
+def store_frozen_in(model: nn.Module, dtype: torch.dtype) -> None:
+    """Keeps the parameters that never train in ``dtype``, the compute dtype: mixed precision
+    casts them to it for every forward anyway (the same rounding), so every computed value is
+    the same at half the memory (the demo's 24 frozen layers and embedding: 450 -> 225 MB).
+    They come in ``dtype`` out of pushes, exports and checkpoints too."""
+    for param in model.parameters():
+        if not param.requires_grad and param.is_floating_point():
+            param.data = param.data.to(dtype)
 
 
 def checkpoint_activations(layer: nn.Module) -> None:
