@@ -162,12 +162,14 @@ def joined(group: WeightGroup, rank: int | None = None) -> tuple[Any, torch.devi
 @dataclass(frozen=True)
 class CollectiveWeights:
     """A push by broadcast (a `WeightPush` of kind ``collective``): the push group and each
-    bucket's layout. The tensors arrive while the engines load it, as rank 0 sends them."""
+    bucket's layout. The tensors arrive while the engines load it, as rank 0 sends them.
+    ``partial``: only the tensors that may differ from the engines' model folder."""
 
     kind: ClassVar[Literal["collective"]] = "collective"
     serves_in_place: ClassVar[bool] = False
     group: WeightGroup
     layouts: tuple[BucketLayout, ...]
+    partial: bool = False
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Every bucket rank 0 broadcasts, received in this process (joining the group on the
@@ -178,10 +180,12 @@ class CollectiveWeights:
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for RPCs that only carry JSON-like values (vLLM's ``collective_rpc``)."""
-        return {"group": self.group.to_json(), "layouts": [x.to_json() for x in self.layouts]}
+        return {"group": self.group.to_json(), "layouts": [x.to_json() for x in self.layouts],
+                "partial": self.partial}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CollectiveWeights:
         """The push `to_json` wrote."""
         return cls(WeightGroup(**data["group"]),
-                   tuple(BucketLayout.from_json(x) for x in data["layouts"]))  # fmt: skip
+                   tuple(BucketLayout.from_json(x) for x in data["layouts"]),
+                   data.get("partial", False))  # fmt: skip

@@ -46,7 +46,7 @@ class _EngineActor:
         """Load ``push`` into the engine; a kind it does not take (object references, a
         broadcast) is turned into tensors here first, off the actor's event loop."""
         if not self.engine.weight_intake.accepts(push):
-            push = StateDict(await asyncio.to_thread(push.state_dict))
+            push = StateDict(await asyncio.to_thread(push.state_dict), partial=push.partial)
         await self.engine.load_weights(push, version)
         return self.engine.policy_version
 

@@ -24,6 +24,7 @@ class RayWeights:
         refs: One ``ObjectRef`` of a `PackedTensors` per bucket, owned by trainer rank 0.
         tensors: How many tensors the buckets hold.
         nbytes: Their bytes.
+        partial: Only the tensors that may differ from the engines' model folder.
     """
 
     kind: ClassVar[Literal["object_refs"]] = "object_refs"
@@ -31,6 +32,7 @@ class RayWeights:
     refs: tuple[Any, ...]
     tensors: int
     nbytes: int
+    partial: bool = False
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The tensors, fetched from the object store (blocking; Ray must be initialised)."""

@@ -235,6 +235,7 @@ class SharedWeights:
         paths: The bucket files, in order.
         tensors: How many tensors the files hold.
         nbytes: Their bytes.
+        partial: Only the tensors that may differ from the engines' model folder.
     """
 
     kind: ClassVar[Literal["shared_files"]] = "shared_files"
@@ -244,6 +245,7 @@ class SharedWeights:
     paths: tuple[str, ...]
     tensors: int
     nbytes: int
+    partial: bool = False
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The tensors by key, memory-mapped from the files (read where ``host`` is this one)."""

@@ -223,7 +223,8 @@ class TorchEngine:
     async def load_weights(self, push: WeightPush, version: int) -> None:
         """Serve ``push`` from the next decode step on, as ``version``.
 
-        Full weights must match the model (same keys and shapes). Requests in flight continue
+        Full weights must match the model (same keys and shapes; a ``partial`` push some of
+        the keys, the others keep their values). Requests in flight continue
         on the new weights. Where a push's tensors may be served in place (staged files) and
         every one matches its parameter's dtype and shape, they are served without a copy.
         An adapter: see `_load_adapter`. Once submitted, the load is applied even if the
@@ -243,7 +244,7 @@ class TorchEngine:
             for key, tensor in state.items()
         )
         self._lora_base.clear()  # new base weights: the next adapter merges into these
-        await self._apply(WeightUpdate, state, version, assign=assign)
+        await self._apply(WeightUpdate, state, version, assign=assign, partial=push.partial)
 
     async def _apply(self, kind: type, *args: Any, **options: Any) -> None:
         """Submit a weight or adapter update to the engine thread and wait for it."""

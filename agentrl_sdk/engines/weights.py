@@ -10,6 +10,10 @@ A push is one typed value, whatever the transport:
   tensors arrive by broadcast while the engines load.
 - `AdapterWeights` (`lora_weights`): LoRA tensors by name, merged or served per request.
 
+A full-weights push is ``partial`` when it carries only the tensors that may differ from the
+engines' model folder (those the trainer trains; `WeightSync`'s ``changed_only``): the others
+keep the values the engines loaded.
+
 Every full-weights kind turns into tensors where it is read (``state_dict()``), so an engine
 that takes only tensors still takes any of them once something materialises them (a Ray
 actor does, for the engine inside it). An engine says which kinds it takes as data
@@ -58,6 +62,7 @@ class StateDict:
     serves_in_place: ClassVar[bool] = False  # the caller may reuse the tensors: copy them
     tensors: Mapping[str, torch.Tensor]
     buckets: int = field(default=1, compare=False)  # how many the source streamed them in
+    partial: bool = False  # only some of the model's tensors (see the module docstring)
 
     def state_dict(self) -> Mapping[str, torch.Tensor]:
         """The tensors."""
@@ -66,11 +71,12 @@ class StateDict:
     def __reduce__(self) -> tuple[Any, ...]:
         from agentrl_sdk.engines.tensor_transport import PackedTensors
 
-        return _unpacked_state_dict, (PackedTensors.pack(self.tensors), self.buckets)
+        packed = PackedTensors.pack(self.tensors)
+        return _unpacked_state_dict, (packed, self.buckets, self.partial)
 
 
-def _unpacked_state_dict(packed: Any, buckets: int) -> StateDict:
-    return StateDict(packed.unpack(), buckets)
+def _unpacked_state_dict(packed: Any, buckets: int, partial: bool = False) -> StateDict:
+    return StateDict(packed.unpack(), buckets, partial)
 
 
 WeightPush = StateDict | SharedWeights | RayWeights | CollectiveWeights | AdapterWeights

@@ -157,8 +157,9 @@ async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[
                 continue  # served by the default policy's engine
             path = model_path(spec, name)
             engine = create_engine(config.engine.backend, path, **engine_kwargs(config))
+            # The engine starts from the trainer's model folder: only trained tensors travel.
             sync = WeightSync(timeout_s=config.trainer.weight_sync_timeout_s,
-                              transport=config.trainer.weight_transport)
+                              transport=config.trainer.weight_transport, changed_only=True)
             policies[name] = Policy(
                 name, path, engine, WeightGate(engine), weight_sync=sync, owns_ray=owns_ray
             )

@@ -81,7 +81,7 @@ class AdapterGroup:
 
     def export_weights(
         self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = (),
-        dtype: str | None = None,
+        dtype: str | None = None, changed_only: bool = False,
     ) -> WeightPush:  # fmt: skip
         """This adapter, named (``kind`` must be 'adapter': see `full_state_dict`)."""
         if kind != "adapter":

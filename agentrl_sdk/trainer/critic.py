@@ -16,7 +16,8 @@ from agentrl_sdk.algorithms.objectives import VALUE_METRIC_SHARES, value_objecti
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.group import TrainerGroup
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch
-from agentrl_sdk.trainer.sharded_model import ShardedModel, forwarded, freeze_all_but_last
+from agentrl_sdk.trainer.layers import freeze_all_but_last
+from agentrl_sdk.trainer.sharded_model import ShardedModel, forwarded
 from agentrl_sdk.trainer.update_loop import Objective, per_token, train
 from agentrl_sdk.types import Batch
 

@@ -182,26 +182,28 @@ class TrainerGroup:
 
     def export_weights(
         self, kind: WeightKind, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-        audience: tuple[int, ...] = (), dtype: str | None = None,
+        audience: tuple[int, ...] = (), dtype: str | None = None, changed_only: bool = False,
     ) -> WeightPush:  # fmt: skip
         """The current weights as a push of ``kind`` (`WeightSource`; see `WeightExports`)."""
-        return self._exports.export(kind, bucket_bytes, audience, dtype)
+        return self._exports.export(kind, bucket_bytes, audience, dtype, changed_only)
 
     def send_weights(self, push: WeightPush) -> None:
         """Broadcast a collective push's tensors from rank 0 (`WeightSource`)."""
         self._exports.send(push)
 
     def full_state_dict(
-        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None
-    ) -> Iterator[dict[str, torch.Tensor]]:
+        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None,
+        changed_only: bool = False,
+    ) -> Iterator[dict[str, torch.Tensor]]:  # fmt: skip
         """Streams the full (unsharded, CPU) weights from rank 0, bucket by bucket.
 
         Each bucket is a dict of at most ``bucket_bytes`` (a single larger tensor comes alone;
         tied keys come together, sharing one tensor). The next bucket is gathered while the
         caller consumes the current one. Finish (or close) the iterator before the next call.
         Floating tensors come cast to ``dtype`` when given (on rank 0, before they travel).
+        ``changed_only``: the tensors that may differ from the model folder alone.
         """
-        return self._exports.stream(bucket_bytes, dtype)
+        return self._exports.stream(bucket_bytes, dtype, changed_only)
 
     @property
     def staging_host(self) -> str:
@@ -209,8 +211,9 @@ class TrainerGroup:
         return self.info["host"]
 
     def stage_weights(
-        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None
-    ) -> SharedWeights:
+        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None,
+        changed_only: bool = False,
+    ) -> SharedWeights:  # fmt: skip
         """Writes the full weights as bucket files in rank 0's shared memory; none pass here.
 
         Every rank gathers each bucket (a collective) and rank 0 writes it, all buckets in
@@ -221,14 +224,15 @@ class TrainerGroup:
         The files stay until the group shuts down. A rank dying meanwhile: the group is
         rebuilt (`trainer.max_restarts`) and the new rank 0 stages the weights again.
         """
-        return self._exports.stage(bucket_bytes, dtype)
+        return self._exports.stage(bucket_bytes, dtype, changed_only)
 
     def put_weights(
-        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None
-    ) -> RayWeights:
+        self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None,
+        changed_only: bool = False,
+    ) -> RayWeights:  # fmt: skip
         """Puts the full weights in rank 0's object store, a Ray object per bucket; only the
         references come here. The objects live while a reference does (and rank 0)."""
-        return self._exports.put(bucket_bytes, dtype)
+        return self._exports.put(bucket_bytes, dtype, changed_only)
 
     def adapter_state_dict(self, adapter: str | None = None) -> dict[str, torch.Tensor]:
         """The full LoRA tensors (``trainer.lora`` only), by the keys of PEFT's
@@ -275,6 +279,7 @@ class TrainerGroup:
         returns its ``extra`` dict."""
         folder = str(Path(path).resolve())
         extra = self._call(*_on(adapter, "load_checkpoint", folder))[0]
+        self._exports.forget_plans()  # it may have changed tensors the model folder holds
         self.replay_log.checkpointed(adapter, folder)
         return extra
 

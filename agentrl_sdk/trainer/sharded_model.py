@@ -25,6 +25,11 @@ from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.engines.weights import cast_floating
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
+from agentrl_sdk.trainer.layers import (
+    checkpoint_activations,
+    freeze_all_but_last,
+    store_frozen_in,
+)
 from agentrl_sdk.trainer.lora import (
     ADAPTER,
     AdaptedWeight,
@@ -41,10 +46,7 @@ from agentrl_sdk.trainer.weight_export import release_staged
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = [
-    "ShardedModel", "causal_lm", "checkpoint_activations", "forwarded", "freeze_all_but_last",
-    "store_frozen_in",
-]
+__all__ = ["ShardedModel", "causal_lm", "forwarded"]
 
 _T = TypeVar("_T")
 
@@ -112,6 +114,7 @@ class ShardedModel:
         self.ref_model: nn.Module | None = None
         self._adapted: dict[str, AdaptedWeight] = {}  # engine key -> its LoRA pieces
         self._trainer_keys: dict[str, str] = {}  # engine key -> trainer key (LoRA renames)
+        self._restored: set[str] = set()  # engine keys a checkpoint may have changed
         if adapters and config.lora is None:
             raise ValueError(f"adapters {list(adapters)} need trainer.lora")
         self.adapters = tuple(adapters) or (ADAPTER,)
@@ -305,6 +308,12 @@ class ShardedModel:
                 out.append((names, tensor))
         return out
 
+    def changed_keys(self) -> set[str]:
+        """Engine keys whose values may differ from the model folder's: trained parameters,
+        LoRA-adapted weights (merged), and what a checkpoint restored."""
+        keys = self._restored | self._adapted.keys()
+        return keys.union(*(names for names, t in self.engine_tensors() if t.requires_grad))
+
     def gather_bucket(
         self, keys: Sequence[str], state: Mapping[str, torch.Tensor] | None = None,
         dtype: str | None = None,
@@ -383,7 +392,7 @@ class ShardedModel:
             path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
             trained_only=self.config.lora is not None, trainer_state={
                 "step": self.step, "updates": self.updates, "world_size": self.world_size,
-                "extra": extra,
+                "changed_keys": sorted(self.changed_keys()), "extra": extra,
             },
         )  # fmt: skip
 
@@ -394,6 +403,9 @@ class ShardedModel:
             trained_only=self.config.lora is not None,
         )
         self.step, self.updates = state["step"], state["updates"]
+        if self.config.lora is None:  # the whole model came back (an older checkpoint: all)
+            every = {k for keys, _ in self.engine_tensors() for k in keys}
+            self._restored |= set(state.get("changed_keys", every))
         return state["extra"]
 
     def close(self) -> None:
@@ -420,54 +432,6 @@ def causal_lm(path: str) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
-
-
-def freeze_all_but_last(model: nn.Module, layers: Sequence[nn.Module], count: int | None) -> None:
-    """Leaves only the last ``count`` of ``layers`` and the final norm trainable (``None``: all).
-
-    Embeddings and the LM head are often one tied tensor; both stay frozen, so the engine's
-    vocabulary projection never moves and the optimizer holds no state for it.
-    """
-    if count is None:
-        return
-    if count > len(layers):
-        raise ValueError(
-            f"trainable_layers={count} but the model has {len(layers)} decoder layers"
-        )
-    model.requires_grad_(False)
-    for layer in layers[len(layers) - count :]:
-        layer.requires_grad_(True)
-    norm = getattr(getattr(model, "model", model), "norm", None)
-    if count and norm is not None:
-        norm.requires_grad_(True)
-
-
-def store_frozen_in(model: nn.Module, dtype: torch.dtype) -> None:
-    """Keeps the parameters that never train in ``dtype``, the compute dtype: mixed precision
-    casts them to it for every forward anyway (the same rounding), so every computed value is
-    the same at half the memory (the demo's 24 frozen layers and embedding: 450 -> 225 MB).
-    They come in ``dtype`` out of pushes, exports and checkpoints too."""
-    for param in model.parameters():
-        if not param.requires_grad and param.is_floating_point():
-            param.data = param.data.to(dtype)
-
-
-def checkpoint_activations(layer: nn.Module) -> None:
-    """Makes ``layer`` recompute its activations in the backward pass (non-reentrant).
-
-    transformers' own gradient checkpointing acts only in train mode, and the policy stays in
-    eval mode (no dropout), so the layer's forward is wrapped here instead.
-    """
-    from torch.utils.checkpoint import checkpoint
-
-    forward = layer.forward
-
-    def recomputed(*args: Any, **kwargs: Any) -> Any:
-        if not torch.is_grad_enabled():
-            return forward(*args, **kwargs)
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
-
-    layer.forward = recomputed  # type: ignore[method-assign]
 
 
 def _adapter_of(name: str) -> str | None:

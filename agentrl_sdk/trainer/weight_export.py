@@ -10,6 +10,7 @@ function here.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -57,8 +58,8 @@ class WeightExports:
 
     def __init__(self, group: TrainerGroup) -> None:
         self._group = group
-        self._plans: dict[int, list[list[str]]] = {}
-        self._layouts: dict[tuple[int, str | None], tuple[BucketLayout, ...]] = {}
+        self._plans: dict[tuple[int, bool], list[list[str]]] = {}
+        self._layouts: dict[tuple[int, str | None, bool], tuple[BucketLayout, ...]] = {}
         self._slot = 1  # the file set `stage` wrote last (0 or 1)
         self._push_group: tuple[tuple[Any, ...], WeightGroup] | None = None
 
@@ -72,9 +73,11 @@ class WeightExports:
         return WeightIntake(frozenset(kinds), self._group.staging_host)
 
     def export(
-        self, kind: WeightKind, bucket_bytes: int, audience: tuple[int, ...], dtype: str | None
-    ) -> WeightPush:
-        """The group's current weights as a push of ``kind``, floating tensors in ``dtype``
+        self, kind: WeightKind, bucket_bytes: int, audience: tuple[int, ...], dtype: str | None,
+        changed_only: bool = False,
+    ) -> WeightPush:  # fmt: skip
+        """The group's current weights as a push of ``kind``, floating tensors in ``dtype``;
+        with ``changed_only`` those that may differ from the model folder, a ``partial`` push
         (see `WeightSource`)."""
         group = self._group
         match kind:
@@ -84,19 +87,19 @@ class WeightExports:
                     raise ValueError("an adapter push needs trainer.lora.sync: adapter")
                 return adapter
             case "shared_files":
-                return group.stage_weights(bucket_bytes, dtype)
+                return group.stage_weights(bucket_bytes, dtype, changed_only)
             case "object_refs":
-                return group.put_weights(bucket_bytes, dtype)
+                return group.put_weights(bucket_bytes, dtype, changed_only)
             case "collective":
-                layouts = self.layouts(bucket_bytes, dtype)
-                return CollectiveWeights(self._push_group_for(audience), layouts)
+                layouts = self.layouts(bucket_bytes, dtype, changed_only)
+                return CollectiveWeights(self._push_group_for(audience), layouts, changed_only)
             case "state_dict":
                 state: dict[str, torch.Tensor] = {}
                 buckets = 0
-                for bucket in group.full_state_dict(bucket_bytes, dtype):
+                for bucket in group.full_state_dict(bucket_bytes, dtype, changed_only):
                     state.update(bucket)
                     buckets += 1
-                return StateDict(state, buckets)
+                return StateDict(state, buckets, changed_only)
         raise ValueError(f"unknown weight push kind {kind!r}")
 
     def send(self, push: WeightPush) -> None:
@@ -105,27 +108,41 @@ class WeightExports:
         if isinstance(push, CollectiveWeights):
             self._group._call("run", broadcast_buckets, push)
 
-    def plan(self, bucket_bytes: int) -> list[list[str]]:
-        """The engine keys cut into buckets of at most ``bucket_bytes``."""
-        plan = self._plans.get(bucket_bytes)
+    def plan(self, bucket_bytes: int, changed_only: bool = False) -> list[list[str]]:
+        """The engine keys (``changed_only``: those that may differ from the model folder) cut
+        into buckets of at most ``bucket_bytes``."""
+        plan = self._plans.get((bucket_bytes, changed_only))
         if plan is None:
-            plan = self._plans[bucket_bytes] = self._group._call("run", bucket_plan, bucket_bytes)[0]
+            plan = self._group._call("run", bucket_plan, bucket_bytes, changed_only)[0]
+            self._plans[bucket_bytes, changed_only] = plan
         return plan
 
-    def layouts(self, bucket_bytes: int, dtype: str | None) -> tuple[BucketLayout, ...]:
+    def forget_plans(self) -> None:
+        """A checkpoint was loaded: the keys that may differ from the model folder may be more."""
+        self._plans.clear()
+        self._layouts.clear()
+
+    def layouts(
+        self, bucket_bytes: int, dtype: str | None, changed_only: bool = False
+    ) -> tuple[BucketLayout, ...]:
         """The broadcast layout of each bucket (shapes and dtypes)."""
-        layouts = self._layouts.get((bucket_bytes, dtype))
+        key = (bucket_bytes, dtype, changed_only)
+        layouts = self._layouts.get(key)
         if layouts is None:
-            layouts = tuple(self._group._call("run", bucket_layouts, bucket_bytes, dtype)[0])
-            self._layouts[bucket_bytes, dtype] = layouts
+            call = ("run", bucket_layouts, bucket_bytes, dtype, changed_only)
+            layouts = self._layouts[key] = tuple(self._group._call(*call)[0])
         return layouts
 
-    def stage(self, bucket_bytes: int, dtype: str | None) -> SharedWeights:
+    def stage(
+        self, bucket_bytes: int, dtype: str | None, changed_only: bool = False
+    ) -> SharedWeights:
         """Every bucket gathered and written by rank 0 to the file set not written last (see
         `TrainerGroup.stage_weights`)."""
-        group, plan = self._group, self.plan(bucket_bytes)
+        group, plan = self._group, self.plan(bucket_bytes, changed_only)
         self._slot ^= 1
-        slot = self._slot
+        # Files of their own per plan (all keys, or those a checkpoint may have widened):
+        # a file is never resized under a reader.
+        slot = f"{self._slot}-{hashlib.blake2s(repr(plan).encode(), digest_size=4).hexdigest()}"
 
         def stage() -> list[tuple[str, int, int]]:
             refs = group._submit("run", stage_buckets, plan, slot, dtype)
@@ -138,11 +155,12 @@ class WeightExports:
             paths=tuple(path for path, _, _ in files),
             tensors=sum(count for _, count, _ in files),
             nbytes=sum(nbytes for _, _, nbytes in files),
+            partial=changed_only,
         )
 
-    def put(self, bucket_bytes: int, dtype: str | None) -> RayWeights:
+    def put(self, bucket_bytes: int, dtype: str | None, changed_only: bool = False) -> RayWeights:
         """Every bucket put in rank 0's object store; only the references come here."""
-        group, plan = self._group, self.plan(bucket_bytes)
+        group, plan = self._group, self.plan(bucket_bytes, changed_only)
 
         def put() -> list[tuple[list[Any], int, int]]:
             pending = [group._submit("run", put_bucket, keys, dtype) for keys in plan]
@@ -154,12 +172,15 @@ class WeightExports:
             refs=tuple(ref for (ref,), _, _ in buckets),
             tensors=sum(count for _, count, _ in buckets),
             nbytes=sum(nbytes for _, _, nbytes in buckets),
+            partial=changed_only,
         )
 
-    def stream(self, bucket_bytes: int, dtype: str | None) -> Iterator[dict[str, torch.Tensor]]:
+    def stream(
+        self, bucket_bytes: int, dtype: str | None, changed_only: bool = False
+    ) -> Iterator[dict[str, torch.Tensor]]:
         """The buckets through this process, the next one gathered while the caller reads
         the current one."""
-        group, plan = self._group, self.plan(bucket_bytes)
+        group, plan = self._group, self.plan(bucket_bytes, changed_only)
         pending = group._submit("run", gather_packed_bucket, plan[0], dtype) if plan else None
         for i in range(len(plan)):
             current = pending
@@ -219,12 +240,13 @@ def release_staged() -> None:
 
 
 def stage_buckets(
-    worker: ShardedModel, plan: Sequence[Sequence[str]], slot: int, dtype: str | None
+    worker: ShardedModel, plan: Sequence[Sequence[str]], slot: str, dtype: str | None
 ) -> list[tuple[str, int, int]] | None:
     """Each bucket of ``plan`` gathered (a collective) and written by rank 0 as staged file
-    ``index`` of ``slot`` (0 or 1), in one call per push (one state dict, no round trip per
-    bucket). Pushes alternate slots, so an engine may serve the tensors of one push straight
-    from its files until the next push has moved it to the other slot.
+    ``index`` of ``slot`` (0 or 1, and the plan's digest), in one call per push (one state
+    dict, no round trip per bucket). Pushes alternate slots, so an engine may serve the
+    tensors of one push straight from its files until the next push has moved it to the
+    other slot.
 
     Returns:
         On rank 0, each file's path, tensor count and bytes; else None.
@@ -266,16 +288,22 @@ def gather_packed_bucket(
     return None if state is None else PackedTensors.pack(state)
 
 
-def bucket_plan(worker: ShardedModel, bucket_bytes: int) -> list[list[str]]:
-    """Keys of the engine's full state dict cut into buckets of at most ``bucket_bytes``
-    (unsharded). With LoRA these are the base model's keys, for merged weights.
+def bucket_plan(
+    worker: ShardedModel, bucket_bytes: int, changed_only: bool = False
+) -> list[list[str]]:
+    """Keys of the engine's full state dict (``changed_only``: of the tensors that may differ
+    from the model folder, `ShardedModel.changed_keys`) cut into buckets of at most
+    ``bucket_bytes`` (unsharded). With LoRA these are the base model's keys, for merged weights.
 
     Tied parameters (one tensor under several keys) stay in one bucket; a tensor larger
     than the budget gets a bucket of its own. Identical on every rank.
     """
+    changed = worker.changed_keys() if changed_only else None
     buckets: list[list[str]] = []
     size = 0
     for keys, tensor in worker.engine_tensors():
+        if changed is not None and changed.isdisjoint(keys):
+            continue
         nbytes = tensor.numel() * tensor.element_size()
         if buckets and size + nbytes <= bucket_bytes:
             buckets[-1].extend(keys)
@@ -287,7 +315,7 @@ def bucket_plan(worker: ShardedModel, bucket_bytes: int) -> list[list[str]]:
 
 
 def bucket_layouts(
-    worker: ShardedModel, bucket_bytes: int, dtype: str | None
+    worker: ShardedModel, bucket_bytes: int, dtype: str | None, changed_only: bool = False
 ) -> list[BucketLayout]:
     """How each bucket of `bucket_plan` is laid out for a broadcast, its
     floating tensors in ``dtype`` (None: the trainer's)."""
@@ -295,7 +323,7 @@ def bucket_layouts(
     for keys, tensor in worker.engine_tensors():
         full = cast_floating(torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"), dtype)
         meta |= dict.fromkeys(keys, full)  # tied keys: one tensor object
-    plan = bucket_plan(worker, bucket_bytes)
+    plan = bucket_plan(worker, bucket_bytes, changed_only)
     return [BucketLayout.of({k: meta[k] for k in keys}) for keys in plan]
 
 

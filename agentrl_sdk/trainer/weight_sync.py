@@ -68,12 +68,14 @@ class WeightSource(Protocol):
         ...
 
     def export_weights(
-        self, kind: WeightKind, bucket_bytes: int, audience: tuple[int, ...], dtype: str | None
+        self, kind: WeightKind, bucket_bytes: int, audience: tuple[int, ...], dtype: str | None,
+        changed_only: bool,
     ) -> WeightPush:
         """The current weights as a push of ``kind`` (blocking). ``audience`` identifies the
         receiving engines (a broadcast's push group is made anew when they change); full
         weights come with their floating tensors cast to ``dtype`` (the one every engine
-        serves; None: as they are)."""
+        serves; None: as they are); with ``changed_only``, only the tensors that may differ
+        from the model folder the engines loaded, as a ``partial`` push (or all of them)."""
         ...
 
     def send_weights(self, push: WeightPush) -> None:
@@ -92,9 +94,10 @@ class StateDictSource:
 
     def export_weights(
         self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = (),
-        dtype: str | None = None,
+        dtype: str | None = None, changed_only: bool = False,
     ) -> StateDict:  # fmt: skip
-        """The tensors as they are now (``kind`` is 'state_dict': the only one offered)."""
+        """The tensors as they are now, all of them (``kind`` is 'state_dict': the only one
+        offered)."""
         return StateDict({k: cast_floating(t, dtype) for k, t in self.tensors.items()})
 
     def send_weights(self, push: WeightPush) -> None:
@@ -153,6 +156,9 @@ class WeightSync:
     Args:
         bucket_bytes: Size of one bucket streamed from the trainer.
         timeout_s: Longest wait for all engines to load the weights.
+        changed_only: The engines started from the source's model folder (as a training job
+            builds them): pushes carry only the tensors that may differ from it (the trained
+            ones: the last layers, merged LoRA weights, what a checkpoint restored).
         transport: 'auto' (shared memory, else the object store, else this process),
             'collective' (a push group when every engine joins one, else as 'auto'),
             'object_store' (when every engine is a Ray actor, else as 'auto'; e.g. nodes of
@@ -166,12 +172,14 @@ class WeightSync:
         timeout_s: float = WEIGHT_SYNC_TIMEOUT_S,
         *,
         transport: Transport = "auto",
+        changed_only: bool = False,
     ) -> None:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
         self.transport = transport
+        self.changed_only = changed_only
         self._warned: set[str] = set()
         self.last_stats: SyncStats | None = None
 
@@ -200,8 +208,9 @@ class WeightSync:
         intake = WeightIntake.common(engine.weight_intake for engine in engines)
         kind = self._kind(source.weight_offer, intake)
         push = await run_blocking(
-            source.export_weights, kind, self.bucket_bytes, tuple(map(id, engines)), intake.dtype
-        )
+            source.export_weights, kind, self.bucket_bytes, tuple(map(id, engines)), intake.dtype,
+            self.changed_only,
+        )  # fmt: skip
         gathered = time.perf_counter()
         loads = [engine.load_weights(push, version) for engine in engines]
         try:

@@ -19,7 +19,7 @@ from transformers import (
 )
 
 from agentrl_sdk.engines.torch_engine import TorchEngine
-from agentrl_sdk.trainer.sharded_model import freeze_all_but_last
+from agentrl_sdk.trainer.layers import freeze_all_but_last
 from agentrl_sdk.types import SamplingParams
 
 VOCAB = 300

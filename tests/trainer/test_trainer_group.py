@@ -9,6 +9,7 @@ with mini-batches, epochs, recomputed old logprobs, a cosine schedule and Dr.GRP
 from __future__ import annotations
 
 import copy
+import json
 import random
 import tempfile
 from pathlib import Path
@@ -34,8 +35,8 @@ from agentrl_sdk.trainer import (
     TrainerGroup,
     WeightSync,
 )
+from agentrl_sdk.trainer.layers import freeze_all_but_last
 from agentrl_sdk.trainer.packing import shard_plan
-from agentrl_sdk.trainer.sharded_model import freeze_all_but_last
 from agentrl_sdk.types import Batch, Sample, SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -545,6 +546,42 @@ def test_last_layer_only_with_activation_checkpointing_matches_reference(ray_ses
             assert got["peak_rss_gb"] > 0
     moved = {k for k in state if not torch.equal(state[k], start[k])}
     assert moved and all(k.startswith(("model.layers.1.", "model.norm.")) for k in moved)
+
+
+async def test_pushes_of_the_changed_tensors_give_engines_the_trainers_weights(
+    ray_session, model_path, tmp_path
+):
+    """With the last layer trained, a push carries it and the final norm alone; an engine started from the model folder then serves exactly the
+    trainer's weights. A checkpoint says which tensors moved; one that does not says all."""
+    config = CONFIG_C.model_copy(update={"trainable_layers": 1})
+    engine = TorchEngine.from_pretrained(model_path)
+    with TrainerGroup(model_path, config, LOSS_C) as group:
+        group.update(BATCHES[0])
+        trained = full_state(group)
+        sync = WeightSync(bucket_bytes=64 << 10, changed_only=True)
+        await sync.push(group, [engine], 1)
+        moved = {k for k in trained if k.startswith(("model.layers.1.", "model.norm."))}
+        assert sync.last_stats.tensors == len(moved) and sync.last_stats.via == "shared_memory"
+        unique = {id(t): t for t in trained.values()}.values()
+        full = sum(t.numel() * t.element_size() for t in unique)
+        print(f"\npartial push: {sync.last_stats.bytes} of {full} bytes")
+        assert sync.last_stats.bytes < 0.5 * full
+        served = engine.model.state_dict()
+        assert served.keys() == trained.keys()
+        assert all(torch.equal(served[k], trained[k]) for k in trained)
+        group.save_checkpoint(tmp_path / "ckpt")
+    engine.close()
+    with TrainerGroup(model_path, config, LOSS_C) as resumed:
+        resumed.load_checkpoint(tmp_path / "ckpt")
+        push = resumed.export_weights("state_dict", 64 << 10, changed_only=True)
+        assert push.partial and push.tensors.keys() == moved
+        state_file = tmp_path / "ckpt" / "trainer_state.json"
+        state = json.loads(state_file.read_text())
+        del state["changed_keys"]  # as written before the record existed
+        state_file.write_text(json.dumps(state))
+        resumed.load_checkpoint(tmp_path / "ckpt")
+        push = resumed.export_weights("state_dict", 64 << 10, changed_only=True)
+        assert push.tensors.keys() == trained.keys()
 
 
 def test_trainable_layers_beyond_the_model_is_refused(ray_session, model_path):

@@ -29,7 +29,7 @@ class FakeSource:
     def weight_offer(self):
         return WeightIntake(self.kinds, self.staging_host)
 
-    def export_weights(self, kind, bucket_bytes, audience, dtype):
+    def export_weights(self, kind, bucket_bytes, audience, dtype, changed_only=False):
         self.exports.append((kind, bucket_bytes, len(audience)))
         self.dtypes.append(dtype)
         if kind == "adapter":
