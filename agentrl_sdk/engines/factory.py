@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrl_sdk.engines.base import Engine
+from agentrl_sdk.hardware import resolve_dtype
 
 BACKENDS = ("torch", "vllm", "vllm-server")
 
@@ -32,12 +33,15 @@ def create_engine(
             actors then sit behind a pool even alone, so a killed actor is replaced.
         health_timeout_s: A pool's health-check timeout (None: `EnginePool`'s default).
         restart_timeout_s: A pool's longest wait for one rebuild (None: its default).
-        **options: Backend options: ``max_batch_size`` for all; ``dtype``,
+        **options: Backend options: ``max_batch_size`` for all; ``dtype`` (also
+            'prefer-bfloat16': see `agentrl_sdk.hardware`),
             ``max_model_len``, ``engine_args`` for ``vllm``; ``url``, ``server_args`` for
             ``vllm-server``.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown engine backend {backend!r}; available: {BACKENDS}")
+    if "dtype" in options:  # 'prefer-bfloat16' -> what this machine computes fast
+        options["dtype"] = resolve_dtype(options["dtype"])
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     if replicas > 1 or (ray_actors and max_restarts > 0):

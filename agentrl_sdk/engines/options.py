@@ -34,7 +34,9 @@ class EngineOptions(ConfigSection):
 class TorchOptions(EngineOptions):
     """The embedded torch engine."""
 
-    dtype: str | None = Field(None, description="Weight dtype (default 'auto': as saved).")
+    dtype: str | None = Field(None, description="Weight dtype (default 'auto': as saved; "
+                              "'prefer-bfloat16': bfloat16 where the CPU computes it natively, "
+                              "else float32).")  # fmt: skip
     cpu_threads: int | None = Field(
         None, ge=1, description="Torch threads of the engine on CPU (default: every core; "
         "with pipeline fully_async and a CPU trainer here, the cores its workers do not reserve)."

@@ -15,6 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.config import ToolPromptMode
+from agentrl_sdk.hardware import resolve_dtype
 
 __all__ = ["build_sft_example", "build_sft_examples", "supervised_warm_start"]
 
@@ -247,7 +248,7 @@ def supervised_warm_start(
     batch_size: int = 8,
     seed: int = 0,
     progress: bool = True,
-    dtype: Literal["float32", "bfloat16"] = "float32",
+    dtype: Literal["float32", "bfloat16", "prefer-bfloat16"] = "float32",
     tool_prompt: ToolPromptMode = "auto",
 ) -> list[float]:
     """Fine-tunes ``model`` in place on ``conversations``, learning only the assistant turns.
@@ -270,9 +271,10 @@ def supervised_warm_start(
         seed: Seed of the batch sampling (the model's initialisation is the caller's).
         progress: Show a progress bar with the running loss.
         dtype: Compute dtype. ``bfloat16`` autocasts each step's forward pass (fast on CPUs
-            with AMX); weights and optimizer state stay in the model's dtype. The autocast
-            opens and closes per step: its cache of bf16 weight copies lives as long as the
-            context, so one context around the loop would train against stale copies.
+            with AMX; ``prefer-bfloat16``: only there, see `agentrl_sdk.hardware`); weights
+            and optimizer state stay in the model's dtype. The autocast opens and closes per
+            step: its cache of bf16 weight copies lives as long as the context, so one context
+            around the loop would train against stale copies.
         tool_prompt: How tools reach the prompt (``chat.tool_prompt``): give the rollouts'
             setting so the warm start learns the prompts RL will show.
 
@@ -307,7 +309,7 @@ def train_on_sft_examples(
     batch_size: int = 8,
     seed: int = 0,
     progress: bool = True,
-    dtype: Literal["float32", "bfloat16"] = "float32",
+    dtype: Literal["float32", "bfloat16", "prefer-bfloat16"] = "float32",
 ) -> list[float]:
     """`supervised_warm_start`'s training loop on examples built beforehand (``(ids, mask)``
     pairs from :func:`build_sft_examples`): for a mixture of conversations rendered with
@@ -318,7 +320,7 @@ def train_on_sft_examples(
     """
     if not examples:
         raise ValueError("train_on_sft_examples needs at least one example")
-    autocast_dtype = torch.bfloat16 if dtype == "bfloat16" else None
+    autocast_dtype = torch.bfloat16 if resolve_dtype(dtype) == "bfloat16" else None
     generator = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)

@@ -87,9 +87,11 @@ class TrainerConfig(ConfigSection, frozen=True):
         None, description="Address of a running Ray cluster; None starts a local one (when Ray "
         "is not initialised yet)."
     )
-    dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Compute dtype. bfloat16 uses FSDP2 mixed precision (parameters "
-        "and optimizer state stay float32, gradients are reduced in float32)."
+    dtype: Literal["float32", "bfloat16", "prefer-bfloat16"] = Field(
+        "float32", description="Compute dtype. bfloat16 uses FSDP2 mixed precision (trained "
+        "parameters and optimizer state stay float32, gradients are reduced in float32); "
+        "prefer-bfloat16: bfloat16 where the hardware computes it natively (CPUs with "
+        "AVX512-BF16 or AMX, bf16 GPUs), float32 elsewhere (see agentrl_sdk.hardware)."
     )
     trainable_layers: int | None = Field(
         None, ge=0, description="Train only the last N decoder layers and the final norm; "

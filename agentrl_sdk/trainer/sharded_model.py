@@ -23,6 +23,7 @@ from agentrl_sdk.engines.lora_weights import merged_weight
 from agentrl_sdk.engines.shared_weights import host_id
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.engines.weights import cast_floating
+from agentrl_sdk.hardware import resolve_dtype
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.layers import (
@@ -223,7 +224,7 @@ class ShardedModel:
         self.active = adapter
 
     def _compute_dtype(self) -> torch.dtype:
-        if self.config.dtype == "float32":
+        if resolve_dtype(self.config.dtype, self.device.type) == "float32":
             return torch.float32
         if self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             logger.warning("%s does not support dtype='bfloat16'; training in float32", self.device)

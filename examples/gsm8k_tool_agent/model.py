@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 
 from agentrl_sdk.chat.messages import to_openai_tools
+from agentrl_sdk.hardware import PREFER_BF16, resolve_dtype
 from agentrl_sdk.models import cached_build
 from examples._warm import build_warm_started
 from examples.gsm8k_tool_agent.agent import TOOLS, expert_conversation, training_rows
@@ -37,7 +38,7 @@ def model_path(progress: bool = True) -> Path:
 
 REAL_RECIPE = {"version": 1, "base": "smollm2-135m-instruct", "warm_rows": 400,
                "expert_accuracy": 0.6, "steps": 12, "lr": 3e-5, "batch_size": 8,
-               "dtype": "bfloat16"}
+               "dtype": resolve_dtype(PREFER_BF16)}
 """The SmolLM2 warm start: as short as the word-problem demo's, on the same 60%-right experts."""
 
 

@@ -12,13 +12,16 @@ from functools import partial
 from pathlib import Path
 
 from agentrl_sdk.chat.messages import to_openai_tools
+from agentrl_sdk.hardware import PREFER_BF16, resolve_dtype
 from agentrl_sdk.models import cached_build
 from examples._warm import build_warm_started
 from examples.word_problems.agent import calculator, demonstration, make_rows
 
 RECIPE = {"version": 1, "base": "smollm2-135m-instruct", "demonstrated": "+-", "rows": 400,
-          "steps": 12, "lr": 3e-5, "batch_size": 8, "dtype": "bfloat16", "tool_prompt": "auto"}
-"""Everything that decides the weights; its hash names the cache folder."""
+          "steps": 12, "lr": 3e-5, "batch_size": 8, "dtype": resolve_dtype(PREFER_BF16),
+          "tool_prompt": "auto"}
+"""Everything that decides the weights; its hash names the cache folder (the dtype resolved:
+bfloat16 on CPUs that compute it natively, float32 elsewhere)."""
 
 
 def demonstrations() -> list[list[dict]]:

@@ -91,8 +91,8 @@ def test_config_validates_and_trains_the_last_layers_in_bf16():
     from agentrl_sdk.pipeline import TrainConfig
 
     config = TrainConfig.from_yaml(Path("examples/word_problems/config.yaml"))
-    assert config.trainer.trainable_layers == 6 and config.trainer.dtype == "bfloat16"
-    assert config.engine.options.dtype == "bfloat16"
+    assert config.trainer.trainable_layers == 6 and config.trainer.dtype == "prefer-bfloat16"
+    assert config.engine.options.dtype == "prefer-bfloat16"
 
 
 def _varied_reward(state, row, trajectory) -> float:
