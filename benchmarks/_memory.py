@@ -32,8 +32,11 @@ def role(proc: psutil.Process, root: int) -> str:
         if known in title:
             return f"ray:{known}"
     words = title.split()
-    if "-m" in words[:-1]:  # python -m agentrl_sdk.tracing._writer_process: the module
+    if "-m" in words[:-1]:  # python -m package.module: the module
         return words[words.index("-m") + 1]
+    scripts = [w for w in words[1:] if w.endswith(".py")]
+    if scripts:  # python -P .../agentrl_sdk/tracing/_writer_process.py: the file's name
+        return scripts[0].rsplit("/", 1)[-1].removesuffix(".py")
     return proc.name()
 
 
