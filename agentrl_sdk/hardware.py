@@ -32,9 +32,14 @@ def bf16_is_native(device: str = "cpu") -> bool:
                 and torch.ops.mkldnn._is_mkldnn_bf16_supported())  # fmt: skip
 
 
-def resolve_dtype(name: str, device: str = "cpu") -> str:
-    """``name`` as the dtype to use on ``device``: `PREFER_BF16` resolved, others as given
-    (an explicit 'bfloat16' where it is not native is kept, with a warning, once)."""
+def resolve_dtype(name: str, device: str | None = "cpu") -> str:
+    """``name`` as the dtype to use on ``device`` (None: a GPU when this process sees one,
+    else the CPU): `PREFER_BF16` resolved, others as given (an explicit 'bfloat16' where it is
+    not native is kept, with a warning, once)."""
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if name == PREFER_BF16:
         return "bfloat16" if bf16_is_native(device) else "float32"
     if name == "bfloat16" and not bf16_is_native(device):

@@ -32,6 +32,14 @@ def test_prefer_bfloat16_is_bfloat16_only_where_native(native):
     assert hardware.resolve_dtype("float32") == "float32"
 
 
+def test_a_gpu_decides_for_the_engines_that_run_there(monkeypatch):
+    """vLLM on a GPU whose host CPU lacks native bf16 still gets bfloat16."""
+    monkeypatch.setattr(hardware, "bf16_is_native", lambda device="cpu": device == "cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert hardware.resolve_dtype("prefer-bfloat16", None) == "bfloat16"
+    assert hardware.resolve_dtype("prefer-bfloat16", "cpu") == "float32"
+
+
 def test_explicit_bfloat16_is_kept_with_one_warning_where_emulated(native, caplog):
     native(False)
     with caplog.at_level(logging.WARNING, logger="agentrl_sdk.hardware"):

@@ -40,8 +40,11 @@ def create_engine(
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown engine backend {backend!r}; available: {BACKENDS}")
-    if "dtype" in options:  # 'prefer-bfloat16' -> what this machine computes fast
-        options["dtype"] = resolve_dtype(options["dtype"])
+    if "dtype" in options:  # 'prefer-bfloat16' -> what the engine's device computes fast
+        # The TorchEngine runs on the CPU; vLLM on a GPU when there is one (whose host CPU
+        # may well lack native bf16).
+        device = "cpu" if backend == "torch" else None
+        options["dtype"] = resolve_dtype(options["dtype"], device)
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     if replicas > 1 or (ray_actors and max_restarts > 0):
