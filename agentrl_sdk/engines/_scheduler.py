@@ -109,13 +109,21 @@ class Scheduler:
     Args:
         model: The causal LM to run.
         max_batch_size: Most requests decoded at once.
+        prefix_cache_bytes: Budget of the prefix cache (0: none).
+        max_prefill_tokens: Most tokens one prefill forward takes, padding included (None: no
+            limit); the requests beyond wait for the next iteration.
     """
 
     def __init__(
-        self, model: PreTrainedModel, max_batch_size: int, prefix_cache_bytes: int = 0
+        self,
+        model: PreTrainedModel,
+        max_batch_size: int,
+        prefix_cache_bytes: int = 0,
+        max_prefill_tokens: int | None = None,
     ) -> None:
         self.model = model
         self.max_batch_size = max_batch_size
+        self.max_prefill_tokens = max_prefill_tokens
         self.prefixes = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
         self.version = 0
         self.paused = False
@@ -270,14 +278,14 @@ class Scheduler:
         room = min(self.max_batch_size - len(self._batch), len(self._waiting))
         if room <= 0:
             return
-        self._prefilling = [self._waiting.popleft() for _ in range(room)]
+        self._prefilling = self._take(room)
         # A group's samples start from the same prompt: each distinct context is prefilled
         # once, and its rows get copies of its keys, values and next-token logits.
         slots: dict[tuple[str | None, tuple[int, ...]], int] = {}
         distinct: list[Request] = []
         where: list[int] = []  # each row's slot in ``distinct``
         for request in self._prefilling:
-            key = (request.sampling.adapter, tuple(request.context))
+            key = _prefill_key(request)
             if key not in slots:
                 slots[key] = len(distinct)
                 distinct.append(request)
@@ -299,6 +307,28 @@ class Scheduler:
         self._record(fresh, tokens, logprobs)
         self._batch.merge(fresh)
         self._prefilling = []
+
+    def _take(self, room: int) -> list[Request]:
+        """The next (at most ``room``) waiting requests whose prefill fits `max_prefill_tokens`:
+        distinct contexts x the longest uncached part, as the left-padded forward has it. The
+        first request always goes, alone if it is longer: a prefill's activations (attention
+        scores, MLP) grow with its tokens, ~1.2 GB at 64 prompts x 330 tokens in float32."""
+        if self.max_prefill_tokens is None:
+            return [self._waiting.popleft() for _ in range(room)]
+        taken: list[Request] = []
+        distinct: set[tuple[str | None, tuple[int, ...]]] = set()
+        longest = 0
+        while self._waiting and len(taken) < room:
+            request, key = self._waiting[0], _prefill_key(self._waiting[0])
+            if key not in distinct:
+                cached = self.prefixes.cached_length(*key) if self.prefixes is not None else 0
+                width = max(longest, len(request.context) - cached)
+                if taken and (len(distinct) + 1) * width > self.max_prefill_tokens:
+                    break
+                distinct.add(key)
+                longest = width
+            taken.append(self._waiting.popleft())
+        return taken
 
     def _prefill_inputs(self, rows: list[Request]) -> dict[str, Any]:
         """Left-padded inputs of ``rows``' contexts, after whatever prefix is cached. Rows that
@@ -412,6 +442,11 @@ def deliver(
         loop.call_soon_threadsafe(settle)
     except RuntimeError:
         pass  # the caller's loop is closed: its asyncio.run returned, nobody awaits this
+
+
+def _prefill_key(request: Request) -> tuple[str | None, tuple[int, ...]]:
+    """What one prefill row computes: requests with equal keys share it."""
+    return request.sampling.adapter, tuple(request.context)
 
 
 def _row_kv(cache: RoomyCache, index: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

@@ -45,6 +45,10 @@ class TorchOptions(EngineOptions):
         None, ge=0, description="MiB of keys and values kept for prompts that start with tokens "
         "already run (a group's shared prompt, a tool loop's earlier calls); default 0: none."
     )
+    max_prefill_tokens: int | None = Field(
+        None, ge=1, description="Most tokens (padding included) one prefill forward takes, as "
+        "vLLM's max_num_batched_tokens: bounds a prefill's activations (default 2048)."
+    )
 
 
 class VLLMOptions(EngineOptions):

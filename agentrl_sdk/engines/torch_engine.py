@@ -70,6 +70,12 @@ class TorchEngine:
             requests, and of the prompt prefix the requests admitted together share, so a
             prompt that starts with them prefills only the rest (`_prefix_cache`). Cleared by
             every weight update.
+        max_prefill_tokens: Most tokens (padding included) one prefill forward takes; the
+            requests beyond join the running batch an iteration later (as vLLM's
+            ``max_num_batched_tokens``). ``None``: every waiting request that fits
+            ``max_batch_size`` at once. One prefill of 64 prompts x 330 tokens of a 135M
+            model in float32 holds ~1.2 GB of activations; in chunks of 2048 tokens the same
+            rollouts ran ~20% faster on a 2-core CPU, with the same tokens.
     """
 
     def __init__(
@@ -81,9 +87,12 @@ class TorchEngine:
         tokenizer: Any | None = None,
         cpu_threads: int | None = None,
         prefix_cache_mb: int = 0,
+        max_prefill_tokens: int | None = 2048,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if max_prefill_tokens is not None and max_prefill_tokens < 1:
+            raise ValueError(f"max_prefill_tokens must be >= 1, got {max_prefill_tokens}")
         if any(DynamicCache(config=model.config).is_sliding):
             raise ValueError(
                 "TorchEngine supports full-attention models only; this config has "
@@ -95,7 +104,9 @@ class TorchEngine:
         self._cpu_threads = cpu_threads
         keep_memory_lean()  # before its first matmul: oneDNN reads its cache size once
         use_decode_attention(model)
-        self._scheduler = Scheduler(model.eval(), max_batch_size, prefix_cache_mb << 20)
+        self._scheduler = Scheduler(
+            model.eval(), max_batch_size, prefix_cache_mb << 20, max_prefill_tokens
+        )
         self._lora_base: dict[str, torch.Tensor] = {}  # adapted weights before any adapter
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -111,6 +122,7 @@ class TorchEngine:
         max_batch_size: int = 64,
         cpu_threads: int | None = None,
         prefix_cache_mb: int = 0,
+        max_prefill_tokens: int | None = 2048,
     ) -> TorchEngine:
         """Load a model (and its tokenizer, if saved beside it) from a local directory, never
         from the network, and serve it.
@@ -122,6 +134,7 @@ class TorchEngine:
             max_batch_size: As in the constructor.
             cpu_threads: As in the constructor.
             prefix_cache_mb: As in the constructor.
+            max_prefill_tokens: As in the constructor.
 
         Raises:
             FileNotFoundError: ``path`` is not a directory.
@@ -136,7 +149,7 @@ class TorchEngine:
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
         return cls(model, eos_token_ids=eos_token_ids, max_batch_size=max_batch_size,
                    tokenizer=_saved_tokenizer(path), cpu_threads=cpu_threads,
-                   prefix_cache_mb=prefix_cache_mb)
+                   prefix_cache_mb=prefix_cache_mb, max_prefill_tokens=max_prefill_tokens)
 
     @property
     def model(self) -> PreTrainedModel:

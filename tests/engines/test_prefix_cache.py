@@ -123,3 +123,38 @@ def test_a_base_outlives_the_entries_built_on_it():
         assert cache.lookup(None, system + [1]).length == 32
     assert [cache.cached_length(None, row + [1]) for row in rows] == [32, 32, 64, 64]
     assert torch.equal(_hit_tensor(cache.lookup(None, rows[3] + [1]), "keys"), kv[0])
+
+
+@pytest.mark.parametrize("prefix_cache_mb", [0, 64])
+async def test_max_prefill_tokens_bounds_every_prefill_and_changes_no_token(model, monkeypatch,
+                                                                             prefix_cache_mb):
+    """Prefills are split to fit the budget (padding counted; a group's shared prompt once);
+    the greedy tokens are those of one unbounded prefill."""
+    from agentrl_sdk.engines._scheduler import Scheduler
+
+    widths: list[int] = []
+    forward = Scheduler._forward
+
+    def recording(self, rows, **inputs):
+        if inputs["input_ids"].shape[1] > 1:  # a prefill (decode steps feed one token)
+            widths.append(inputs["input_ids"].numel())
+        return forward(self, rows, **inputs)
+
+    monkeypatch.setattr(Scheduler, "_forward", recording)
+    group = _ids(20, 5)  # 4 samples of one prompt: prefilled once, counted once
+    prompts = [group] * 4 + [_ids(12 + i, 30 + i) for i in range(6)] + [_ids(60, 40)]
+    bounded = TorchEngine(model, max_prefill_tokens=48, prefix_cache_mb=prefix_cache_mb)
+    try:
+        got = await asyncio.gather(*(bounded.generate(p, GREEDY, f"r{i}")
+                                     for i, p in enumerate(prompts)))  # fmt: skip
+    finally:
+        bounded.close()
+    assert max(widths) == 60  # the 60-token prompt alone: longer than the budget, still served
+    assert sorted(widths)[-2] <= 48 and len(widths) >= 4
+    for prompt, result in zip(prompts, got, strict=True):
+        assert result.token_ids == hf_greedy(model, prompt, GREEDY.max_tokens)
+
+
+def test_max_prefill_tokens_is_refused_below_one(model):
+    with pytest.raises(ValueError, match="max_prefill_tokens must be >= 1"):
+        TorchEngine(model, max_prefill_tokens=0)
