@@ -276,9 +276,11 @@ class TorchEngine:
         the served weights.
 
         The base is the weights served when the first adapter arrived (or the last full
-        push): the engine keeps a copy of each adapted base weight, so every version is
-        merged from the base, never stacked on the previous adapter. The merge is the
-        trainer's (`merged_weight`, float32), so the served weights equal a merged push's.
+        push): the engine keeps each adapted base weight as it was (merged weights replace
+        it in the model, never write into it: no copy, ~425 MB for SmolLM2's linear layers
+        in float32), so every version is merged from the base, never stacked on the previous
+        adapter. The merge is the trainer's (`merged_weight`, float32), so the served weights
+        equal a merged push's.
         """
         if adapter.name is not None:
             await self._apply(AdapterUpdate, adapter, version)
@@ -288,7 +290,7 @@ class TorchEngine:
         except (KeyError, ValueError, RuntimeError) as exc:
             raise EngineError(f"load_weights of an adapter failed, weights unchanged: "
                               f"{exc}") from exc  # fmt: skip
-        await self._apply(WeightUpdate, merged, version, partial=True)
+        await self._apply(WeightUpdate, merged, version, assign=True, partial=True)
 
     def _merge_adapter(self, adapter: AdapterWeights) -> dict[str, torch.Tensor]:
         served = self.model.state_dict()
@@ -297,8 +299,9 @@ class TorchEngine:
             if key not in served:
                 raise KeyError(f"the adapter adapts {key!r}, which the served model lacks")
             base = self._lora_base.get(key)
-            if base is None:
-                base = self._lora_base[key] = served[key].detach().clone()
+            if base is None:  # kept, not copied: merges replace served tensors (assign), so
+                # the base stays as loaded, e.g. views of the mapped model file
+                base = self._lora_base[key] = served[key].detach()
             merged[key] = merged_weight(
                 base.float(), lora_a.float(), lora_b.float(), adapter.scaling,
                 key in adapter.fan_in_fan_out,

@@ -62,8 +62,12 @@ async def test_adapter_push_serves_base_plus_adapter_from_the_base(base):
     assert isinstance(engine, Engine) and engine.weight_intake.takes("adapter")
     try:
         model, adapter = peft_adapter(base)
+        loaded = engine.model.state_dict()[KEY]
         await engine.load_weights(adapter, 1)
         assert engine.policy_version == 1
+        # The base is kept as loaded, not copied, and never written: merges replace it.
+        assert engine._lora_base[KEY].data_ptr() == loaded.data_ptr()
+        assert torch.equal(loaded, base.state_dict()[KEY])
         merged = copy.deepcopy(model).merge_and_unload()
         served = engine.model.state_dict()
         assert all(torch.equal(served[k], v) for k, v in merged.state_dict().items())
