@@ -93,7 +93,8 @@ class Scheduler:
 
     Each iteration, between two forwards: take everything from the inbox (applying weight
     updates and pause/resume on the spot), drop cancelled requests, prefill as many waiting
-    prompts as the batch has room for in one left-padded forward and merge them in, then
+    prompts as the batch has room for (and `max_prefill_tokens` allows) in one left-padded
+    forward and merge them in, then
     decode one token for every running request. Rows that finish are answered and removed at once.
 
     While paused the loop only takes inbox items: requests in flight keep their partial

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["TorchEngine"]
 
+MAX_PREFILL_TOKENS = 2048
+"""Default bound of one prefill forward's tokens, padding included (as vLLM's
+``max_num_batched_tokens``)."""
+
 
 class TorchEngine:
     """Serves a local transformers causal LM with continuous batching, on CPU or one GPU.
@@ -87,7 +91,7 @@ class TorchEngine:
         tokenizer: Any | None = None,
         cpu_threads: int | None = None,
         prefix_cache_mb: int = 0,
-        max_prefill_tokens: int | None = 2048,
+        max_prefill_tokens: int | None = MAX_PREFILL_TOKENS,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -122,7 +126,7 @@ class TorchEngine:
         max_batch_size: int = 64,
         cpu_threads: int | None = None,
         prefix_cache_mb: int = 0,
-        max_prefill_tokens: int | None = 2048,
+        max_prefill_tokens: int | None = MAX_PREFILL_TOKENS,
     ) -> TorchEngine:
         """Load a model (and its tokenizer, if saved beside it) from a local directory, never
         from the network, and serve it.
