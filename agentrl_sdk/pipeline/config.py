@@ -278,6 +278,23 @@ class TrainConfig(ConfigSection):
             )
         return self
 
+    @model_validator(mode="after")
+    def _one_in_process_trainer(self) -> TrainConfig:
+        policies = 1 + sum(
+            spec.trained and not spec.adapter_of for spec in self.policies.values()
+        )
+        in_process = policies * (self.trainer.placement == "in_process")
+        if self.algorithm.estimator.needs_values:
+            critic = self.critic.trainer_config(self.trainer)
+            in_process += policies * (critic.placement == "in_process")
+        if in_process > 1:
+            raise ValueError(
+                f"trainer.placement 'in_process' would put {in_process} trainers (policies and "
+                "critics) in this process, which holds one: set placement: ray, or "
+                "critic.trainer: {placement: ray} for the critic"
+            )
+        return self
+
     @property
     def adapter_policies(self) -> list[str]:
         """The policies that are LoRA adapters of the default policy's base (``adapter_of``)."""

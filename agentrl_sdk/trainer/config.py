@@ -61,6 +61,14 @@ class TrainerConfig(ConfigSection, frozen=True):
     """
 
     # Placement and communication.
+    placement: Literal["ray", "in_process"] = Field(
+        "ray", description="Where the ranks run. 'ray': each rank a Ray actor, a process of its "
+        "own (any world size, several nodes, a dead rank is rebuilt: max_restarts). "
+        "'in_process': world_size 1 in the job's own process, no Ray: on a laptop it saves the "
+        "rank's own runtime, Ray's processes and a copy of each batch (~1 GB with SmolLM2), "
+        "but a crash of the trainer ends the job, and a job has one such trainer (no critic "
+        "or second trained policy beside it)."
+    )
     world_size: int = Field(1, ge=1, description="Number of policy workers (ranks, one per actor).")
     backend: Literal["auto", "gloo", "nccl"] = Field(
         "auto", description="torch.distributed backend; auto is NCCL when CUDA is available, "
@@ -203,6 +211,19 @@ class TrainerConfig(ConfigSection, frozen=True):
                 "lora and trainable_layers both choose what trains: set one of them "
                 f"(got trainable_layers={self.trainable_layers})"
             )
+        if self.placement == "in_process":
+            ray_only = {
+                "world_size > 1": self.world_size != 1,
+                "ray_address": self.ray_address is not None,
+                "resources": bool(self.resources),
+                f"weight_transport {self.weight_transport!r}":
+                    self.weight_transport in ("collective", "object_store"),
+            }  # fmt: skip
+            if wrong := [name for name, is_set in ray_only.items() if is_set]:
+                raise ValueError(
+                    f"placement 'in_process' runs one rank in this process without Ray: "
+                    f"{', '.join(wrong)} need placement: ray"
+                )
         if self.backend == "nccl" and self.num_gpus_per_worker <= 0:
             raise ValueError(
                 "backend='nccl' needs GPUs: set num_gpus_per_worker > 0 "

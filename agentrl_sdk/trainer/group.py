@@ -1,4 +1,5 @@
-"""`TrainerGroup`: ``world_size`` policy workers as Ray actors, driven by broadcast calls."""
+"""`TrainerGroup`: ``world_size`` policy workers (Ray actors, or one in this process), driven by
+broadcast calls."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ from agentrl_sdk.engines.ray_weights import RayWeights
 from agentrl_sdk.engines.shared_weights import SharedWeights
 from agentrl_sdk.engines.tensor_transport import PackedTensors
 from agentrl_sdk.engines.weights import WeightIntake, WeightKind, WeightPush
-from agentrl_sdk.threads import RAY_SUBMIT_LOCK
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 from agentrl_sdk.trainer.packing import FlatSamples
-from agentrl_sdk.trainer.ray_cluster import check_resources, init_ray, wait_ranks
+from agentrl_sdk.trainer.in_process import InProcessRank
+from agentrl_sdk.trainer.ray_cluster import RayRanks, check_resources, init_ray
 from agentrl_sdk.trainer.replay import ReplayLog
 from agentrl_sdk.trainer.weight_export import WeightExports
 from agentrl_sdk.trainer.worker import PolicyWorker
@@ -43,11 +44,13 @@ DEFAULT_BUCKET_BYTES = 256 << 20
 
 
 class TrainerGroup:
-    """Starts ``world_size`` `PolicyWorker` actors and drives them in lockstep.
+    """Starts ``world_size`` `PolicyWorker` ranks and drives them in lockstep.
 
     Every public call is broadcast to all ranks (their collectives need each other) and waits
-    at most ``call_timeout_s``. Ray is initialised only if it is not already: on
-    ``config.ray_address`` when given, else as a local cluster with this machine's cores.
+    at most ``call_timeout_s``. With ``placement: ray`` each rank is a Ray actor; Ray is
+    initialised only if it is not already: on ``config.ray_address`` when given, else as a
+    local cluster with this machine's cores. With ``placement: in_process`` the one rank lives
+    in this process (`InProcessRank`) and Ray is not needed.
 
     Args:
         model_path: Local ``save_pretrained`` folder of the policy (also the KL reference).
@@ -85,34 +88,32 @@ class TrainerGroup:
         self.config = trainer_config or TrainerConfig()
         self.loss_config = loss_config or PolicyLossConfig()
         self._exports = WeightExports(self)
-        self._owns_ray = init_ray(self.config)
-        self.replay_log = ReplayLog(self.config.max_replay_updates, self.config.max_restarts > 0)
+        on_ray = self.config.placement == "ray"
+        self._owns_ray = on_ray and init_ray(self.config)
+        self.replay_log = ReplayLog(
+            self.config.max_replay_updates, on_ray and self.config.max_restarts > 0
+        )
         self.restarts = 0
-        try:
-            check_resources(self.config)
-        except TrainerError:
-            self.shutdown()
-            raise
+        if on_ray:
+            try:
+                check_resources(self.config)
+            except TrainerError:
+                self.shutdown()
+                raise
         self._start_workers()
 
     def _start_workers(self) -> None:
         """Start the ranks, rendezvous, and load the model in each."""
-        import ray
-
         cfg = self.config
-        actor_cls = ray.remote(self.worker_cls)
-        self._actors = [
-            actor_cls.options(
-                num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker,
-                resources=dict(cfg.resources) or None,
-            ).remote(rank, cfg.world_size, str(self.model_path), cfg, self.loss_config,
-                     self.adapters)
-            for rank in range(cfg.world_size)
-        ]
+        args = (str(self.model_path), cfg, self.loss_config, self.adapters)
+        if cfg.placement == "in_process":
+            self._ranks: RayRanks | InProcessRank | None = InProcessRank(self.worker_cls, args)
+        else:
+            self._ranks = RayRanks(self.worker_cls, cfg, args)
         try:
-            address = self._actors[0].rendezvous_address.remote()
-            ip, port = wait_ranks([address], "start", cfg.init_timeout_s)[0]
-            if ip == ray.util.get_node_ip_address():
+            address = self._submit("rendezvous_address", first_only=True)
+            ip, port = self._wait(address, "start", cfg.init_timeout_s)[0]
+            if ip == _node_ip():
                 ip = "127.0.0.1"  # rank 0 shares the driver's node: stay on loopback
             ranks = self._call("setup", ip, port, timeout=cfg.init_timeout_s)
             self.info = ranks[0]
@@ -123,7 +124,8 @@ class TrainerGroup:
         except BaseException:
             self.shutdown()
             raise
-        logger.info("trainer group ready: %d ranks, %s", cfg.world_size, self.info)
+        logger.info("trainer group ready: %d ranks (%s), %s", cfg.world_size, cfg.placement,
+                    self.info)
 
     # ------------------------------------------------------------------ public API
 
@@ -326,23 +328,19 @@ class TrainerGroup:
         return path
 
     def shutdown(self) -> None:
-        """Leaves the process group and kills the actors (and Ray, if this group started it)."""
-        import ray
-
+        """Leaves the process group and stops the ranks (and Ray, if this group started it)."""
         self._stop_workers()
-        if getattr(self, "_owns_ray", False) and ray.is_initialized():
-            ray.shutdown()
+        if getattr(self, "_owns_ray", False):
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
             self._owns_ray = False
 
     def _stop_workers(self, graceful: bool = True) -> None:
-        import ray
-
-        actors, self._actors = getattr(self, "_actors", []), []
-        if actors and graceful:
-            refs = [a.close.remote() for a in actors]
-            ray.wait(refs, num_returns=len(refs), timeout=30)
-        for actor in actors:
-            ray.kill(actor)
+        ranks, self._ranks = getattr(self, "_ranks", None), None
+        if ranks is not None:
+            ranks.stop(graceful)
 
     def __enter__(self) -> TrainerGroup:
         return self
@@ -352,16 +350,29 @@ class TrainerGroup:
 
     # ------------------------------------------------------------------ broadcast plumbing
 
-    def _submit(self, method: str, *args: Any) -> list[Any]:
-        if not self._actors:
+    def _submit(self, method: str, *args: Any, first_only: bool = False) -> list[Any]:
+        """Starts ``method(*args)`` on every rank (rank 0 alone with ``first_only``); returns
+        one handle per rank, for `_wait`."""
+        if self._ranks is None:
             raise TrainerError(f"{method}: the trainer group is shut down")
-        with RAY_SUBMIT_LOCK:
-            return [getattr(actor, method).remote(*args) for actor in self._actors]
+        return self._ranks.submit(method, *args, first_only=first_only)
+
+    def _wait(self, handles: list[Any], method: str, timeout: float | None = None) -> list[Any]:
+        """The results of `_submit`'s ``handles`` in rank order, within ``timeout`` (default
+        ``call_timeout_s``); a failure raises `TrainerError` (`RankDiedError` for a dead rank)."""
+        assert self._ranks is not None
+        return self._ranks.wait(handles, method, timeout or self.config.call_timeout_s)
 
     def _call(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
         """Runs ``method(*args)`` on every rank; returns the results in rank order."""
-        refs = self._submit(method, *args)
-        return wait_ranks(refs, method, timeout or self.config.call_timeout_s)
+        return self._wait(self._submit(method, *args), method, timeout)
+
+
+def _node_ip() -> str | None:
+    """This node's IP in Ray's eyes (None without Ray)."""
+    import ray
+
+    return ray.util.get_node_ip_address() if ray.is_initialized() else None
 
 
 def _on(adapter: str | None, method: str, *args: Any) -> tuple[Any, ...]:

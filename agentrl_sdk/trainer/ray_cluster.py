@@ -1,5 +1,5 @@
-"""Ray for the trainer: starting it, checking the cluster can host the ranks, where a rank runs,
-and waiting on the ranks' results."""
+"""Ray for the trainer: starting it, checking the cluster can host the ranks, the ranks as Ray
+actors (`RayRanks`), where a rank runs, and waiting on the ranks' results."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any
 
+from agentrl_sdk.threads import RAY_SUBMIT_LOCK
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 
 __all__ = [
-    "check_resources", "init_ray", "ray_node_id", "rendezvous_address", "wait_ranks",
+    "RayRanks", "check_resources", "init_ray", "ray_node_id", "rendezvous_address", "wait_ranks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,52 @@ def init_ray(config: TrainerConfig) -> bool:
         configure_logging=True,
     )
     return True
+
+
+class RayRanks:
+    """``config.world_size`` ranks of ``worker_cls``, one Ray actor (a process) each.
+
+    Args:
+        worker_cls: The rank class (`PolicyWorker`, `ValueWorker`), built as
+            ``worker_cls(rank, world_size, *args)``.
+        config: Trainer options (the actors' CPUs, GPUs and custom resources).
+        args: The rest of the rank's constructor arguments.
+    """
+
+    def __init__(self, worker_cls: type, config: TrainerConfig, args: Sequence[Any]) -> None:
+        import ray
+
+        actor_cls = ray.remote(worker_cls)
+        self._actors = [
+            actor_cls.options(
+                num_cpus=config.num_cpus_per_worker, num_gpus=config.num_gpus_per_worker,
+                resources=dict(config.resources) or None,
+            ).remote(rank, config.world_size, *args)
+            for rank in range(config.world_size)
+        ]
+
+    def submit(self, method: str, *args: Any, first_only: bool = False) -> list[Any]:
+        """Starts ``method(*args)`` on every rank (rank 0 alone with ``first_only``); returns
+        one handle per rank, for `wait`."""
+        actors = self._actors[:1] if first_only else self._actors
+        with RAY_SUBMIT_LOCK:
+            return [getattr(actor, method).remote(*args) for actor in actors]
+
+    @staticmethod
+    def wait(handles: list[Any], method: str, timeout: float) -> list[Any]:
+        """The results of ``handles``, in rank order (see `wait_ranks`)."""
+        return wait_ranks(handles, method, timeout)
+
+    def stop(self, graceful: bool = True) -> None:
+        """Closes the ranks (``graceful``: their ``close`` first, at most 30 s) and kills them."""
+        import ray
+
+        actors, self._actors = self._actors, []
+        if actors and graceful:
+            refs = [a.close.remote() for a in actors]
+            ray.wait(refs, num_returns=len(refs), timeout=30)
+        for actor in actors:
+            ray.kill(actor)
 
 
 def rendezvous_address() -> tuple[str, int]:

@@ -143,6 +143,7 @@ class ShardedModel:
             )
         if not torch.cuda.is_available():
             # Ray starts actors with one OMP thread whatever num_cpus says: use what was given.
+            # (In the job's process, `InProcessRank`, this sets the rank's own thread alone.)
             torch.set_num_threads(cfg.cpu_threads or max(1, int(cfg.num_cpus_per_worker)))
         _seed_all(cfg.seed + self.rank)
         backend = cfg.backend

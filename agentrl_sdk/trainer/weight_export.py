@@ -39,7 +39,6 @@ from agentrl_sdk.engines.weights import (
     WeightPush,
     cast_floating,
 )
-from agentrl_sdk.trainer.ray_cluster import wait_ranks
 
 if TYPE_CHECKING:
     from agentrl_sdk.trainer.group import TrainerGroup
@@ -64,10 +63,14 @@ class WeightExports:
         self._push_group: tuple[tuple[Any, ...], WeightGroup] | None = None
 
     def offer(self) -> WeightIntake:
-        """Full weights of every kind (files staged on rank 0's host), and the adapter alone
-        when ``trainer.lora.sync`` is 'adapter'."""
-        lora = self._group.config.lora
-        kinds: set[WeightKind] = {"state_dict", "shared_files", "object_refs", "collective"}
+        """Full weights of every kind (files staged on rank 0's host; an in-process rank has no
+        object store nor a process of its own to broadcast from), and the adapter alone when
+        ``trainer.lora.sync`` is 'adapter'."""
+        config = self._group.config
+        lora = config.lora
+        kinds: set[WeightKind] = {"state_dict", "shared_files"}
+        if config.placement == "ray":
+            kinds |= {"object_refs", "collective"}
         if lora is not None and lora.sync == "adapter":
             kinds.add("adapter")
         return WeightIntake(frozenset(kinds), self._group.staging_host)
@@ -146,7 +149,7 @@ class WeightExports:
 
         def stage() -> list[tuple[str, int, int]]:
             refs = group._submit("run", stage_buckets, plan, slot, dtype)
-            return wait_ranks(refs, "stage_buckets", group.config.call_timeout_s)[0]
+            return group._wait(refs, "stage_buckets")[0]
 
         files = group._recovering(stage)
         return SharedWeights(
@@ -160,11 +163,13 @@ class WeightExports:
 
     def put(self, bucket_bytes: int, dtype: str | None, changed_only: bool = False) -> RayWeights:
         """Every bucket put in rank 0's object store; only the references come here."""
+        if self._group.config.placement != "ray":
+            raise ValueError("weights in an object store need trainer.placement: ray")
         group, plan = self._group, self.plan(bucket_bytes, changed_only)
 
         def put() -> list[tuple[list[Any], int, int]]:
             pending = [group._submit("run", put_bucket, keys, dtype) for keys in plan]
-            return [wait_ranks(refs, "put_bucket", group.config.call_timeout_s)[0]
+            return [group._wait(refs, "put_bucket")[0]
                     for refs in pending]  # fmt: skip
 
         buckets = group._recovering(put)
@@ -186,7 +191,7 @@ class WeightExports:
             current = pending
             if i + 1 < len(plan):
                 pending = group._submit("run", gather_packed_bucket, plan[i + 1], dtype)
-            packed = wait_ranks(current, "gather_packed_bucket", group.config.call_timeout_s)[0]
+            packed = group._wait(current, "gather_packed_bucket")[0]
             yield packed.unpack()
 
     def _push_group_for(self, audience: tuple[int, ...]) -> WeightGroup:
@@ -195,8 +200,8 @@ class WeightExports:
         key = (self._group.restarts, audience)
         if self._push_group is None or self._push_group[0] != key:
             group = self._group
-            address = group._actors[0].rendezvous_address.remote()
-            ip, port = wait_ranks([address], "weight_group", group.config.call_timeout_s)[0]
+            address = group._submit("rendezvous_address", first_only=True)
+            ip, port = group._wait(address, "weight_group")[0]
             backend = "nccl" if group.info["device"].startswith("cuda") else "gloo"
             spec = WeightGroup(ip, port, 1 + len(audience), backend, group.config.call_timeout_s)
             self._push_group = (key, spec)

@@ -1,0 +1,93 @@
+"""`InProcessRank`: a trainer of one rank in the driver's own process, without Ray.
+
+For a job on one machine with ``world_size`` 1 (a laptop), a Ray actor costs a process of its
+own: its runtime (torch, transformers: ~0.3 GB), Ray's own processes (~0.5 GB), and a copy of
+every batch and pushed tensor that crosses to it. Here the rank is an ordinary object whose
+calls run one at a time on a thread of their own, so each call can still be timed out, and a
+failure is raised with the rank and call named, as from an actor. What it gives up: a crash
+of the trainer is the job's (no rebuild, ``max_restarts`` does not apply), and one process
+can host one such rank (it holds the process's torch.distributed group).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from agentrl_sdk.trainer.errors import TrainerError
+
+__all__ = ["InProcessRank"]
+
+logger = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 30.0
+"""Longest wait for the rank's ``close`` when the group shuts down."""
+
+
+class InProcessRank:
+    """Rank 0 of a world of one, built in this process; the same calls as `RayRanks`.
+
+    Args:
+        worker_cls: The rank class (`PolicyWorker`, `ValueWorker`), built as
+            ``worker_cls(0, 1, *args)``.
+        args: The rest of the rank's constructor arguments.
+
+    Raises:
+        TrainerError: This process already holds a torch.distributed group (another
+            in-process trainer, or the caller's own).
+    """
+
+    def __init__(self, worker_cls: type, args: Sequence[Any]) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            raise TrainerError(
+                "trainer.placement 'in_process': this process already holds a torch.distributed "
+                "group (another in-process trainer, e.g. a critic, or your own); give the other "
+                "trainers placement: ray"
+            )
+        # One thread: the rank's calls run in order, as an actor's do.
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentrl-trainer")
+        self._worker = worker_cls(0, 1, *args)
+
+    def submit(
+        self, method: str, *args: Any, first_only: bool = False
+    ) -> list[concurrent.futures.Future[Any]]:
+        """Starts ``method(*args)`` on the rank's thread; one handle, for `wait`."""
+        del first_only  # rank 0 is every rank
+        return [self._pool.submit(getattr(self._worker, method), *args)]
+
+    @staticmethod
+    def wait(
+        handles: list[concurrent.futures.Future[Any]], method: str, timeout: float
+    ) -> list[Any]:
+        """The result of the one handle within ``timeout`` seconds.
+
+        Raises:
+            TrainerError: The call raised (with its error as the cause), or did not finish in
+                time (it runs on; the group's next calls queue behind it).
+        """
+        (handle,) = handles
+        try:
+            return [handle.result(timeout=timeout)]
+        except concurrent.futures.TimeoutError:
+            raise TrainerError(
+                f"trainer {method} timed out after {timeout:.0f}s waiting for ranks [0]; "
+                "raise TrainerConfig.call_timeout_s if the work is just slow"
+            ) from None
+        except Exception as exc:
+            raise TrainerError(
+                f"trainer rank 0 failed in {method}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def stop(self, graceful: bool = True) -> None:
+        """Runs the rank's ``close`` (leaves the process group, deletes staged files) and ends
+        its thread."""
+        if graceful:
+            try:
+                self._pool.submit(self._worker.close).result(timeout=CLOSE_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - shutting down: report, go on
+                logger.warning("closing the in-process trainer rank failed: %r", exc)
+        self._pool.shutdown(wait=False, cancel_futures=True)

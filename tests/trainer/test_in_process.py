@@ -1,0 +1,105 @@
+"""``trainer.placement: in_process``: the one rank in the test's own process, without Ray. Its
+updates equal the single-process reference, as a Ray actor's do; its pushes reach an engine in
+the same process; its failures and timeouts name the rank and the call; the settings it cannot
+honour are refused at start."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import torch
+
+from agentrl_sdk.engines.torch_engine import TorchEngine
+from agentrl_sdk.pipeline.config import TrainConfig
+from agentrl_sdk.trainer import TrainerConfig, TrainerError, TrainerGroup, WeightSync
+from agentrl_sdk.types import Batch, SamplingParams
+from tests.trainer.test_trainer_group import (
+    BATCHES,
+    CONFIG_C,
+    LOSS_C,
+    Reference,
+    full_state,
+    max_diff,
+)
+
+pytestmark = pytest.mark.slow
+
+TOL = 1e-5
+IN_PROCESS = CONFIG_C.model_copy(update={"placement": "in_process", "trainable_layers": 1})
+
+
+@pytest.fixture(scope="module")
+def group(model_path):
+    import ray
+
+    assert not ray.is_initialized()  # nothing here may start Ray
+    with TrainerGroup(model_path, IN_PROCESS, LOSS_C) as group:
+        yield group
+    assert not ray.is_initialized()
+
+
+def test_updates_equal_the_reference_in_this_process(group, model_path):
+    assert group.pids == [os.getpid()]
+    # The rank's torch threads are its own thread's: this (the engine's) thread keeps its own.
+    assert group.info["threads"] == 1 and torch.get_num_threads() == len(os.sched_getaffinity(0))
+    assert group.weight_offer.kinds == {"state_dict", "shared_files"}
+    reference = Reference(model_path, IN_PROCESS, LOSS_C)
+    from agentrl_sdk.trainer.layers import freeze_all_but_last
+
+    freeze_all_but_last(reference.model, reference.model.model.layers, 1)
+    for step in range(2):
+        got = group.update(BATCHES[step])
+        expected = reference.update(BATCHES[step].samples)
+        assert max_diff(full_state(group), reference.state_dict()) < TOL
+        assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
+        assert (got["optimizer_steps"], got["step"]) == (4, 4 * (step + 1))
+
+
+async def test_a_push_gives_an_engine_of_this_process_the_trainers_weights(group, model_path):
+    engine = TorchEngine.from_pretrained(model_path)
+    greedy = SamplingParams(temperature=0.0, max_tokens=4, stop_token_ids=())
+    try:
+        sync = WeightSync(bucket_bytes=64 << 10, changed_only=True)
+        await sync.push(group, [engine], 1)
+        assert sync.last_stats.via == "shared_memory"
+        trained, served = full_state(group), engine.model.state_dict()
+        assert all(torch.equal(served[k], trained[k]) for k in trained)
+        out = await engine.generate([17, 300, 42], greedy, "after")
+        assert out.policy_version == 1
+    finally:
+        engine.close()
+
+
+def test_failures_and_timeouts_name_the_rank_and_the_call(group, tmp_path):
+    with pytest.raises(TrainerError, match=r"rank 0 failed in load_checkpoint: FileNotFoundError"):
+        group.load_checkpoint(tmp_path / "missing")
+    release = threading.Event()
+    group._ranks._worker.stall = lambda: release.wait(30)  # a call that does not return
+    try:
+        with pytest.raises(TrainerError, match=r"stall timed out after 0s waiting for ranks \[0\]"):
+            group._call("stall", timeout=0.2)
+    finally:
+        release.set()
+    assert group.compute_logprobs(Batch(samples=BATCHES[0].samples[:1]))  # still usable
+
+
+def test_a_second_in_process_trainer_is_refused(group, model_path):
+    with pytest.raises(TrainerError, match="already holds a torch.distributed group"):
+        TrainerGroup(model_path, IN_PROCESS, LOSS_C)
+
+
+def test_settings_it_cannot_honour_are_refused_at_start():
+    with pytest.raises(ValueError, match=r"world_size > 1, weight_transport 'collective' need"):
+        TrainerConfig(placement="in_process", world_size=2, weight_transport="collective")
+    with pytest.raises(ValueError, match="would put 2 trainers"):
+        TrainConfig.model_validate({
+            "trainer": {"placement": "in_process"},
+            "algorithm": {"advantage_estimator": "gae"},
+        })  # fmt: skip
+    critic_on_ray = {"advantage_estimator": "gae"}
+    TrainConfig.model_validate({
+        "trainer": {"placement": "in_process"}, "algorithm": critic_on_ray,
+        "critic": {"trainer": {"placement": "ray"}},
+    })  # fmt: skip
