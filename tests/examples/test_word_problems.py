@@ -92,6 +92,7 @@ def test_config_validates_and_trains_the_last_layers_in_bf16():
 
     config = TrainConfig.from_yaml(Path("examples/word_problems/config.yaml"))
     assert config.trainer.trainable_layers == 6 and config.trainer.dtype == "prefer-bfloat16"
+    assert config.trainer.placement == "in_process"  # the laptop's lighter way: no Ray
     assert config.engine.options.dtype == "prefer-bfloat16"
 
 
@@ -126,3 +127,6 @@ def test_the_demo_recipe_trains_smollm2_for_two_updates(tmp_path, smollm2_folder
         # Both sides compute in bf16 with float32 logprobs: they differ by bf16 rounding only.
         assert m["train/mismatch_abs_logp"] < 0.05, m
     assert any(not m["train/skipped_no_signal"] for m in result.history)
+    import ray
+
+    assert not ray.is_initialized()  # the trainer ran in this process (placement: in_process)
