@@ -16,6 +16,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from agentrl_sdk.threads import UserCodeExecutor
 from agentrl_sdk.trainer.errors import TrainerError
 
 __all__ = ["InProcessRank"]
@@ -48,8 +49,9 @@ class InProcessRank:
                 "group (another in-process trainer, e.g. a critic, or your own); give the other "
                 "trainers placement: ray"
             )
-        # One thread: the rank's calls run in order, as an actor's do.
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentrl-trainer")
+        # One thread: the rank's calls run in order, as an actor's do. A daemon that exit never
+        # waits for: a call stuck past its timeout must not hold the job's process open.
+        self._pool = UserCodeExecutor(1, thread_name_prefix="agentrl-trainer")
         self._worker = worker_cls(0, 1, *args)
 
     def submit(

@@ -103,3 +103,22 @@ def test_settings_it_cannot_honour_are_refused_at_start():
         "trainer": {"placement": "in_process"}, "algorithm": critic_on_ray,
         "critic": {"trainer": {"placement": "ray"}},
     })  # fmt: skip
+
+
+def test_a_stuck_call_does_not_hold_the_process_open(model_path):
+    """The rank's thread is a daemon: a call stuck past its timeout ends with the process."""
+    import subprocess
+    import sys
+
+    script = (
+        "import threading, sys\n"
+        "from agentrl_sdk.trainer import TrainerGroup\n"
+        "from tests.trainer.test_in_process import IN_PROCESS, LOSS_C\n"
+        f"group = TrainerGroup({str(model_path)!r}, IN_PROCESS, LOSS_C)\n"
+        "group._ranks._worker.stall = threading.Event().wait\n"
+        "group._submit('stall')\n"
+        "print('stuck', flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env=os.environ | {"PYTHONPATH": os.getcwd()})  # fmt: skip
+    assert done.returncode == 0 and "stuck" in done.stdout, done.stderr[-2000:]
