@@ -23,7 +23,7 @@ import ctypes
 import os
 import sys
 
-__all__ = ["LARGE_BLOCK_BYTES", "ONEDNN_KERNELS", "keep_memory_lean"]
+__all__ = ["LARGE_BLOCK_BYTES", "ONEDNN_KERNELS", "keep_memory_lean", "return_free_memory"]
 
 LARGE_BLOCK_BYTES = 4 << 20
 """Blocks from this size up get mappings of their own (glibc's ``M_MMAP_THRESHOLD``)."""
@@ -33,6 +33,7 @@ ONEDNN_KERNELS = 64
 
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 _applied = False
+_libc: ctypes.CDLL | None = None
 
 
 def keep_memory_lean() -> None:
@@ -45,9 +46,31 @@ def keep_memory_lean() -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNELS))
     if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl or another C library: nothing to tune
-        return
-    mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK_BYTES)
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK_BYTES)
+
+
+def return_free_memory() -> None:
+    """Gives the system the free pages of every malloc arena (glibc's ``malloc_trim``).
+
+    A thread's small blocks come from an arena of its own, which keeps them once freed. A
+    trainer update run on a new thread (`InProcessRank`) may be handed another arena than the
+    last update's, and each would hold an update's worth of freed blocks (+0.6 GB in the demo).
+    """
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """glibc, when this process runs on it (None for musl, macOS, Windows)."""
+    global _libc
+    if _libc is None and sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt, libc.malloc_trim  # noqa: B018 - glibc's, not another C library's
+        except (OSError, AttributeError):
+            return None
+        _libc = libc
+    return _libc

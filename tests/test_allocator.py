@@ -49,3 +49,35 @@ def test_freed_large_tensors_leave_resident_memory():
     assert stays > 150 and kernels == "None"  # the heap keeps them: what the demo's driver showed
     stays, kernels = _stays_mb("lean")
     assert stays < 20 and kernels == str(ONEDNN_KERNELS)
+
+
+# A thread allocates 200 MiB of 64 KiB blocks from its malloc arena, with small long-lived ones
+# between them, frees the large ones and ends: what stays, and what stays after the trim?
+_THREAD_ARENA = """
+import threading
+from agentrl_sdk.allocator import keep_memory_lean, return_free_memory
+keep_memory_lean()
+def anon():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("RssAnon"))
+start, small = anon(), []
+def update():
+    large = []
+    for _ in range(3200):
+        large.append(b"x" * (64 << 10))
+        small.append(b"y" * 600)
+thread = threading.Thread(target=update)
+thread.start(); thread.join()
+kept = (anon() - start) // 1024
+return_free_memory()
+print(kept, (anon() - start) // 1024)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_return_free_memory_gives_back_what_an_ended_threads_arena_kept():
+    out = subprocess.run(
+        [sys.executable, "-c", _THREAD_ARENA], capture_output=True, text=True, timeout=60,
+        check=True, env=os.environ | {"PYTHONPATH": os.getcwd()},
+    )  # fmt: skip
+    kept, after_trim = map(int, out.stdout.split())
+    assert kept > 100 and after_trim < 20, (kept, after_trim)

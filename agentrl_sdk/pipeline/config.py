@@ -280,9 +280,7 @@ class TrainConfig(ConfigSection):
 
     @model_validator(mode="after")
     def _one_in_process_trainer(self) -> TrainConfig:
-        policies = 1 + sum(
-            spec.trained and not spec.adapter_of for spec in self.policies.values()
-        )
+        policies = self.trained_policy_groups
         in_process = policies * (self.trainer.placement == "in_process")
         if self.algorithm.estimator.needs_values:
             critic = self.critic.trainer_config(self.trainer)
@@ -294,6 +292,12 @@ class TrainConfig(ConfigSection):
                 "critic.trainer: {placement: ray} for the critic"
             )
         return self
+
+    @property
+    def trained_policy_groups(self) -> int:
+        """Trainer groups of the policies this job trains: the default policy's, and one per
+        other trained policy that is not an adapter (adapters train in the default's group)."""
+        return 1 + sum(spec.trained and not spec.adapter_of for spec in self.policies.values())
 
     @property
     def adapter_policies(self) -> list[str]:

@@ -20,6 +20,7 @@ from agentrl_sdk.pipeline.config import ModelConfig, TrainConfig
 from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer import TrainerConfig, TrainerGroup, WeightSync, init_ray
+from agentrl_sdk.trainer.ray_cluster import ray_if_started
 from agentrl_sdk.trainer.adapter_group import AdapterGroup
 
 DEFAULT_POLICY = "default"
@@ -136,11 +137,7 @@ def _local_cpu_trainers(config: TrainConfig) -> bool:
 def _trainer_workers(config: TrainConfig) -> int:
     """Trainer workers that train at once: a group per trained policy (adapters train in the
     default policy's group; a critic after its policy), ``world_size`` workers each."""
-    groups = 1 + sum(
-        spec.trained and name not in config.adapter_policies
-        for name, spec in config.policies.items()
-    )
-    return groups * config.trainer.world_size
+    return config.trained_policy_groups * config.trainer.world_size
 
 
 async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[str, Policy]:
@@ -232,7 +229,6 @@ async def stop_policies(policies: dict[str, Policy]) -> None:
 
 
 def _shutdown_ray() -> None:
-    import ray
-
-    if ray.is_initialized():
+    ray = ray_if_started()
+    if ray:
         ray.shutdown()

@@ -24,7 +24,8 @@ from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 from agentrl_sdk.trainer.packing import FlatSamples
 from agentrl_sdk.trainer.in_process import InProcessRank
-from agentrl_sdk.trainer.ray_cluster import RayRanks, check_resources, init_ray
+from agentrl_sdk.trainer.ranks import Ranks
+from agentrl_sdk.trainer.ray_cluster import RayRanks, check_resources, init_ray, ray_if_started
 from agentrl_sdk.trainer.replay import ReplayLog
 from agentrl_sdk.trainer.weight_export import WeightExports
 from agentrl_sdk.trainer.worker import PolicyWorker
@@ -107,7 +108,7 @@ class TrainerGroup:
         cfg = self.config
         args = (str(self.model_path), cfg, self.loss_config, self.adapters)
         if cfg.placement == "in_process":
-            self._ranks: RayRanks | InProcessRank | None = InProcessRank(self.worker_cls, args)
+            self._ranks: Ranks | None = InProcessRank(self.worker_cls, args)
         else:
             self._ranks = RayRanks(self.worker_cls, cfg, args)
         try:
@@ -370,9 +371,8 @@ class TrainerGroup:
 
 def _node_ip() -> str | None:
     """This node's IP in Ray's eyes (None without Ray)."""
-    import ray
-
-    return ray.util.get_node_ip_address() if ray.is_initialized() else None
+    ray = ray_if_started()
+    return ray.util.get_node_ip_address() if ray else None
 
 
 def _on(adapter: str | None, method: str, *args: Any) -> tuple[Any, ...]:

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from agentrl_sdk.allocator import return_free_memory
 from agentrl_sdk.threads import UserCodeExecutor
 from agentrl_sdk.trainer.errors import TrainerError
 
@@ -83,6 +84,7 @@ class InProcessRank:
             except BaseException as exc:  # noqa: BLE001 - raised again in the pool's thread
                 outcome.append((False, exc))
             self._threads = torch.get_num_threads()
+            return_free_memory()  # the next call's thread may get another malloc arena
 
         thread = threading.Thread(target=run, name="agentrl-trainer-call", daemon=True)
         thread.start()
@@ -106,14 +108,9 @@ class InProcessRank:
         try:
             return [handle.result(timeout=timeout)]
         except concurrent.futures.TimeoutError:
-            raise TrainerError(
-                f"trainer {method} timed out after {timeout:.0f}s waiting for ranks [0]; "
-                "raise TrainerConfig.call_timeout_s if the work is just slow"
-            ) from None
+            raise TrainerError.timed_out(method, timeout, [0]) from None
         except Exception as exc:
-            raise TrainerError(
-                f"trainer rank 0 failed in {method}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise TrainerError.rank_failed(0, method, exc) from exc
 
     def stop(self, graceful: bool = True) -> None:
         """Runs the rank's ``close`` (leaves the process group, deletes staged files) and ends

@@ -6,8 +6,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 from agentrl_sdk.threads import RAY_SUBMIT_LOCK
@@ -15,7 +17,8 @@ from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 
 __all__ = [
-    "RayRanks", "check_resources", "init_ray", "ray_node_id", "rendezvous_address", "wait_ranks",
+    "RayRanks", "check_resources", "init_ray", "ray_if_started", "ray_node_id",
+    "rendezvous_address", "wait_ranks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -122,13 +125,19 @@ class RayRanks:
             ray.kill(actor)
 
 
+def ray_if_started() -> ModuleType | None:
+    """Ray, when this process has started (or joined) it; None otherwise. A process that never
+    imported Ray (an in-process trainer's) does not import it here."""
+    ray = sys.modules.get("ray")
+    return ray if ray is not None and ray.is_initialized() else None
+
+
 def rendezvous_address() -> tuple[str, int]:
     """This node's IP and a free TCP port on it, for rank 0 to host the rendezvous."""
-    import ray
-
     # Outside Ray (a rank built by hand) the ranks share this machine; inside, every rank
     # must reach this node's address: no fallback that would hang a 2-node rendezvous.
-    ip = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+    ray = ray_if_started()
+    ip = ray.util.get_node_ip_address() if ray else "127.0.0.1"
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return ip, s.getsockname()[1]
@@ -136,9 +145,8 @@ def rendezvous_address() -> tuple[str, int]:
 
 def ray_node_id() -> str | None:
     """The Ray node this worker runs on (None outside Ray): where a multi-node job placed it."""
-    import ray
-
-    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    ray = ray_if_started()
+    return ray.get_runtime_context().get_node_id() if ray else None
 
 
 def wait_ranks(refs: list[Any], method: str, timeout: float) -> list[Any]:
@@ -156,20 +164,14 @@ def wait_ranks(refs: list[Any], method: str, timeout: float) -> list[Any]:
         ready, pending = ray.wait(pending, num_returns=1, timeout=left)
         if not ready:
             ranks = sorted(rank_of[r] for r in pending)
-            raise TrainerError(
-                f"trainer {method} timed out after {timeout:.0f}s waiting for ranks {ranks}; "
-                "raise TrainerConfig.call_timeout_s if the work is just slow"
-            )
+            raise TrainerError.timed_out(method, timeout, ranks)
         rank = rank_of[ready[0]]
         try:
             results[rank] = ray.get(ready[0], timeout=max(1.0, deadline - time.monotonic()))
         except RayTaskError as exc:
             cause = exc.cause if exc.cause is not None else exc
             also = _failed_ranks(pending, rank_of)
-            raise TrainerError(
-                f"trainer rank {rank} failed in {method}: {type(cause).__name__}: {cause}"
-                + (f" (ranks {also} failed too)" if also else "")
-            ) from cause
+            raise TrainerError.rank_failed(rank, method, cause, also) from cause
         except RayActorError as exc:
             raise RankDiedError(
                 f"trainer rank {rank} died during {method} "

@@ -105,20 +105,28 @@ def test_settings_it_cannot_honour_are_refused_at_start():
     })  # fmt: skip
 
 
-def test_a_stuck_call_does_not_hold_the_process_open(model_path):
-    """The rank's thread is a daemon: a call stuck past its timeout ends with the process."""
+def test_a_job_without_ray_never_loads_it_and_a_stuck_call_does_not_hold_it_open(model_path):
+    """In a process of its own: an in-process trainer's start, update and push never import
+    Ray (its modules cost the job's process memory); the rank's thread is a daemon, so a call
+    stuck past its timeout ends with the process."""
     import subprocess
     import sys
 
     script = (
-        "import threading, sys\n"
-        "from agentrl_sdk.trainer import TrainerGroup\n"
-        "from tests.trainer.test_in_process import IN_PROCESS, LOSS_C\n"
+        "import sys, threading\n"
+        "from agentrl_sdk.trainer import TrainerGroup, WeightSync\n"
+        "from agentrl_sdk.engines.torch_engine import TorchEngine\n"
+        "from tests.trainer.test_in_process import BATCHES, IN_PROCESS, LOSS_C\n"
         f"group = TrainerGroup({str(model_path)!r}, IN_PROCESS, LOSS_C)\n"
+        "group.update(BATCHES[0])\n"
+        f"engine = TorchEngine.from_pretrained({str(model_path)!r})\n"
+        "import asyncio; asyncio.run(WeightSync().push(group, [engine], 1))\n"
+        "print('ray loaded', 'ray' in sys.modules, flush=True)\n"
         "group._ranks._worker.stall = threading.Event().wait\n"
         "group._submit('stall')\n"
         "print('stuck', flush=True)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, env=os.environ | {"PYTHONPATH": os.getcwd()})  # fmt: skip
+                          timeout=180, env=os.environ | {"PYTHONPATH": os.getcwd()})  # fmt: skip
     assert done.returncode == 0 and "stuck" in done.stdout, done.stderr[-2000:]
+    assert "ray loaded False" in done.stdout
