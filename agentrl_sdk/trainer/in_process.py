@@ -3,7 +3,7 @@
 For a job on one machine with ``world_size`` 1 (a laptop), a Ray actor costs a process of its
 own: its runtime (torch, transformers: ~0.3 GB), Ray's own processes (~0.5 GB), and a copy of
 every batch and pushed tensor that crosses to it. Here the rank is an ordinary object whose
-calls run one at a time on a thread of their own, so each call can still be timed out, and a
+calls run one at a time, each on a thread of its own, so each call can still be timed out, and a
 failure is raised with the rank and call named, as from an actor. What it gives up: a crash
 of the trainer is the job's (no rebuild, ``max_restarts`` does not apply), and one process
 can host one such rank (it holds the process's torch.distributed group).
@@ -51,8 +51,9 @@ class InProcessRank:
                 "group (another in-process trainer, e.g. a critic, or your own); give the other "
                 "trainers placement: ray"
             )
-        # One thread: the rank's calls run in order, as an actor's do. A daemon that exit never
-        # waits for: a call stuck past its timeout must not hold the job's process open.
+        # One dispatcher thread: the rank's calls run in order, as an actor's do, each on a
+        # thread of its own (`_on_fresh_thread`). Daemons, which exit never waits for: a call
+        # stuck past its timeout must not hold the job's process open.
         self._pool = UserCodeExecutor(1, thread_name_prefix="agentrl-trainer")
         self._worker = worker_cls(0, 1, *args)
         self._threads = 0  # torch threads the last call left set (0: not yet set)
@@ -79,12 +80,13 @@ class InProcessRank:
         def run() -> None:
             if self._threads:
                 torch.set_num_threads(self._threads)
+            return_free_memory()  # what the rollouts freed, before an update allocates
             try:
                 outcome.append((True, call(*args)))
             except BaseException as exc:  # noqa: BLE001 - raised again in the pool's thread
                 outcome.append((False, exc))
             self._threads = torch.get_num_threads()
-            return_free_memory()  # the next call's thread may get another malloc arena
+            return_free_memory()  # the next call's thread may be given another malloc arena
 
         thread = threading.Thread(target=run, name="agentrl-trainer-call", daemon=True)
         thread.start()
