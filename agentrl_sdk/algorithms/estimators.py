@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple, Protocol
 
 import torch
 from pydantic import Field
@@ -48,6 +48,7 @@ class Sequences:
     mask: Tensor  # (M, T) nonzero at sampled tokens; 0 at observations and padding
     step_rewards: Tensor | None = None  # (M,) float64, reward earned by each call (per-call)
     anchor_ids: Sequence[Hashable] | None = None  # M anchor-state keys (GiGPO)
+    tree_paths: Sequence[tuple[int, ...]] | None = None  # N: (tree, child at each branch point)
     values: Tensor | None = None  # (M, T) a critic's values (estimators needing values)
 
     @classmethod
@@ -235,11 +236,52 @@ class GAEEstimator(ConfigSection):
         return Estimate(masked_whiten(adv, mask) if self.whiten else adv, metrics, ret)
 
 
+class TreeEstimator(ConfigSection, frozen=True):
+    """Tree-GRPO (Ji et al., arXiv:2509.21240) for rollouts forked from shared prefixes.
+
+    A group's rollouts are the leaves of trees; ``Sequences.tree_paths`` gives each leaf its
+    tree and the child it took at each branch point, ``(tree, c_1, c_2, ...)``. A leaf's
+    advantage is the ``baseline`` estimator's over every leaf of its group (inter-tree) plus
+    the same over the leaves of its tree (intra-tree); with ``levels: branch``, also over the
+    leaves under each deeper branch point it passed (the leaves sharing ``path[:d]``). A set of
+    one leaf, or of equal rewards, adds 0, so chain rollouts (no paths) get the plain group
+    advantage. It is put on every token of the leaf's sequences: a prefix several leaves share
+    is trained with the sum of theirs, which is where each step's own credit comes from (a
+    branch whose leaves beat their siblings' raises the step that chose it).
+    """
+
+    baseline: AdvantageEstimator = "grpo"
+    levels: Literal["tree", "branch"] = "tree"
+    needs_values: ClassVar[bool] = False
+    per_call: ClassVar[bool] = False
+
+    def __call__(self, seqs: Sequences) -> Estimate:
+        """Leaf advantages, broadcast over every token of the leaf's sequences."""
+        group = GroupEstimator(baseline=self.baseline)
+        rewards, group_ids = seqs.rewards[seqs.first], seqs.group_ids  # (N,), N
+        adv, metrics = group.rollout_advantages(rewards, group_ids)  # inter-tree
+        paths = seqs.tree_paths or [(i,) for i in range(len(group_ids))]
+        if len(paths) != len(group_ids):
+            raise ValueError(f"tree_paths has {len(paths)} entries for {len(group_ids)} rollouts")
+        depth = max(map(len, paths), default=1) - 1 if self.levels == "branch" else 1
+        intra = torch.zeros_like(adv)  # (N,)
+        for d in range(1, depth + 1):
+            # The leaves under the d-th branch point (d = 1: the tree); paths are unique, so a
+            # leaf that ended above that depth is alone.
+            keys = [(g, p[:d]) for g, p in zip(group_ids, paths, strict=True)]
+            intra += group.rollout_advantages(rewards, keys)[0]
+        adv = adv + intra
+        metrics = {**metrics, "tree_intra_adv_std": intra.std(correction=0).item()
+                   if intra.numel() else 0.0}  # fmt: skip
+        return Estimate(adv[seqs.rollout][:, None].expand(seqs.mask.shape), metrics)  # (M, T)
+
+
 ESTIMATORS: dict[str, Callable[..., Estimator]] = {
     "grpo": partial(GroupEstimator, baseline="grpo"),
     "drgrpo": partial(GroupEstimator, baseline="drgrpo"),
     "rloo": partial(GroupEstimator, baseline="rloo"),
     "step": StepEstimator,
+    "tree": TreeEstimator,
     "gae": GAEEstimator,
 }
 """Every advantage estimator by name; the one place names map to estimators."""

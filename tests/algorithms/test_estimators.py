@@ -34,7 +34,7 @@ def test_every_config_name_is_registered():
 
 def test_an_unknown_name_is_refused_with_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'; choose one of "
-                       r"\['drgrpo', 'gae', 'grpo', 'rloo', 'step'\]"):
+                       r"\['drgrpo', 'gae', 'grpo', 'rloo', 'step', 'tree'\]"):
         make_estimator("ppo")
 
 
