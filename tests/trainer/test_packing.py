@@ -166,8 +166,22 @@ def test_pack_shared_lays_the_common_prefix_once_then_each_sample():
     assert b.weights.tolist() == [1.0, 0.5]
 
 
-def test_pack_shared_keeps_each_samples_last_prompt_token():
-    same = _sample([5, 6, 7], [8], [1], [-0.5])
-    b = pack_shared(FlatSamples.from_samples([same, same]), [0, 1])
-    assert b.input_ids.tolist() == [[5, 6, 7, 8, 7, 8]]  # the prefix stops before 7
-    assert b.logit_index.tolist() == [[0], [2]]
+def test_pack_shared_lays_a_prefix_tree_with_shared_response_tokens():
+    flat = FlatSamples.from_samples([
+        _sample([5, 6], [7, 8, 9], [1, 0, 1], [-0.5, 0.0, -1.0]),
+        _sample([5, 6], [7, 8, 4, 3], [1, 0, 1, 1], [-0.5, 0.0, -2.0, -3.0]),
+        _sample([5, 6], [7, 8, 4, 3], [1, 0, 1, 1], [-0.5, 0.0, -2.0, -3.0]),
+        _sample([5, 2], [1], [1], [-0.1]),
+    ])  # fmt: skip
+    b = pack_shared(flat, [0, 1, 2, 3])
+    # [5, 6 | 7, 8] once (a reply and an observation), then [9]; [4, 3] after the shared 8;
+    # the third sample equals the second and adds nothing; [2 | 1] after the shared 5.
+    assert b.input_ids.tolist() == [[5, 6, 7, 8, 9, 4, 3, 2, 1]]
+    assert b.position_ids.tolist() == [[0, 1, 2, 3, 4, 4, 5, 1, 2]]
+    seen = b.attention_mask[0, 0].int().tolist()
+    assert seen[6] == [1, 1, 1, 1, 0, 1, 1, 0, 0]  # 3 sees its own sample's tokens only
+    assert seen[8] == [1, 0, 0, 0, 0, 0, 0, 1, 1]
+    # 7 is predicted by 6 (kept position 0) for the first three samples, 8 by 7; 9 and 4 by
+    # the shared 8, 3 by 4 (also the third sample's); 1 by 2 (kept position 6).
+    assert b.num_logits == 8
+    assert b.logit_index.tolist() == [[0, 1, 2, 0], [0, 1, 2, 4], [0, 1, 2, 4], [6, 0, 0, 0]]

@@ -111,3 +111,43 @@ def test_a_shared_prefix_packed_once_gives_the_padded_values_and_gradients():
     assert got[2] == pytest.approx(want[2], abs=1e-5)  # the loss
     for a, b in zip(got[3], want[3], strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_leaves_sharing_trained_tokens_give_the_padded_values_and_gradients():
+    """Leaves of a rollout tree share their trunk: the prompt, a trained reply and a tool's
+    output. Packed once, each leaf's advantage still weighs the trunk's tokens for it (a
+    clipped, non-linear loss per leaf), as when each leaf is laid out alone."""
+    g = torch.Generator().manual_seed(2)
+
+    def ids(n):
+        return torch.randint(1, 300, (n,), generator=g).tolist()
+
+    prompt, trunk = ids(6), ids(5)  # trunk: a reply of 3 trained tokens, then 2 of a tool's
+
+    def leaf(own: int, adv: float, prompt=prompt, trunk=trunk) -> Sample:
+        mask = [1, 1, 1, 0, 0] + [1] * own if trunk else [1] * own
+        return Sample(row_id="r", sample_index=0, prompt_ids=prompt,
+                      response_ids=trunk + ids(own), response_mask=mask,
+                      old_logprobs=[-1.0] * len(mask), token_advantages=[adv] * len(mask))  # fmt: skip
+
+    flat = FlatSamples.from_samples([
+        leaf(2, 1.0), leaf(3, -1.0), leaf(1, 0.5), leaf(4, 2.0, prompt=prompt[:4] + ids(3), trunk=[]),
+    ])  # fmt: skip
+    shared = pack_shared(flat, [0, 1, 2, 3])
+    assert shared.input_ids.shape == (1, (6 + 5 + 2) + 3 + 1 + (3 + 4))  # the trunk once
+
+    model = _model()
+    got, want = [], []
+    for batch, out in ((shared, got), (pack(flat, [0, 1, 2, 3]), want)):
+        logp, entropy = response_logprobs(model, batch, TEMPERATURE, with_entropy=True)
+        ratio = (logp - batch.old_logprobs).exp()
+        clipped = torch.minimum(ratio * batch.advantages,
+                                ratio.clamp(0.8, 1.2) * batch.advantages)  # fmt: skip
+        loss = ((clipped + 0.1 * entropy) * batch.response_mask).sum()
+        model.zero_grad()
+        loss.backward()
+        out += [logp.detach(), loss.item(), [p.grad.clone() for p in model.parameters()]]
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=0)
+    assert got[1] == pytest.approx(want[1], abs=1e-5)
+    for a, b in zip(got[2], want[2], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
