@@ -140,14 +140,16 @@ class TrainerConfig(ConfigSection, frozen=True):
     # Batching and the update.
     micro_batch_tokens: int = Field(
         8192, ge=1, description="Token budget of one forward/backward, padding included "
-        "(rows * longest row); gradients are accumulated over micro-batches. A sample longer "
-        "than the budget runs alone."
+        "(rows * longest row), or the tokens laid out with share_prefix; gradients are "
+        "accumulated over micro-batches. A sample longer than the budget runs alone."
     )
     share_prefix: bool = Field(
-        False, description="Run a micro-batch as one sequence: the prompt prefix its samples "
-        "share (system prompt, tool schema, question) once, then each sample's own tokens, "
-        "without padding. The same loss and gradients up to float rounding, for a fraction of "
-        "the compute when prompts are long and alike."
+        False, description="Run a micro-batch as one sequence laid out as a prefix tree: "
+        "what its samples share (system prompt, tool schema, a group's question, a rollout "
+        "tree's trunk of replies and tool outputs) once, then each sample's own tokens, "
+        "without padding; samples that share most are put in one micro-batch. The same loss "
+        "and gradients up to float rounding, for a fraction of the compute when samples are "
+        "long and alike."
     )
     temperature: float = Field(
         1.0, gt=0, description="Logits are divided by it before logprobs are computed. In a "

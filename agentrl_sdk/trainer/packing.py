@@ -20,7 +20,7 @@ __all__ = [
     "micro_batches",
     "mini_batches",
     "pack",
-    "pack_shared",
+    "per_token_fields",
     "shard_plan",
 ]
 
@@ -137,6 +137,11 @@ class FlatSamples:
         """Where sample ``i``'s response lives in the flat response arrays."""
         return slice(int(self.response_offsets[i]), int(self.response_offsets[i + 1]))
 
+    def tokens(self, i: int) -> np.ndarray:
+        """Sample ``i``'s prompt then response ids."""
+        prompt = self.prompt_ids[self.prompt_offsets[i] : self.prompt_offsets[i + 1]]
+        return np.concatenate([prompt, self.response_ids[self.response_slice(i)]])
+
     def with_old_logprobs(self, old_logprobs: np.ndarray) -> FlatSamples:
         """A copy whose old logprobs are ``old_logprobs`` (same layout as ``response_ids``)."""
         if old_logprobs.shape != self.old_logprobs.shape:
@@ -164,7 +169,7 @@ class PackedBatch:
     ``logit_index[i, j]`` of input row ``logit_rows[i]``.
 
     `pack` lays one sample per input row, right-padded (``attention_mask`` ``(B, L)``);
-    `pack_shared` lays them all in one row after their common prefix, with a
+    `pack_shared` (`prefix_tree`) lays them all in one row as a prefix tree, with a
     ``(1, 1, L, L)`` boolean ``attention_mask`` and ``position_ids``.
     """
 
@@ -245,91 +250,11 @@ def pack(
         logit_index=torch.from_numpy(logit_index),
         response_ids=torch.from_numpy(response_ids),
         weights=torch.from_numpy(flat.weights[idx].copy()),
-        **_per_token_fields(flat, idx, T),
+        **per_token_fields(flat, idx, T),
     )
 
 
-def pack_shared(
-    flat: FlatSamples, indices: Sequence[int], pad_id: int = 0
-) -> PackedBatch:
-    """Lays samples ``indices`` of ``flat`` in one input row as a prefix tree: each sample's
-    longest prefix that an earlier sample holds is laid out once, and only the rest is added;
-    every token attends to the tokens of its own sample before it, wherever they lie.
-
-    The n samples of a group (and every group of one agent) share a long system prompt and
-    tool schema, the samples of a group their question, and the leaves of a rollout tree
-    their trunk's replies and tool outputs: the model runs on each shared token once, and on
-    no padding. A response token laid out once is predicted there for every sample that holds
-    it, each with its own advantage, so the loss and gradients equal `pack`'s up to float
-    rounding.
-
-    Args and returns as `pack`; ``T`` is the longest response, the per-token fields are laid
-    out as in `pack`.
-    """
-    if len(indices) == 0:
-        raise ValueError("pack_shared needs at least one sample index")
-    idx = np.asarray(indices, dtype=np.int64)
-    prompts = [flat.prompt_ids[flat.prompt_offsets[i] : flat.prompt_offsets[i + 1]] for i in idx]
-    responses = [flat.response_ids[flat.response_slice(int(i))] for i in idx]
-    tokens = [np.concatenate([p, r]) for p, r in zip(prompts, responses, strict=True)]
-    # Where each sample's tokens lie in the row: its longest prefix an earlier sample holds
-    # (at that sample's places), then its own tokens, appended.
-    places: list[np.ndarray] = []
-    added: list[tuple[int, int]] = []  # (shared tokens, the row's length before the sample)
-    length = 0
-    for seq in tokens:
-        shared, source = 0, None
-        for j, earlier in enumerate(tokens[: len(places)]):
-            n = _common_prefix_length([seq, earlier], len(seq))
-            if n > shared:
-                shared, source = n, j
-        head = places[source][:shared] if source is not None else np.zeros(0, dtype=np.int64)
-        places.append(np.concatenate([head, np.arange(length, length + len(seq) - shared)]))
-        added.append((shared, length))
-        length += len(seq) - shared
-    input_ids = np.empty(length, dtype=np.int64)
-    position_ids = np.empty(length, dtype=np.int64)
-    allowed = np.zeros((length, length), dtype=bool)
-    for seq, at, (shared, start) in zip(tokens, places, added, strict=True):
-        input_ids[start : start + len(seq) - shared] = seq[shared:]
-        position_ids[start : start + len(seq) - shared] = np.arange(shared, len(seq))
-        # A token added for this sample sees this sample's tokens up to itself (causal).
-        allowed[np.ix_(at[shared:], at)] = np.tri(len(seq), dtype=bool)[shared:]
-    # Response token j is predicted at the sample's position len(prompt) - 1 + j.
-    predicted_at = [at[len(p) - 1 : len(p) - 1 + len(r)]
-                    for at, p, r in zip(places, prompts, responses, strict=True)]  # fmt: skip
-    first_logit = min((int(a.min()) for a in predicted_at if len(a)), default=length - 1)
-    B, T = len(idx), max(1, max(len(r) for r in responses))
-    logit_index = np.zeros((B, T), dtype=np.int64)
-    response_ids = np.full((B, T), pad_id, dtype=np.int64)
-    for row, (at, resp) in enumerate(zip(predicted_at, responses, strict=True)):
-        logit_index[row, : len(resp)] = at - first_logit
-        response_ids[row, : len(resp)] = resp
-    return PackedBatch(
-        input_ids=torch.from_numpy(input_ids)[None],
-        attention_mask=torch.from_numpy(allowed)[None, None],
-        num_logits=length - first_logit,
-        logit_index=torch.from_numpy(logit_index),
-        response_ids=torch.from_numpy(response_ids),
-        weights=torch.from_numpy(flat.weights[idx].copy()),
-        position_ids=torch.from_numpy(position_ids)[None],
-        logit_rows=torch.zeros(B, dtype=torch.long),
-        **_per_token_fields(flat, idx, T),
-    )
-
-
-def _common_prefix_length(seqs: Sequence[np.ndarray], at_most: int) -> int:
-    """Length of the longest prefix all ``seqs`` share, capped at ``at_most``."""
-    n = min(at_most, *(len(s) for s in seqs))
-    first = seqs[0][:n]
-    for s in seqs[1:]:
-        differs = np.flatnonzero(s[:n] != first)
-        n = int(differs[0]) if len(differs) else n
-        first = first[:n]
-    return max(n, 0)
-
-
-def _per_token_fields(flat: FlatSamples, idx: np.ndarray, T: int) -> dict[str, torch.Tensor]:
+def per_token_fields(flat: FlatSamples, idx: np.ndarray, T: int) -> dict[str, torch.Tensor]:
     """The float per-token fields of samples ``idx``, ``(B, T)`` each, 0 at padding; the
     optional ones only when ``flat`` has them."""
     fields = {}

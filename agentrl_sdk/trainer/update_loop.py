@@ -24,9 +24,9 @@ from agentrl_sdk.trainer.packing import (
     PackedBatch,
     mini_batches,
     pack,
-    pack_shared,
     shard_plan,
 )
+from agentrl_sdk.trainer.prefix_tree import pack_shared, prefix_plan
 
 if TYPE_CHECKING:
     from agentrl_sdk.trainer.sharded_model import ShardedModel
@@ -100,9 +100,7 @@ def per_token(
     """``forward``'s (B, T) output for every response token of ``flat``, each rank computing
     its share (`shard_plan`), laid out like ``flat.response_ids`` with 0.0 at mask-0 positions;
     identical on every rank (a collective)."""
-    plan = shard_plan(
-        flat.lengths, range(len(flat)), sharded.world_size, sharded.config.micro_batch_tokens
-    )
+    plan = _plan(sharded, flat, range(len(flat)))
     out = np.zeros(len(flat.response_ids), dtype=np.float32)
     for indices in plan[sharded.rank]:
         values = forward(_packed(sharded, flat, indices)).cpu().numpy()
@@ -125,7 +123,7 @@ def _optimizer_step(
     if not trained:
         return _zero_step(sharded, objective, skipped=len(mini))
     tokens = float(flat.trained_tokens[trained].sum())
-    mine = shard_plan(flat.lengths, trained, sharded.world_size, cfg.micro_batch_tokens)
+    mine = _plan(sharded, flat, trained)
     shares = objective.shares
     sums = dict.fromkeys((*shares.by_loss, *shares.by_token), 0.0)
     sharded.optimizer.zero_grad(set_to_none=True)
@@ -175,6 +173,15 @@ def _mass(flat: FlatSamples, indices: Sequence[int], agg: LossAgg) -> float:
     n = flat.trained_tokens[idx].astype(np.float64)
     w = flat.weights[idx].astype(np.float64)
     return float(sequence_mass(w, n, agg).sum())
+
+
+def _plan(sharded: ShardedModel, flat: FlatSamples, indices: Sequence[int]) -> list[list[list[int]]]:
+    """Who trains which of ``indices``: micro-batches per rank, laid out as prefix trees
+    (`prefix_plan`) with ``share_prefix``, padded rows otherwise (`shard_plan`)."""
+    cfg = sharded.config
+    if cfg.share_prefix:
+        return prefix_plan(flat, indices, sharded.world_size, cfg.micro_batch_tokens)
+    return shard_plan(flat.lengths, indices, sharded.world_size, cfg.micro_batch_tokens)
 
 
 def _packed(sharded: ShardedModel, flat: FlatSamples, indices: Sequence[int]) -> PackedBatch:

@@ -13,7 +13,6 @@ from agentrl_sdk.trainer.packing import (
     micro_batches,
     mini_batches,
     pack,
-    pack_shared,
     shard_plan,
 )
 from agentrl_sdk.types import Sample
@@ -144,44 +143,3 @@ def test_token_weights_are_packed_like_old_logprobs(flat):
         r = span.stop - span.start
         assert packed.token_weights[row, :r].tolist() == weights[span].tolist()
         assert packed.token_weights[row, r:].eq(0).all()
-
-
-def test_pack_shared_lays_the_common_prefix_once_then_each_sample():
-    flat = FlatSamples.from_samples([
-        _sample([5, 6, 7], [8, 9], [1, 0], [-0.5, 0.0], adv=1.0),
-        _sample([5, 6, 2, 3], [4], [1], [-1.0], adv=-0.5, weight=0.5),
-    ])  # fmt: skip
-    b = pack_shared(flat, [0, 1], pad_id=0)
-    # Prefix [5, 6] once; then [7 | 8, 9] and [2, 3 | 4]: no padding.
-    assert b.input_ids.tolist() == [[5, 6, 7, 8, 9, 2, 3, 4]]
-    assert b.position_ids.tolist() == [[0, 1, 2, 3, 4, 2, 3, 4]]
-    seen = b.attention_mask[0, 0].int().tolist()
-    assert seen[4] == [1, 1, 1, 1, 1, 0, 0, 0]  # 9 sees the prefix and its own sample
-    assert seen[7] == [1, 1, 0, 0, 0, 1, 1, 1]  # 4 sees the prefix and its own sample only
-    assert b.num_logits == 6 and b.logit_rows.tolist() == [0, 0]
-    # 8 is predicted by 7 (kept position 0), 9 by 8; 4 by 3 (kept position 4).
-    assert b.logit_index.tolist() == [[0, 1], [4, 0]]
-    assert b.response_ids.tolist() == [[8, 9], [4, 0]]
-    assert b.advantages.tolist() == [[1.0, 1.0], [-0.5, 0.0]]
-    assert b.weights.tolist() == [1.0, 0.5]
-
-
-def test_pack_shared_lays_a_prefix_tree_with_shared_response_tokens():
-    flat = FlatSamples.from_samples([
-        _sample([5, 6], [7, 8, 9], [1, 0, 1], [-0.5, 0.0, -1.0]),
-        _sample([5, 6], [7, 8, 4, 3], [1, 0, 1, 1], [-0.5, 0.0, -2.0, -3.0]),
-        _sample([5, 6], [7, 8, 4, 3], [1, 0, 1, 1], [-0.5, 0.0, -2.0, -3.0]),
-        _sample([5, 2], [1], [1], [-0.1]),
-    ])  # fmt: skip
-    b = pack_shared(flat, [0, 1, 2, 3])
-    # [5, 6 | 7, 8] once (a reply and an observation), then [9]; [4, 3] after the shared 8;
-    # the third sample equals the second and adds nothing; [2 | 1] after the shared 5.
-    assert b.input_ids.tolist() == [[5, 6, 7, 8, 9, 4, 3, 2, 1]]
-    assert b.position_ids.tolist() == [[0, 1, 2, 3, 4, 4, 5, 1, 2]]
-    seen = b.attention_mask[0, 0].int().tolist()
-    assert seen[6] == [1, 1, 1, 1, 0, 1, 1, 0, 0]  # 3 sees its own sample's tokens only
-    assert seen[8] == [1, 0, 0, 0, 0, 0, 0, 1, 1]
-    # 7 is predicted by 6 (kept position 0) for the first three samples, 8 by 7; 9 and 4 by
-    # the shared 8, 3 by 4 (also the third sample's); 1 by 2 (kept position 6).
-    assert b.num_logits == 8
-    assert b.logit_index.tolist() == [[0, 1, 2, 0], [0, 1, 2, 4], [0, 1, 2, 4], [6, 0, 0, 0]]

@@ -8,7 +8,8 @@ import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from agentrl_sdk.algorithms import entropy_from_logits
-from agentrl_sdk.trainer.packing import FlatSamples, pack, pack_shared
+from agentrl_sdk.trainer.packing import FlatSamples, pack
+from agentrl_sdk.trainer.prefix_tree import pack_shared
 from agentrl_sdk.trainer.token_logprobs import response_logprobs
 from agentrl_sdk.types import Sample
 
