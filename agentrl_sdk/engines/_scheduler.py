@@ -46,11 +46,13 @@ class Request(SequenceState):
 
 @dataclass(eq=False)
 class Control:
-    """Pause (``pause=True``) or resume decoding; the future settles once the loop obeyed."""
+    """Pause (``pause=True``) or resume (``False``) decoding, or leave it (``None``), and
+    maybe drop the prefix cache; the future settles once the loop obeyed."""
 
-    pause: bool
+    pause: bool | None
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[None]
+    drop_prefixes: bool = False
 
 
 @dataclass(eq=False)
@@ -183,7 +185,9 @@ class Scheduler:
             elif isinstance(item, AdapterUpdate):
                 self._apply_adapter(item)
             elif isinstance(item, Control):
-                self.paused = item.pause
+                self.paused = self.paused if item.pause is None else item.pause
+                if item.drop_prefixes and self.prefixes is not None:
+                    self.prefixes.clear(everything=True)
                 deliver(item.loop, item.future, result=None)
             elif item.sampling.adapter is not None and item.sampling.adapter not in self.adapters:
                 error = EngineError(

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines.weights import WeightIntake, WeightPush
+
+__all__ = ["CachesPrefixes", "Engine", "drop_prefix_caches"]
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -78,3 +85,30 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the engine (threads, processes); later requests fail with `EngineError`."""
         ...
+
+
+@runtime_checkable
+class CachesPrefixes(Protocol):
+    """An engine that keeps the keys and values of finished requests in memory of its own, for
+    later prompts that start the same way (`TorchEngine`'s ``prefix_cache_mb``; the pool and
+    the Ray actor forward to theirs). Optional: engines without it are left alone."""
+
+    async def drop_prefix_cache(self) -> None:
+        """Forget every cached prefix now (loading weights does so too)."""
+        ...
+
+
+async def drop_prefix_caches(engines: Iterable[object]) -> None:
+    """Empty the prefix caches of those ``engines`` that keep one in memory.
+
+    The loop calls it when no request will run on the served weights again before the next
+    push (on-policy, before an update): the cache is dead then, and its memory would only
+    add to the update's. A cache that cannot be dropped is logged, never fatal: it is only
+    memory, and the push clears it anyway.
+    """
+    caching = [e for e in engines if isinstance(e, CachesPrefixes)]
+    results = await asyncio.gather(*(e.drop_prefix_cache() for e in caching),
+                                   return_exceptions=True)  # fmt: skip
+    for engine, result in zip(caching, results, strict=True):
+        if isinstance(result, BaseException):
+            logger.warning("%s kept its prefix cache: %r", type(engine).__name__, result)

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from agentrl_sdk.engines.base import Engine
+from agentrl_sdk.engines.base import Engine, drop_prefix_caches
 from agentrl_sdk.engines.lora_weights import AdapterWeights
 from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
@@ -322,6 +322,10 @@ class EnginePool:
                     self._drained.discard(index)
         finally:
             await self._each([i for i in live if i not in self._drained], "resume")
+
+    async def drop_prefix_cache(self) -> None:
+        """Empty the prefix caches of the healthy replicas that keep one."""
+        await drop_prefix_caches(self.replicas[i] for i in self.healthy)
 
     async def pause(self) -> None:
         """Pause every healthy replica."""

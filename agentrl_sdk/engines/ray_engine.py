@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from agentrl_sdk.engines.base import drop_prefix_caches
 from agentrl_sdk.engines.weights import StateDict, WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import RAY_SUBMIT_LOCK
@@ -49,6 +50,9 @@ class _EngineActor:
             push = StateDict(await asyncio.to_thread(push.state_dict), partial=push.partial)
         await self.engine.load_weights(push, version)
         return self.engine.policy_version
+
+    async def drop_prefix_cache(self) -> None:
+        await drop_prefix_caches([self.engine])
 
     async def pause(self) -> None:
         await self.engine.pause()
@@ -166,6 +170,10 @@ class RayEngine:
         descriptions (the actor maps, fetches or receives the tensors itself)."""
         await self._call("load_weights", push, version)
         self._version = version
+
+    async def drop_prefix_cache(self) -> None:
+        """Empty the prefix cache of the engine in the actor, if it keeps one."""
+        await self._call("drop_prefix_cache")
 
     async def pause(self) -> None:
         """Pause the engine in the actor."""

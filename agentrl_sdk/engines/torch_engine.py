@@ -324,9 +324,13 @@ class TorchEngine:
         """Continue the requests held by `pause` (on the newest weights)."""
         await self._control(pause=False)
 
-    async def _control(self, *, pause: bool) -> None:
+    async def drop_prefix_cache(self) -> None:
+        """Forget the prefix cache's keys and values (`CachesPrefixes`), between two steps."""
+        await self._control(pause=None, drop_prefixes=True)
+
+    async def _control(self, *, pause: bool | None, drop_prefixes: bool = False) -> None:
         loop = asyncio.get_running_loop()
-        control = Control(pause, loop, loop.create_future())
+        control = Control(pause, loop, loop.create_future(), drop_prefixes)
         self._submit(control)
         await control.future
 

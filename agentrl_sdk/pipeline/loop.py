@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
+from agentrl_sdk.engines.base import drop_prefix_caches
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.pipeline.checkpoints import PIPELINE_STATE, finish, maybe_resume, save_checkpoint
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
@@ -153,6 +154,9 @@ class _Trainer:
         with held(p.gate for p in self.job.policies.values() if prefetch):
             if prefetch:  # the next rows start, behind the closed gate
                 await self.rollouter.served(step + 1)
+            if schedule.idle_until_push(step):  # the cached keys would add to the update's peak
+                await self._each_engine("drop their prefix caches",
+                                        [drop_prefix_caches(p.engine for p in job.trained)])
             metrics |= await update_policies(job, step, samples)
             if schedule.pushes_after(step):
                 metrics |= await self._push(step + 1, serve=more)

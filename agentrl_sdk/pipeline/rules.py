@@ -100,6 +100,11 @@ class Schedule:
         """Whether the trainer pushes its weights after update ``step`` (0-based)."""
         return (step + 1) % self.sync_every == 0
 
+    def idle_until_push(self, step: int) -> bool:
+        """Whether no token is sampled on the served weights from update ``step`` until the
+        push after it: on-policy, the next rows wait for the new weights."""
+        return self.max_staleness == 0 and self.pushes_after(step)
+
 
 def rows_to_admit(schedule: Schedule, live_groups: int, in_flight: int, served_step: int) -> int:
     """How many rows may start now (0: none).

@@ -158,3 +158,32 @@ async def test_max_prefill_tokens_bounds_every_prefill_and_changes_no_token(mode
 def test_max_prefill_tokens_is_refused_below_one(model):
     with pytest.raises(ValueError, match="max_prefill_tokens must be >= 1"):
         TorchEngine(model, max_prefill_tokens=0)
+
+
+async def test_dropping_the_cache_frees_it_keeps_a_pause_and_changes_no_token(model, caplog):
+    from agentrl_sdk.engines import EnginePool
+    from agentrl_sdk.engines.base import drop_prefix_caches
+
+    engine = TorchEngine(model, prefix_cache_mb=64)
+    pool = EnginePool([TorchEngine(model, prefix_cache_mb=64), TorchEngine(model)])
+    closed = TorchEngine(model, prefix_cache_mb=64)
+    closed.close()
+    prompt = _ids(40, 4)
+    try:
+        first = await engine.generate(prompt, GREEDY, "a")
+        await pool.generate(prompt, GREEDY, "a", session_id="s")
+        cached = [e._scheduler.prefixes for e in (engine, pool.replicas[0])]
+        assert all(c.nbytes > 0 for c in cached)
+        await engine.pause()
+        await drop_prefix_caches([engine, pool, closed, object()])  # the last: no cache kept
+        assert [(len(c), c.nbytes) for c in cached] == [(0, 0), (0, 0)]
+        assert "TorchEngine kept its prefix cache" in caplog.text  # the closed one: logged only
+        waiting = asyncio.ensure_future(engine.generate(prompt, GREEDY, "b"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # still paused
+        await engine.resume()
+        again = await asyncio.wait_for(waiting, 30)
+        assert (again.token_ids, again.logprobs) == (first.token_ids, first.logprobs)
+    finally:
+        engine.close()
+        pool.close()

@@ -103,14 +103,27 @@ def _varied_reward(state, row, trajectory) -> float:
 
 
 @pytest.mark.slow
-def test_the_demo_recipe_trains_smollm2_for_two_updates(tmp_path, smollm2_folder):
+def test_the_demo_recipe_trains_smollm2_for_two_updates(tmp_path, smollm2_folder, monkeypatch):
     """The shipped config (engine, bf16, last layers, shared-prefix packing, checkpointing) on
-    the real model: two updates whose trainer logprobs match the engine's to bf16 rounding."""
+    the real model: two updates whose trainer logprobs match the engine's to bf16 rounding,
+    each run with the engine's prefix cache emptied (filled by the rollouts before it)."""
     from pathlib import Path
 
     import agentrl_sdk as sdk
     from agentrl_sdk.entrypoints import resolve_entrypoints
-    from agentrl_sdk.pipeline import TrainConfig
+    from agentrl_sdk.pipeline import TrainConfig, loop
+
+    cached: list[tuple[str, int]] = []  # (when, bytes the engine's prefix cache held)
+
+    def spy(when, wrapped):
+        async def call(job, *args):
+            engine = job.trained[0].engine
+            cached.append((when, engine._scheduler.prefixes.nbytes))
+            return await wrapped(job, *args)
+        return call
+
+    monkeypatch.setattr(loop, "batch_samples", spy("rollouts done", loop.batch_samples))
+    monkeypatch.setattr(loop, "update_policies", spy("update", loop.update_policies))
 
     config = TrainConfig.from_yaml(Path("examples/word_problems/config.yaml"))
     config.model.path, config.model.builder = str(smollm2_folder), None
@@ -127,6 +140,8 @@ def test_the_demo_recipe_trains_smollm2_for_two_updates(tmp_path, smollm2_folder
         # Both sides compute in bf16 with float32 logprobs: they differ by bf16 rounding only.
         assert m["train/mismatch_abs_logp"] < 0.05, m
     assert any(not m["train/skipped_no_signal"] for m in result.history)
+    assert [when for when, _ in cached] == ["rollouts done", "update"] * 2
+    assert all(size > 0 for _, size in cached[::2]) and all(size == 0 for _, size in cached[1::2])
     import ray
 
     assert not ray.is_initialized()  # the trainer ran in this process (placement: in_process)

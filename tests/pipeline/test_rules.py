@@ -109,3 +109,12 @@ async def test_an_engine_that_never_pauses_fails_the_push_with_a_reason_not_a_ha
     with pytest.raises(EngineError, match="did not pause within trainer.weight_sync_timeout_s"):
         await trainer._each_engine("pause", [asyncio.sleep(3600)])
     await trainer._each_engine("resume", [asyncio.sleep(0)])  # an answering engine: no error
+
+
+def test_engines_idle_until_the_push_only_on_policy_and_before_a_push():
+    sync = Schedule.of(_config())
+    assert all(sync.idle_until_push(step) for step in range(3))
+    every_2nd = Schedule(batch_size=1, n=1, concurrency=1, sync_every=2)
+    assert [every_2nd.idle_until_push(step) for step in range(4)] == [False, True, False, True]
+    overlapped = Schedule.of(_config(pipeline="fully_async", fully_async={"max_staleness": 1}))
+    assert not overlapped.idle_until_push(0)  # rollouts go on sampling on the served weights
