@@ -57,6 +57,28 @@ class NodeRule(ConfigSection, frozen=True):
     )
 
 
+class TreeConfig(ConfigSection):
+    """Tree rollouts: a group's rollouts fork from the graph's own saved state at branch
+    points instead of all running from the start (`agentrl_sdk.rollout.tree`)."""
+
+    enabled: bool = Field(
+        False, description="Roll a group out as trees: rollout.n / branches**depth roots run "
+        "from the start; each stops after a branch node and `branches` continuations resume "
+        "from the checkpoint the graph saved there, `depth` times along a path, so a group "
+        "still has rollout.n leaves. The continuations share their trunk's tokens (generated "
+        "once, trained once with trainer.share_prefix)."
+    )
+    branches: int = Field(2, ge=2, description="Continuations forked at each branch point.")
+    depth: int = Field(1, ge=1, description="Branch points along a root-to-leaf path.")
+    branch_after: list[str] | None = Field(
+        None, description="Top-level graph nodes after which a path may branch. None: the "
+        "graph's tool nodes (LangGraph's ToolNode, sdk.ToolNode): a tool's result is new "
+        "information, where continuations differ most (ARPO, Tree-GRPO branch there too). A "
+        "path that ends before its branch point is a leaf; its tree's missing leaves come "
+        "from another root."
+    )
+
+
 class RolloutConfig(ConfigSection):
     """How rollouts of a graph are collected."""
 
@@ -91,11 +113,19 @@ class RolloutConfig(ConfigSection):
         "(a hung tool or agent cannot hold its rollout forever). None: no limit."
     )
 
+    tree: TreeConfig = Field(default_factory=TreeConfig)
+
     @model_validator(mode="after")
     def _budget_fits(self) -> RolloutConfig:
         if self.sampling.max_tokens >= self.chat.max_context_tokens:
             raise ValueError(
                 f"sampling.max_tokens ({self.sampling.max_tokens}) must be smaller than "
                 f"chat.max_context_tokens ({self.chat.max_context_tokens})"
+            )
+        leaves = self.tree.branches**self.tree.depth
+        if self.tree.enabled and self.n % leaves:
+            raise ValueError(
+                f"rollout.n ({self.n}) must be a multiple of tree.branches**tree.depth "
+                f"({self.tree.branches}**{self.tree.depth} = {leaves}): a tree's leaves"
             )
         return self

@@ -177,6 +177,11 @@ class LLMCall(BaseModel):
         """Whether the call has a segment to read its prompt from."""
         return self._segment is not None
 
+    @property
+    def segment(self) -> Segment | None:
+        """The segment the call reads its prompt from (`attach`), if any."""
+        return self._segment
+
 
 class Segment(BaseModel):
     """One token sequence to train on: a prompt, then generated (mask 1) and observation (mask 0) tokens.
@@ -205,6 +210,45 @@ class Segment(BaseModel):
     def length(self) -> int:
         """Prompt plus response tokens."""
         return len(self.prompt_ids) + len(self.response_ids)
+
+    _base: tuple[Segment, int] | None = PrivateAttr(None)
+
+    def branch(self) -> Segment:
+        """A segment that goes on from this one as it is now and holds only what is appended
+        to it (a tree rollout's continuation): the prompt list is this one's own object, the
+        response so far is read from this one, which must not grow again. `whole` gives
+        the full segment."""
+        child = Segment.model_construct(
+            node=self.node, policy=self.policy, trained=self.trained,
+            started_because=self.started_because, prompt_ids=self.prompt_ids,
+            response_ids=[], response_mask=[], response_logprobs=[], response_versions=[],
+            num_calls=0,
+        )  # fmt: skip
+        before = self._base[1] if self._base is not None else 0  # a branch of a branch
+        child._base = (self, before + len(self.response_ids))
+        return child
+
+    def whole(self) -> Segment:
+        """This segment with the tokens of the segment it branched from in front (a new
+        segment sharing the prompt list); itself when it is no branch."""
+        if self._base is None:
+            return self
+        base, length = self._base
+        full = base.whole()
+        return Segment.model_construct(
+            node=self.node, policy=self.policy, trained=self.trained,
+            started_because=self.started_because, prompt_ids=self.prompt_ids,
+            response_ids=full.response_ids[:length] + self.response_ids,
+            response_mask=full.response_mask[:length] + self.response_mask,
+            response_logprobs=full.response_logprobs[:length] + self.response_logprobs,
+            response_versions=full.response_versions[:length] + self.response_versions,
+            num_calls=full.num_calls + self.num_calls,
+        )  # fmt: skip
+
+    @property
+    def base(self) -> Segment | None:
+        """The segment this one branched from (`branch`), or None."""
+        return None if self._base is None else self._base[0]
 
     def token_slice(self, start: int, stop: int) -> list[int]:
         """``(prompt_ids + response_ids)[start:stop]`` for ``0 <= start``, without the concatenation."""
@@ -313,6 +357,10 @@ class Trajectory(BaseModel):
         default_factory=list, description="Timed nodes, LLM/engine calls and tools, for traces."
     )
     final_state: Any = Field(None, exclude=True, description="The graph's output state.")
+    tree_path: list[int] | None = Field(
+        None, description="A tree rollout's leaf: its tree, then the continuation it took at "
+        "each branch point (rollout.tree); None for a rollout run from the start alone."
+    )
 
     @model_validator(mode="after")
     def _attach_calls(self) -> Trajectory:

@@ -4,7 +4,7 @@ step-level credit)."""
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -86,6 +86,10 @@ class AlgorithmConfig(PolicyLossConfig):
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
     step_level: StepLevelConfig = Field(default_factory=StepLevelConfig)
     gae: GAEEstimator = Field(default_factory=GAEEstimator)
+    tree_levels: Literal["tree", "branch"] = Field(
+        "tree", description="advantage_estimator tree: baseline a leaf within its tree (tree), "
+        "or also within the leaves under each deeper branch point it passed (branch)."
+    )
 
     @model_validator(mode="after")
     def _step_baseline(self) -> AlgorithmConfig:
@@ -103,7 +107,8 @@ class AlgorithmConfig(PolicyLossConfig):
         if step.enabled:
             return make_estimator("step", baseline=self.advantage_estimator, gamma=step.gamma,
                                   omega=step.anchor_weight)  # fmt: skip
-        return make_estimator(self.advantage_estimator, **self.gae.model_dump())
+        return make_estimator(self.advantage_estimator, **self.gae.model_dump(),
+                              levels=self.tree_levels)  # fmt: skip
 
     @property
     def loss(self) -> PolicyLossConfig:

@@ -18,8 +18,10 @@ class PolicyLossConfig(ConfigSection):
 
     advantage_estimator: EstimatorName = Field(
         "grpo", description="Advantage estimator: grpo, drgrpo (no std division) or rloo over "
-        "each (row, policy) group's rewards; or gae: PPO with a value model (the `critic:` "
-        "section), per-token advantages over the sampled tokens (algorithm.gae)."
+        "each (row, policy) group's rewards; tree (Tree-GRPO, for rollout.tree): a leaf's grpo "
+        "advantage in its group plus in its tree (algorithm.tree_levels: branch adds each "
+        "deeper branch point's); or gae: PPO with a value model (the `critic:` section), "
+        "per-token advantages over the sampled tokens (algorithm.gae)."
     )
     clip_low: float = Field(
         0.2, ge=0.0, lt=1.0, description="Ratio lower clip: ratio is clipped at 1 - clip_low."

@@ -9,6 +9,8 @@ template would rewrite it, the ledger starts a new segment and records why.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +65,32 @@ class TokenLedger:
         self.calls: list[LLMCall] = []
         self._conversations: list[_Conversation] = []
         self._turns: Counter[str] = Counter()
+        self._own: set[int] = set()  # segments this ledger may append to (not a parent's)
+
+    def fork(self) -> TokenLedger:
+        """A ledger that goes on from this one's calls (a tree rollout's continuation).
+
+        It holds this one's segments and calls themselves, not copies of their ids; the first
+        call that extends one of them turns it into a branch of it (`Segment.branch`) that
+        records only the new tokens. This ledger must record nothing more.
+        """
+        child = TokenLedger(self.template)
+        child.segments, child.calls = list(self.segments), list(self.calls)
+        child._conversations = [
+            dataclasses.replace(c, messages=list(c.messages), check=copy.copy(c.check))
+            for c in self._conversations
+        ]
+        child._turns = Counter(self._turns)
+        return child
+
+    def settled(self) -> tuple[list[Segment], list[LLMCall]]:
+        """The segments whole (`Segment.whole`: a branch with its trunk's tokens in front) and
+        the calls, each attached to its whole segment: what a `Trajectory` holds."""
+        segments = [s.whole() for s in self.segments]
+        for call in self.calls:
+            if call.segment is not None and call.segment.base is not None:
+                call.attach(segments[call.segment_index])
+        return segments, self.calls
 
     def plan(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, node: NodeTag
@@ -78,7 +106,7 @@ class TokenLedger:
             conv = self._conversations[index]
             delta = self._delta(conv, messages, tools, key)
             if delta is not None:
-                segment = self.segments[index]
+                segment = self.segments[index].whole()
                 closing = self.template.closing_text(segment.response_ids)
                 observation = self.template.encode(closing + delta)
                 conv.busy = True
@@ -115,8 +143,12 @@ class TokenLedger:
             self.segments.append(segment)
             self._conversations.append(_Conversation(plan.node, [], plan.tools_key))
             index = len(self.segments) - 1
+            self._own.add(index)
         else:
             index = plan.segment_index
+            if index not in self._own:  # a forked parent's: go on in a branch of it
+                self.segments[index] = self.segments[index].branch()
+                self._own.add(index)
             segment = self.segments[index]
         # Observations and a forced reply opening were not sampled: mask 0.
         _append(segment, plan.observation_ids + plan.forced_ids, mask=0, logprobs=None,

@@ -24,6 +24,7 @@ from agentrl_sdk.types import (
     GenerateResult,
     LLMCall,
     RewardComponent,
+    RolloutEvent,
     SamplingParams,
     Trajectory,
     TrajectoryStatus,
@@ -113,6 +114,27 @@ class RolloutRecorder:
         """Reward components emitted during the rollout (and posted to the gateway)."""
         self._clipped: dict[str, str] = {}
         self._request_numbers = itertools.count()
+        self._trunk_events: list[RolloutEvent] = []
+
+    def fork(self, rollout_id: str, *, carry_counters: bool) -> RolloutRecorder:
+        """A recorder that goes on from this one's calls as rollout ``rollout_id`` (a tree
+        rollout's continuation): its ledger forks (`TokenLedger.fork`), the reward components
+        and traced events so far are its too. Counters start from this one's when
+        ``carry_counters`` (one continuation carries the trunk's, so a tree's add up to the
+        work done), else from zero. This recorder must record nothing more."""
+        child = RolloutRecorder(
+            self.engines, self.template, chat=self.chat, sampling=self.sampling,
+            rollout_id=rollout_id, default_trainable=self.default_trainable,
+            node_rules=self.node_rules, events=EventLog() if self.events is not None else None,
+        )  # fmt: skip
+        child.ledger = self.ledger.fork()
+        child.components = list(self.components)
+        child._clipped = self._clipped
+        if carry_counters:
+            child.metrics = Counter(self.metrics)
+        if self.events is not None:
+            child._trunk_events = self._trunk_events + self.events.finish()
+        return child
 
     def engine_for(self, policy: str) -> Engine:
         """The engine that serves ``policy``."""
@@ -226,15 +248,16 @@ class RolloutRecorder:
     ) -> Trajectory:
         """The rollout as the pipeline trains on it: the ledger's segments and calls, the
         rewards and counters, and the events (closed now) when it was traced."""
+        segments, calls = self.ledger.settled()
         return Trajectory(
             row_id=row_id,
             sample_index=sample_index,
-            segments=self.ledger.segments,
-            calls=self.ledger.calls,
+            segments=segments,
+            calls=calls,
             status=status,
             error=error,
             components=list(self.components),
             metrics={k: float(v) for k, v in self.metrics.items()},
-            events=self.events.finish() if self.events is not None else [],
+            events=self._trunk_events + self.events.finish() if self.events is not None else [],
             final_state=final_state,
         )

@@ -14,7 +14,7 @@ from agentrl_sdk.algorithms.config import (
     OverlongConfig,
     StepLevelConfig,
 )
-from agentrl_sdk.config import ConfigSection, RolloutConfig
+from agentrl_sdk.config import ConfigSection, RolloutConfig, TreeConfig
 from agentrl_sdk.engines.config import EngineConfig
 from agentrl_sdk.rollout.rewards import OnRewardError
 from agentrl_sdk.tracing.config import TrackingConfig
@@ -157,11 +157,12 @@ class EvalConfig(ConfigSection):
         return self
 
     def rollout(self, rollout: RolloutConfig) -> RolloutConfig:
-        """The training rollout settings with this evaluation's samples and sampling."""
+        """The training rollout settings with this evaluation's samples and sampling; its
+        samples run from the start each (no trees: independent samples measure the policy)."""
         sampling = self.sampling or rollout.sampling.model_copy(
             update={"temperature": 0.0, "seed": None}
         )
-        return rollout.model_copy(update={"n": self.n, "sampling": sampling})
+        return rollout.model_copy(update={"n": self.n, "sampling": sampling, "tree": TreeConfig()})
 
     def due(self, updates: int) -> bool:
         """Whether the weights after ``updates`` policy updates are evaluated in training."""

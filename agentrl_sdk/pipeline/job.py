@@ -34,6 +34,7 @@ from agentrl_sdk.rollout import default_input, row_id_of
 from agentrl_sdk.rollout.credit import credit_policies, flat_groups
 from agentrl_sdk.rollout.overlong import add_overlong_penalties, truncated
 from agentrl_sdk.rollout.rewards import RewardFn, check_reward_fn, score
+from agentrl_sdk.rollout.tree import check_forkable
 from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.tracing import TrainingRun, rollout_credit
@@ -65,6 +66,7 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         check_reward_fn(self.reward_fn)
+        check_forkable(self.graph, self.config.rollout.tree)
 
 
 @dataclass

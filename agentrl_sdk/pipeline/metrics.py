@@ -10,10 +10,18 @@ from collections.abc import Sequence
 from agentrl_sdk.types import Trajectory
 
 
+def _generated_tokens(traj: Trajectory) -> float:
+    """Tokens the engine sampled for ``traj`` alone: a tree leaf's segments repeat its trunk,
+    whose tokens its recorder counted at one leaf of the tree only."""
+    if traj.tree_path is not None:
+        return traj.metrics.get("generated_tokens", 0.0)
+    return sum(sum(s.response_mask) for s in traj.segments)
+
+
 def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float) -> dict[str, float]:
     """Reward mean/std (and per component name), status counts, token counts and throughput."""
     scored = [t.reward for t in trajectories if t.reward is not None]
-    generated = sum(sum(s.response_mask) for t in trajectories for s in t.segments)
+    generated = sum(map(_generated_tokens, trajectories))
     out: dict[str, float] = {
         "rollouts": float(len(trajectories)),
         "reward/mean": statistics.fmean(scored) if scored else 0.0,

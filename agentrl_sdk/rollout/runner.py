@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentrl_sdk.chat.context import current_recorder
@@ -130,6 +131,13 @@ async def arollout_batch(
                 graph, row, index, engine, template, config, input_fn, record_events
             )
 
+    if config.tree.enabled:  # rollouts forked at the graph's checkpoints: see `tree`
+        from agentrl_sdk.rollout.tree import TreeRollouts  # it builds on this module
+
+        trees = TreeRollouts(graph, engine, template, config, input_fn, record_events, gate)
+        with relaxed_gc():
+            groups = await asyncio.gather(*(trees.group(row, samples) for row in rows))
+        return [leaf for group in groups for leaf in group]
     jobs = [one(row, i) for row in rows for i in range(samples)]
     with relaxed_gc():  # many rollouts in flight: see `collector_gc`
         if gateway is None:
@@ -190,26 +198,53 @@ async def _run_one(
     error: str | None = None
     state: Any = None
     tools = ToolSession(tools_kwargs_of(row))
-    token = current_recorder.set(recorder)
-    tools_token = current_tool_session.set(tools)
     try:
-        run_config: dict[str, Any] = {
-            "recursion_limit": config.recursion_limit,
-            # A checkpointer keys state by thread: one fresh thread per rollout.
-            "configurable": {**config.configurable, "thread_id": f"{recorder.rollout_id}:"
-                             f"{uuid.uuid4().hex[:12]}"},
-        }
-        if events is not None:
-            run_config["callbacks"] = [events]
-        run = select_graph(graph, row).ainvoke(input_fn(row), config=run_config)
-        state = await asyncio.wait_for(run, timeout=config.timeout_s)
+        with recording(recorder, tools):
+            run = select_graph(graph, row).ainvoke(
+                input_fn(row), config=graph_run_config(config, recorder)
+            )
+            state = await asyncio.wait_for(run, timeout=config.timeout_s)
     except Exception as exc:  # noqa: BLE001 - a user graph may raise anything; it is recorded
         status, error = failure_status(exc, config.timeout_s)
     finally:
+        finished = await finish(recorder, tools, row_id, sample_index, status, error, state)
+    return finished
+
+
+@contextlib.contextmanager
+def recording(recorder: RolloutRecorder, tools: ToolSession) -> Iterator[None]:
+    """Route the LLM calls and lifecycle tools of the graph run inside to ``recorder`` and
+    ``tools`` (context variables: each asyncio task sees its own)."""
+    token = current_recorder.set(recorder)
+    tools_token = current_tool_session.set(tools)
+    try:
+        yield
+    finally:
         current_tool_session.reset(tools_token)
         current_recorder.reset(token)
-        # Lifecycle tools are scored and released whatever happened to the rollout.
-        recorder.components += [RewardComponent(name=name, value=value)
-                                for name, value in (await tools.close()).items()]
-        recorder.metrics.update(tools.metrics)
+
+
+def graph_run_config(config: RolloutConfig, recorder: RolloutRecorder) -> dict[str, Any]:
+    """The LangGraph config of one rollout's graph run: the step limit, the user's
+    ``configurable`` with a fresh thread, the recorder's event log as callback."""
+    run_config: dict[str, Any] = {
+        "recursion_limit": config.recursion_limit,
+        # A checkpointer keys state by thread: one fresh thread per rollout.
+        "configurable": {**config.configurable, "thread_id": f"{recorder.rollout_id}:"
+                         f"{uuid.uuid4().hex[:12]}"},
+    }  # fmt: skip
+    if recorder.events is not None:
+        run_config["callbacks"] = [recorder.events]
+    return run_config
+
+
+async def finish(
+    recorder: RolloutRecorder, tools: ToolSession, row_id: str, sample_index: int,
+    status: TrajectoryStatus, error: str | None, state: Any,
+) -> Trajectory:
+    """The trajectory of a finished rollout; its lifecycle tools are scored and released
+    whatever happened to it."""
+    recorder.components += [RewardComponent(name=name, value=value)
+                            for name, value in (await tools.close()).items()]  # fmt: skip
+    recorder.metrics.update(tools.metrics)
     return recorder.trajectory(row_id, sample_index, status, error, final_state=state)

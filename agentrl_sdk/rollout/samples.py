@@ -53,6 +53,7 @@ def build_samples(
         drop_flat_groups=drop_flat_groups,
     )  # fmt: skip
     samples, extra = call_samples(credits) if estimator.per_call else _segment_samples(credits)
+    extra |= tree_paths(credits, samples)
     if not samples:
         return [], {"samples": 0.0, **counts}
     metrics: dict[str, float] = {}
@@ -73,6 +74,17 @@ def with_advantages(
     return [s.model_copy(update={name: x[i, : len(s.response_ids)].tolist()
                                  for name, x in rows.items()})
             for i, s in enumerate(samples)]  # fmt: skip
+
+
+def tree_paths(credits: Sequence[PolicyCredit], samples: Sequence[Sample]) -> dict[str, object]:
+    """``Sequences.tree_paths`` of ``samples`` (their rollouts in order of appearance, as
+    `Sequences.of` counts them) when any rollout is a tree's leaf, else nothing. A rollout
+    run from the start alone is a tree of one leaf."""
+    paths = {(c.traj.row_id, c.traj.sample_index, c.policy): c.traj.tree_path for c in credits}
+    if not any(paths.values()):
+        return {}
+    rollouts = dict.fromkeys((s.row_id, s.sample_index, s.policy) for s in samples)
+    return {"tree_paths": [tuple(paths[k] or (k[1],)) for k in rollouts]}
 
 
 def _segment_samples(credits: Sequence[PolicyCredit]) -> tuple[list[Sample], dict[str, object]]:

@@ -7,9 +7,21 @@ from typing import Any
 
 from langchain_core.tools import BaseTool, ToolException
 
+from agentrl_sdk.errors import AgentRLError
 from agentrl_sdk.tools.session import ToolSession, current_tool_session
 
-__all__ = ["RLTool"]
+__all__ = ["RLTool", "ToolNotForkable"]
+
+
+class ToolNotForkable(AgentRLError):
+    """A tree rollout would branch through an `RLTool` whose state cannot be copied."""
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(
+            f"RLTool {tool!r} does not implement fork(instance), so a tree rollout cannot "
+            "branch after it holds state: override RLTool.fork to copy the instance, or turn "
+            "rollout.tree off (or branch only at rollout.tree.branch_after nodes before it)"
+        )
 
 
 class RLTool(BaseTool):
@@ -48,6 +60,22 @@ class RLTool(BaseTool):
 
     async def release(self, instance: Any, **kwargs: Any) -> None:
         """Free what ``create`` acquired; called exactly once per instance."""
+
+    async def fork(self, instance: Any) -> Any:
+        """A copy of ``instance`` that a tree rollout's branch goes on with (``rollout.tree``):
+        what the branch does to it must not reach the original or the other branches. Each
+        copy is scored and released like an instance ``create`` made.
+
+        The default refuses (`ToolNotForkable`): only the tool knows whether its state (a
+        sandbox, a game, a remote session) can be copied. Override it to return the copy,
+        e.g. ``copy.deepcopy(instance)`` for plain data.
+        """
+        raise ToolNotForkable(self.name)
+
+    @classmethod
+    def forkable(cls) -> bool:
+        """Whether the class overrides `fork`."""
+        return cls.fork is not RLTool.fork
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(

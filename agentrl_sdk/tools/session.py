@@ -65,13 +65,25 @@ class ToolSession:
                 self.metrics["tools_created"] += 1
         return self._instances[tool.name][1]
 
-    async def close(self) -> dict[str, float]:
-        """Score and release every instance; returns the ``tool/<name>`` reward components."""
+    async def fork(self) -> ToolSession:
+        """A session for a continuation of this rollout (a tree rollout's branch), counters at
+        zero: each instance is forked by its tool (`RLTool.fork`; the default refuses with
+        `ToolNotForkable`). This session is then only released (`close` with ``score=False``)."""
+        child = ToolSession(self.tools_kwargs)
+        for name, (tool, state) in self._instances.items():
+            child._instances[name] = (tool, await tool.fork(state))
+        return child
+
+    async def close(self, *, score: bool = True) -> dict[str, float]:
+        """Score (unless not ``score``: a tree's inner path, which its leaves score) and
+        release every instance; returns the ``tool/<name>`` reward components."""
         if self._closed:
             return self.rewards
         self._closed = True
         for name, (tool, state) in self._instances.items():
             try:
+                if not score:
+                    continue
                 value = await tool.calc_reward(state, **self.kwargs(name, "calc_reward"))
                 if value is not None:
                     if not isinstance(value, int | float) or not math.isfinite(value):

@@ -19,6 +19,7 @@ from agentrl_sdk.tracing.traces import (
     TraceSampling,
     build_trace_payload,
     select_rollouts,
+    tree_credit,
     write_traces,
 )
 from agentrl_sdk.tracing.write_buffer import WriteBuffer
@@ -222,10 +223,12 @@ class TrainingRun:
             phase: ``train`` or ``eval`` (held-out rollouts), the ``phase`` tag.
         """
         credit = credit or {}
+        trees = tree_credit(trajectories)
         traces = [
             build_trace_payload(t, experiment_id=self.experiment_id, step=step,
                                 run_id=self.run_id, credit=credit.get((t.row_id, t.sample_index)),
-                                tokenizer=tokenizer, phase=phase)
+                                tokenizer=tokenizer, phase=phase,
+                                tree=trees.get((t.row_id, t.sample_index)))
             for t in select_rollouts(trajectories, sampling, k)
         ]
         if background:

@@ -77,6 +77,31 @@ def rollout_credit(
     return {key: RolloutCredit(advantage[key], share) for key, share in loss_shares(mass).items()}
 
 
+def tree_credit(trajectories: Iterable[Trajectory]) -> dict[tuple[str, int], list[dict]]:
+    """Per tree-rollout leaf (``(row_id, sample_index)``), the nodes of its path from its tree
+    down to itself: each node's leaves and their mean reward, and its credit, that mean minus
+    its parent's (the group's, for a tree): what the choice made there earned, step by step."""
+    by_row: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        if t.tree_path and t.reward is not None:
+            by_row.setdefault(t.row_id, []).append(t)
+    out: dict[tuple[str, int], list[dict]] = {}
+    for leaves in by_row.values():
+        def mean_under(prefix: list[int]) -> tuple[int, float]:
+            under = [t.reward for t in leaves if t.tree_path[: len(prefix)] == prefix]
+            return len(under), sum(under) / len(under)
+
+        for leaf in leaves:
+            nodes, above = [], mean_under([])[1]
+            for depth in range(1, len(leaf.tree_path) + 1):
+                count, mean = mean_under(leaf.tree_path[:depth])
+                nodes.append({"node": ".".join(map(str, leaf.tree_path[:depth])),
+                              "leaves": count, "mean_reward": mean, "credit": mean - above})
+                above = mean
+            out[(leaf.row_id, leaf.sample_index)] = nodes
+    return out
+
+
 def trace_tags(
     traj: Trajectory, step: int, run_id: str | None, phase: str = "train"
 ) -> dict[str, str]:
@@ -94,6 +119,9 @@ def trace_tags(
     }
     if traj.reward is not None:
         tags["reward"] = f"{traj.reward:g}"
+    if traj.tree_path:
+        tags["tree_path"] = ".".join(map(str, traj.tree_path))
+        tags["mlflow.traceName"] += f" (tree {tags['tree_path']})"
     if run_id:
         tags["run_id"] = run_id
     return tags
@@ -143,8 +171,10 @@ def build_trace_payload(
     credit: RolloutCredit | None = None,
     tokenizer: Any = None,
     phase: str = "train",
+    tree: list[dict] | None = None,
 ) -> TracePayload:
-    """`build_trace` as data: the info and the spans as dicts (arguments as there)."""
+    """`build_trace` as data: the info and the spans as dicts (arguments as there, and a tree
+    leaf's `tree_credit`)."""
     from mlflow.entities import TraceInfo, TraceLocation, TraceState
 
     builder = _SpanBuilder(random.getrandbits(128))
@@ -154,9 +184,13 @@ def build_trace_payload(
         (min(times), max(times)) if times else _now_pair()
     )
     root_attrs = _root_attributes(traj, step, credit, tokenizer)
+    if tree is not None:
+        root_attrs[ATTR + "tree"] = tree
     inputs = {"row_id": traj.row_id, "sample_index": traj.sample_index, "step": step}
     outputs = {k: root_attrs[ATTR + k] for k in ("status", "reward", "rewards", "advantage",
                                                  "loss_share", "error")}
+    if tree is not None:
+        outputs["tree"] = tree
     root = builder.add(None, f"rollout {traj.row_id}#{traj.sample_index}", "AGENT", start, end,
                        inputs, outputs, root_attrs, traj.error if traj.status != "ok" else None)
     ids = {graph.id: root} if graph else {}

@@ -1,0 +1,246 @@
+"""Tree rollouts (``rollout.tree``): continuations resume from the checkpoint the graph saved
+after a tool node, token-exact against running the prefix again; forked ledgers share the
+trunk by identity; a group keeps n leaves; RLTools fork through their hook or are refused;
+leaves train with Tree-GRPO advantages."""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from pydantic import BaseModel
+
+import agentrl_sdk as sdk
+from agentrl_sdk.algorithms.config import AlgorithmConfig
+from agentrl_sdk.chat import ChatTemplate
+from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.ledger import TokenLedger
+from agentrl_sdk.config import TreeConfig
+from agentrl_sdk.pipeline.config import EvalConfig
+from agentrl_sdk.rollout.samples import build_samples
+from agentrl_sdk.rollout.tree import check_forkable
+from agentrl_sdk.tracing.traces import build_trace_payload, trace_tags, tree_credit
+from agentrl_sdk.types import GenerateResult, RewardComponent, Trajectory
+from examples.calculator.agent import build_graph
+from tests.rollout.conftest import CALC_ROWS
+
+GREEDY = sdk.SamplingParams(temperature=0.0, max_tokens=48)
+
+
+def _tree(n: int, branches: int = 2, depth: int = 1, **tree: Any) -> sdk.RolloutConfig:
+    return sdk.RolloutConfig(n=n, sampling=GREEDY, tree=TreeConfig(
+        enabled=True, branches=branches, depth=depth, **tree))
+
+
+async def test_forks_resume_token_exact_against_running_the_prefix_again(calc_engine,
+                                                                           qwen_tokenizer):
+    row = CALC_ROWS[1]
+    (chain,) = await sdk.arollout(build_graph(), row, calc_engine, tokenizer=qwen_tokenizer,
+                                  config=sdk.RolloutConfig(sampling=GREEDY))
+    assert chain.status == "ok" and len(chain.calls) == 3  # call, tool, call, tool, answer
+    leaves = await sdk.arollout(build_graph(), row, calc_engine, tokenizer=qwen_tokenizer,
+                                config=_tree(8, depth=2))
+    assert [leaf.tree_path for leaf in leaves] == [
+        [t, a, b] for t in (0, 1) for a in (0, 1) for b in (0, 1)]
+    assert [leaf.sample_index for leaf in leaves] == list(range(8))
+    for leaf in leaves:
+        assert leaf.status == "ok", leaf.error
+        (seg,), (want,) = leaf.segments, chain.segments
+        # Greedy: every leaf is the chain, token for token, mask for mask.
+        assert (seg.prompt_ids, seg.response_ids, seg.response_mask) == (
+            want.prompt_ids, want.response_ids, want.response_mask)
+        assert [c.prompt_ids for c in leaf.calls] == [c.prompt_ids for c in chain.calls]
+        assert seg.response_logprobs == pytest.approx(want.response_logprobs, abs=1e-4)
+        assert [m.content for m in leaf.final_state["messages"]] == [
+            m.content for m in chain.final_state["messages"]]
+    # The trunk was generated once per tree: 2 trees x 1 call, 4 paths x 1, 8 leaves x 1.
+    assert sum(leaf.metrics["llm_calls"] for leaf in leaves) == 2 + 4 + 8
+    assert sum(leaf.metrics["generated_tokens"] for leaf in leaves) == sum(
+        len(c.response_ids) * k for c, k in zip(chain.calls, (2, 4, 8), strict=True))
+    # Leaves of a tree hold the trunk's calls and prompt list themselves, not copies.
+    first, second = leaves[0], leaves[3]
+    assert first.calls[0] is second.calls[0] and first.calls[1] is not second.calls[1]
+    assert first.segments[0].prompt_ids is second.segments[0].prompt_ids
+    assert leaves[4].calls[0] is not first.calls[0]  # another tree
+
+
+async def test_forked_ledgers_share_segments_and_record_only_their_own_tokens(qwen_tokenizer):
+    ledger = TokenLedger(ChatTemplate(qwen_tokenizer))
+    node = NodeTag("solver")
+    done = [{"role": "user", "content": "other task"}]
+    talk = [{"role": "user", "content": "2+3?"}]
+
+    def reply(text):
+        ids = qwen_tokenizer.encode(text)
+        return GenerateResult(token_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="stop",
+                              policy_version=0)
+
+    def call(ledger, messages, text):
+        plan = ledger.plan(messages, None, node)
+        ledger.commit(plan, reply(text), {"role": "assistant", "content": text}, "r")
+        return [*messages, {"role": "assistant", "content": text}]
+
+    call(ledger, done, "done")
+    talk = call(ledger, talk, "let me add")  # segment 1, going on after the fork
+    parent = [list(s.response_ids) for s in ledger.segments]
+    left, right = ledger.fork(), ledger.fork()
+    call(left, [*talk, {"role": "user", "content": "tool says 5"}], "5")
+    call(right, [*talk, {"role": "user", "content": "tool says 6"}], "6")
+    for child, answer in ((left, "5"), (right, "6")):
+        assert child.segments[0] is ledger.segments[0]  # untouched: the parent's own object
+        branch = child.segments[1]
+        assert branch.base is ledger.segments[1]
+        assert branch.prompt_ids is ledger.segments[1].prompt_ids
+        assert qwen_tokenizer.decode(branch.response_ids).endswith(answer)  # only its tokens
+        assert len(branch.response_ids) < len(ledger.segments[1].response_ids) + 20
+        whole, calls = child.settled()
+        assert whole[1].response_ids[: len(parent[1])] == parent[1]
+        assert whole[1].response_ids[len(parent[1]):] == branch.response_ids
+        assert calls[-1].prompt_ids == whole[1].token_slice(0, calls[-1].prompt_length)
+    assert [list(s.response_ids) for s in ledger.segments] == parent  # the parent unchanged
+
+
+class State(TypedDict):
+    messages: Annotated[list, add_messages]
+
+
+RELEASED: list[int] = []  # the count each released instance had
+
+
+class _NoArgs(BaseModel):
+    pass
+
+
+class Counter(sdk.RLTool):
+    """Counts its calls per rollout; its reward is the count (forkable: plain data)."""
+
+    name: str = "count"
+    description: str = "Count."
+    args_schema: type[BaseModel] = _NoArgs
+
+    async def create(self, **kwargs):
+        return {"count": 0}
+
+    async def execute(self, instance, **arguments):
+        instance["count"] += 1
+        return str(instance["count"])
+
+    async def calc_reward(self, instance, **kwargs):
+        return float(instance["count"])
+
+    async def release(self, instance, **kwargs):
+        RELEASED.append(instance["count"])
+
+    async def fork(self, instance):
+        return copy.deepcopy(instance)
+
+
+class NoFork(Counter):
+    name: str = "nofork"
+
+    fork = sdk.RLTool.fork
+
+
+def _scripted_graph(tool):
+    """No LLM: the agent calls ``tool`` while the thread's budget lasts; root 0's first path
+    ends at once (no tool call), so its tree makes one leaf and another root the rest."""
+
+    def agent(state: State, config) -> dict:
+        calls = sum(isinstance(m, AIMessage) for m in state["messages"])
+        ends = config["configurable"]["thread_id"].startswith("r:t0") or calls >= 2
+        tool_calls = [] if ends else [{"name": tool.name, "args": {}, "id": f"c{calls}"}]
+        return {"messages": [AIMessage(content=f"turn {calls}", tool_calls=tool_calls)]}
+
+    graph = StateGraph(State)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", sdk.ToolNode([tool]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", sdk.tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
+async def test_a_group_keeps_n_leaves_and_each_branch_forks_its_tools(qwen_tokenizer, scripted):
+    RELEASED.clear()
+    row = {"id": "r", "messages": [HumanMessage("count")]}
+    leaves = await sdk.arollout(_scripted_graph(Counter()), row, scripted(qwen_tokenizer, []),
+                                tokenizer=qwen_tokenizer, config=_tree(8, depth=2))
+    # Tree 0 ended before its branch point: one leaf; trees 1 and 2 (its stand-in) make 4 and
+    # 3 (2 under its first continuation, and its second, not branched again).
+    assert [leaf.tree_path for leaf in leaves] == [
+        [0], [1, 0, 0], [1, 0, 1], [1, 1, 0], [1, 1, 1], [2, 0, 0], [2, 0, 1], [2, 1]]
+    assert all(leaf.status == "ok" for leaf in leaves)
+    # Each leaf's tool instance is its own copy: two calls on every branched path.
+    assert [leaf.rewards.get("tool/count") for leaf in leaves] == [None] + [2.0] * 7
+    # Released once each: the roots' at their fork (1 call), the inner paths' (2), the leaves'.
+    assert sorted(RELEASED) == [1, 1] + [2] * 3 + [2] * 7
+    assert sum(leaf.metrics.get("tools_created", 0) for leaf in leaves) == 2  # two roots used it
+
+
+async def test_tools_without_a_fork_and_graphs_without_branch_points_are_refused_at_start():
+    with pytest.raises(ValueError, match="'nofork' does not implement fork"):
+        check_forkable(_scripted_graph(NoFork()), TreeConfig(enabled=True))
+    check_forkable(_scripted_graph(NoFork()), TreeConfig())  # trees off: nothing to check
+    with pytest.raises(ValueError, match="does not have"):
+        check_forkable(build_graph(), TreeConfig(enabled=True, branch_after=["search"]))
+    plain = StateGraph(State)
+    plain.add_node("agent", lambda s: {"messages": []})
+    plain.add_edge(START, "agent")
+    plain.add_edge("agent", END)
+    with pytest.raises(ValueError, match="no tool node"):
+        check_forkable(plain.compile(), TreeConfig(enabled=True))
+    with pytest.raises(ValueError, match="multiple of tree.branches"):
+        sdk.RolloutConfig(n=6, tree={"enabled": True, "branches": 2, "depth": 2})
+    # Held-out evaluations sample from the start: independent samples measure the policy.
+    assert not EvalConfig().rollout(_tree(8)).tree.enabled
+
+
+REWARDS = {(0, 0): 1.0, (0, 1): 1.0, (1, 0): 1.0, (1, 1): 0.0}
+
+
+def _leaves() -> list[Trajectory]:
+    return [
+        Trajectory(row_id="r", sample_index=i, tree_path=list(path), segments=[sdk.Segment(
+            node="solver", prompt_ids=[1, 2], response_ids=[3, 4], response_mask=[1, 1],
+            response_logprobs=[0.0, 0.0], response_versions=[0, 0])],
+            components=[RewardComponent(name="outcome", value=r)], reward=r)
+        for i, (path, r) in enumerate(REWARDS.items())
+    ]  # fmt: skip
+
+
+def test_leaves_train_with_tree_grpo_advantages():
+    rewards, trajectories = REWARDS, _leaves()
+    estimator = AlgorithmConfig(advantage_estimator="tree").estimator
+    samples, _ = build_samples(trajectories, estimator=estimator)
+
+    def grpo(values):
+        mean, std = statistics.fmean(values), statistics.stdev(values)
+        return [(v - mean) / (std + 1e-6) for v in values]
+
+    group = grpo(list(rewards.values()))
+    within = grpo([1.0, 1.0]) + grpo([1.0, 0.0])
+    want = [g + w for g, w in zip(group, within, strict=True)]
+    got = [s.token_advantages[0] for s in samples]
+    assert got == pytest.approx(want, abs=1e-5)
+    assert got[2] > got[0] > 0 > got[3]  # the leaf that beat its sibling gains more
+
+
+def test_a_leafs_trace_shows_its_path_and_what_each_node_on_it_earned():
+    leaves = _leaves()
+    credit = tree_credit(leaves)
+    # Leaf 1.0: tree 1 averages 0.5 against the group's 0.75; the leaf's 1.0 beats its tree.
+    assert credit[("r", 2)] == [
+        {"node": "1", "leaves": 2, "mean_reward": 0.5, "credit": -0.25},
+        {"node": "1.0", "leaves": 1, "mean_reward": 1.0, "credit": 0.5}]
+    info, spans = build_trace_payload(leaves[2], experiment_id="0", step=3,
+                                      tree=credit[("r", 2)])  # fmt: skip
+    assert info.tags["tree_path"] == "1.0" and info.tags["mlflow.traceName"].endswith("(tree 1.0)")
+    assert json.loads(spans[0]["attributes"]["agentrl.tree"]) == credit[("r", 2)]
+    chain = leaves[0].model_copy(update={"tree_path": None})
+    assert tree_credit([chain]) == {} and "tree_path" not in trace_tags(chain, 3, None)
