@@ -1,0 +1,33 @@
+"""Tree rollouts through a whole `sdk.train` run (the demo agent, in-process engine): each
+group trains on its n leaves with Tree-GRPO advantages, the trunk counted once in the
+generated tokens, every leaf's trace tagged with its path and the credit of its nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl_sdk.tracing import search_rollout_traces
+from tests.pipeline._demo import demo_config, train_demo
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_tree_run_trains_on_every_leaf_and_traces_the_tree(trained, tmp_path):
+    config = demo_config(2, batch_size=2, n=4)
+    config.rollout.tree.enabled = True  # 2 roots x 2 continuations after the tool node
+    config.algorithm.advantage_estimator = "tree"
+    config.tracking.enabled, config.tracking.traces = True, "all"
+    config.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = train_demo(config, reward=lambda state, row, traj: float(traj.sample_index % 2))
+
+    assert result.steps == 2
+    for samples in trained.values():
+        by_row: dict[str, set[int]] = {}
+        for s in samples:
+            by_row.setdefault(s.row_id, set()).add(s.sample_index)
+        assert all(leaves == {0, 1, 2, 3} for leaves in by_row.values())
+    for step, m in enumerate(result.history):  # a trunk's tokens generated once, trained twice
+        in_leaves = sum(sum(s.response_mask) for s in trained[step])
+        assert 0 < m["tokens/generated"] < in_leaves
+    found = search_rollout_traces(config.tracking.uri, run_id=result.run_id, step=0, limit=100)
+    assert len(found) == 8 and any("." in t.tags["tree_path"] for t in found)
