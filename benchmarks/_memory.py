@@ -10,6 +10,7 @@ upper figure a user's task manager adds up, not the smaller proportional one (PS
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -53,6 +54,7 @@ class TreeMemory:
         self.peak_sum = 0
         self.peaks: dict[str, int] = defaultdict(int)
         self.at_peak: dict[str, int] = {}
+        self.peak_time = 0.0  # when the summed peak was sampled (epoch seconds)
         self._root = psutil.Process()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="tree-memory")
@@ -77,7 +79,7 @@ class TreeMemory:
             self.peaks[name] = max(self.peaks[name], rss)
         total = sum(by_role.values())
         if total > self.peak_sum:
-            self.peak_sum, self.at_peak = total, dict(by_role)
+            self.peak_sum, self.at_peak, self.peak_time = total, dict(by_role), time.time()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -89,4 +91,5 @@ class TreeMemory:
             "peak_rss_gb": round(self.peak_sum / GB, 2),
             "peak_rss_gb_by_role": {k: round(v / GB, 2) for k, v in sorted(self.peaks.items())},
             "rss_gb_at_peak": {k: round(v / GB, 2) for k, v in sorted(self.at_peak.items())},
+            "peak_at": time.strftime("%H:%M:%S", time.localtime(self.peak_time)),
         }
