@@ -201,11 +201,16 @@ class TreeRollouts:
         per_child = self.tree.branches ** (self.tree.depth - depth - 1)
         shares = [min(per_child, leaves - c * per_child)
                   for c in range(math.ceil(leaves / per_child))]  # fmt: skip
+        children: list[_Path] = []
         try:
-            children = [await path.fork(c) for c in range(len(shares))]
-        except ToolNotForkable as exc:  # an RLTool whose class forks but whose fork refused
-            path.recorder.metrics["tree_unforkable"] += 1
-            return [await self._leaf(row_id, path, _Ending("graph_error", str(exc), None, None))]
+            for c in range(len(shares)):
+                children.append(await path.fork(c))
+        except Exception as exc:  # noqa: BLE001 - a user's RLTool.fork refused, failed or hung
+            for child in children:
+                await child.tools.close(score=False)
+            path.recorder.metrics["tree_fork_failed"] += 1
+            error = str(exc) if isinstance(exc, ToolNotForkable) else f"fork failed: {exc!r}"
+            return [await self._leaf(row_id, path, _Ending("graph_error", error, None, None))]
         await path.tools.close(score=False)  # each continuation scores and releases its copy
         children[0].tools.metrics.update(path.tools.metrics)  # the trunk's, counted once
         grown = await asyncio.gather(*(

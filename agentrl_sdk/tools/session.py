@@ -70,8 +70,13 @@ class ToolSession:
         zero: each instance is forked by its tool (`RLTool.fork`; the default refuses with
         `ToolNotForkable`). This session is then only released (`close` with ``score=False``)."""
         child = ToolSession(self.tools_kwargs)
-        for name, (tool, state) in self._instances.items():
-            child._instances[name] = (tool, await tool.fork(state))
+        try:
+            for name, (tool, state) in self._instances.items():
+                copy = await asyncio.wait_for(tool.fork(state), timeout=tool.timeout_s)
+                child._instances[name] = (tool, copy)
+        except BaseException:
+            await child.close(score=False)  # the copies made so far are released
+            raise
         return child
 
     async def close(self, *, score: bool = True) -> dict[str, float]:

@@ -5,6 +5,7 @@ leaves train with Tree-GRPO advantages."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import statistics
@@ -244,3 +245,23 @@ def test_a_leafs_trace_shows_its_path_and_what_each_node_on_it_earned():
     assert json.loads(spans[0]["attributes"]["agentrl.tree"]) == credit[("r", 2)]
     chain = leaves[0].model_copy(update={"tree_path": None})
     assert tree_credit([chain]) == {} and "tree_path" not in trace_tags(chain, 3, None)
+
+
+class _StuckFork(Counter):
+    name: str = "count"
+    timeout_s: float | None = 0.2
+
+    async def fork(self, instance):
+        await asyncio.sleep(3600)
+
+
+async def test_a_fork_that_hangs_ends_its_path_as_a_counted_error_leaf(qwen_tokenizer, scripted):
+    RELEASED.clear()
+    row = {"id": "r", "messages": [HumanMessage("count")]}
+    leaves = await asyncio.wait_for(sdk.arollout(
+        _scripted_graph(_StuckFork()), row, scripted(qwen_tokenizer, []),
+        tokenizer=qwen_tokenizer, config=_tree(4)), 30)
+    failed = [leaf for leaf in leaves if leaf.status != "ok"]
+    assert failed and all("fork failed" in leaf.error for leaf in failed)
+    assert sum(leaf.metrics.get("tree_fork_failed", 0) for leaf in leaves) == len(failed)
+    assert len(leaves) == 4 and len(RELEASED) == sum(1 for leaf in leaves if leaf.rewards)  # once each
