@@ -47,7 +47,7 @@ demo: setup
 	$(PY) -m examples.tool_selection.train
 
 # A real model (SmolLM2-135M-Instruct) learns arithmetic word problems with a calculator tool:
-# ~5 min to import and warm-start it (cached), then ~30 min of GRPO on 2 cores.
+# ~5 min to import and warm-start it (cached), then ~17-20 min of GRPO on 2 cores, < 4 GB.
 demo-real: setup-real
 	$(PY) -m examples.word_problems.train
 

@@ -77,6 +77,15 @@ class TreeConfig(ConfigSection):
         "path that ends before its branch point is a leaf; its tree's missing leaves come "
         "from another root."
     )
+    min_entropy: float | None = Field(
+        None, ge=0.0, description="None: a path branches at each branch point it reaches "
+        "(up to depth). A number: only where the policy is unsure what comes next (ARPO's "
+        "entropy-gated branching): at a branch point the path first makes its next LLM call, "
+        "and branches there only if that call's entropy (the mean surprisal, -logprob, of its "
+        "sampled tokens, in nats per token) is at least min_entropy: the other continuations "
+        "sample that call again from the checkpoint before it; below it, the path goes on "
+        "unbranched to its next branch point (counted as tree_branch_declined)."
+    )
 
 
 class RolloutConfig(ConfigSection):

@@ -1,10 +1,12 @@
 """Tree rollouts against chain GRPO on the real-model demo, at the same leaves per group.
 
     python benchmarks/tree.py [--steps 16] [--rounds 1] [--branches 4] [--depth 1]
+                              [--min-entropy NATS]
 
 Alternates runs of the shipped word-problems recipe (`examples/word_problems`: n rollouts of
 each problem from the start, GRPO) and the same recipe with ``rollout.tree`` (n / branches**depth
-roots, each forked into ``branches`` continuations after the calculator's result) and
+roots, each forked into ``branches`` continuations after the calculator's result; with
+``--min-entropy``, only where the answer call after it is that unsure, else new roots) and
 ``algorithm.advantage_estimator: tree`` (Tree-GRPO), on a quiet machine, seed 0 each.
 
 Figures (``benchmarks/results/tree.json``), tree over chain (medians over rounds):
@@ -67,6 +69,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="alternating chain/tree rounds")
     parser.add_argument("--branches", type=int, default=4)
     parser.add_argument("--depth", type=int, default=1)
+    parser.add_argument("--min-entropy", type=float, default=None,
+                        help="rollout.tree.min_entropy: branch only before calls this unsure")
     args = parser.parse_args()
     from agentrl_sdk.pipeline import TrainConfig
     from examples._train import run
@@ -75,7 +79,7 @@ def main() -> None:
     base.max_steps = args.steps
     Path("runs").mkdir(exist_ok=True)
     console = Console()
-    tree = {"branches": args.branches, "depth": args.depth}
+    tree = {"branches": args.branches, "depth": args.depth, "min_entropy": args.min_entropy}
     runs: dict[str, list[dict[str, Any]]] = {"chain": [], "tree": []}
     for round_ in range(args.rounds):
         for name, shape in (("chain", None), ("tree", tree)):

@@ -15,7 +15,9 @@ count, one process's worth of CPU each, in one run (TRL first, then ours). Rewar
 of the completion's characters that are digits, the same function on both sides.
 
 Our side is `run_sync` (what ``sdk.train`` calls) with ``trainer.world_size: 1`` (one FSDP2
-worker in a Ray actor), the embedded TorchEngine, tracking off and no checkpoints. TRL's is
+worker in a Ray actor), the embedded TorchEngine, tracking off and no checkpoints; for the real
+model, the real-model demo's recipe (`DEMO_RECIPE`: the rank in this process, prefix-tree
+packing, the engine's prefix cache; the same work done, as a user of the demo gets it). TRL's is
 ``GRPOTrainer`` on CPU with HF ``generate``; its GRPO defaults that would make it do different
 work are turned off (``gradient_checkpointing``, ``bf16``), and it logs every step as we do.
 
@@ -85,11 +87,32 @@ class Job:
     max_new_tokens: int = 64
     lr: float = 1e-3
     threads: int = 1
+    # Our settings beyond the shared GRPO ones (merged into our config).
+    ours: dict[str, Any] = field(default_factory=dict)
+
+
+# The real-model demo's recipe (examples/word_problems/config.yaml) where it changes how the
+# same work is done: the trainer's one rank in this process (no Ray actor), a micro-batch
+# packed as a prefix tree (a group's shared prompt once), the engine's prefix cache.
+DEMO_RECIPE = {
+    "engine": {"options": {"prefix_cache_mb": 256}},
+    "trainer": {"placement": "in_process", "share_prefix": True},
+}
 
 
 def real_model_job(steps: int) -> Job:
     """A GRPO job sized for SmolLM2-135M on a 2-core CPU (the tiny model's would take hours)."""
-    return Job(steps=steps, prompts_per_step=4, n=4, max_new_tokens=32, lr=1e-6, threads=2)
+    return Job(steps=steps, prompts_per_step=4, n=4, max_new_tokens=32, lr=1e-6, threads=2,
+               ours=DEMO_RECIPE)
+
+
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra``'s keys, nested mappings merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
 
 
 @dataclass
@@ -194,7 +217,7 @@ class _PipelineClock(Console):
 
 
 def run_ours(job: Job, path: Path, rows: list[dict[str, Any]]) -> Side:
-    config = TrainConfig.model_validate({
+    config = TrainConfig.model_validate(_merged({
         "model": {"path": str(path)},
         "engine": {"options": {"dtype": "float32"}},
         "rollout": {
@@ -210,7 +233,7 @@ def run_ours(job: Job, path: Path, rows: list[dict[str, Any]]) -> Side:
         "checkpoint": {"dir": None, "export_final": False},
         "tracking": {"enabled": False},
         "max_steps": job.steps,
-    })
+    }, job.ours))
     clock = _PipelineClock()
     result = asyncio.run(run_sync(JobSpec(build_graph(), rows, our_reward, config), console=clock))
     if len(clock.stamps) != job.steps:
@@ -305,7 +328,8 @@ def print_table(job: Job, trl: Side, ours: Side, rounds: int) -> None:
     title = (f"GRPO, {job.prompts_per_step} prompts x n={job.n}, {job.max_new_tokens} new tokens, "
              f"{job.threads} thread(s): medians of steps 2..{job.steps} of {rounds} "
              "alternating rounds")
-    caption = ("ours: agentrl_sdk sync pipeline, TorchEngine, trainer.world_size 1 (Ray actor); "
+    trainer = "the demo's recipe, in process" if job.ours else "Ray actor"
+    caption = (f"ours: agentrl_sdk sync pipeline, TorchEngine, trainer.world_size 1 ({trainer}); "
                "TRL: GRPOTrainer, HF generate in-process, nothing to sync; tok = prompt + "
                "completion tokens per step, upd = update only")
     table = Table(title=title, caption=caption)

@@ -18,7 +18,7 @@ from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.ledger import PromptPlan, TokenLedger
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.user_engines import fit_engine, fit_engines
-from agentrl_sdk.config import ChatConfig, NodeRule
+from agentrl_sdk.config import ChatConfig, NodeRule, RolloutConfig
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
 from agentrl_sdk.types import (
     GenerateResult,
@@ -115,6 +115,19 @@ class RolloutRecorder:
         self._clipped: dict[str, str] = {}
         self._request_numbers = itertools.count()
         self._trunk_events: list[RolloutEvent] = []
+
+    @classmethod
+    def for_rollout(
+        cls, engines: Engine | Mapping[str, Engine], template: ChatTemplate,
+        config: RolloutConfig, rollout_id: str, *, record_events: bool,
+    ) -> RolloutRecorder:
+        """The recorder of rollout ``rollout_id`` run with the settings of ``config``
+        (traced into a fresh `EventLog` when ``record_events``)."""
+        return cls(
+            engines, template, chat=config.chat, sampling=config.sampling,
+            rollout_id=rollout_id, default_trainable=config.default_trainable,
+            node_rules=config.nodes, events=EventLog() if record_events else None,
+        )  # fmt: skip
 
     def fork(self, rollout_id: str, *, carry_counters: bool) -> RolloutRecorder:
         """A recorder that goes on from this one's calls as rollout ``rollout_id`` (a tree

@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 from agentrl_sdk.engines._kv_cache import RoomyCache
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from agentrl_sdk.engines.lora_weights import AdapterWeights
 
 __all__ = [
-    "STOP", "AdapterUpdate", "Control", "Request", "Scheduler", "TensorLayout", "WeightUpdate"
+    "STOP", "AdapterUpdate", "Control", "ControlAction", "Request", "Scheduler", "TensorLayout",
+    "WeightUpdate",
 ]
 
 STOP = object()
@@ -44,15 +45,17 @@ class Request(SequenceState):
     cancelled: bool = False
 
 
+ControlAction = Literal["pause", "resume", "drop_prefixes"]
+
+
 @dataclass(eq=False)
 class Control:
-    """Pause (``pause=True``) or resume (``False``) decoding, or leave it (``None``), and
-    maybe drop the prefix cache; the future settles once the loop obeyed."""
+    """An order obeyed between two steps: pause or resume decoding, or drop the prefix cache
+    (decoding goes on as it was); the future settles once the loop obeyed."""
 
-    pause: bool | None
+    action: ControlAction
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[None]
-    drop_prefixes: bool = False
 
 
 @dataclass(eq=False)
@@ -185,8 +188,9 @@ class Scheduler:
             elif isinstance(item, AdapterUpdate):
                 self._apply_adapter(item)
             elif isinstance(item, Control):
-                self.paused = self.paused if item.pause is None else item.pause
-                if item.drop_prefixes and self.prefixes is not None:
+                if item.action != "drop_prefixes":
+                    self.paused = item.action == "pause"
+                elif self.prefixes is not None:
                     self.prefixes.clear(everything=True)
                 deliver(item.loop, item.future, result=None)
             elif item.sampling.adapter is not None and item.sampling.adapter not in self.adapters:

@@ -18,6 +18,7 @@ from agentrl_sdk.engines._scheduler import (
     STOP,
     AdapterUpdate,
     Control,
+    ControlAction,
     Request,
     Scheduler,
     WeightUpdate,
@@ -318,19 +319,19 @@ class TorchEngine:
         New requests are accepted and wait; weight updates are applied at once. Returns once
         the engine thread has stopped stepping.
         """
-        await self._control(pause=True)
+        await self._control("pause")
 
     async def resume(self) -> None:
         """Continue the requests held by `pause` (on the newest weights)."""
-        await self._control(pause=False)
+        await self._control("resume")
 
     async def drop_prefix_cache(self) -> None:
         """Forget the prefix cache's keys and values (`CachesPrefixes`), between two steps."""
-        await self._control(pause=None, drop_prefixes=True)
+        await self._control("drop_prefixes")
 
-    async def _control(self, *, pause: bool | None, drop_prefixes: bool = False) -> None:
+    async def _control(self, action: ControlAction) -> None:
         loop = asyncio.get_running_loop()
-        control = Control(pause, loop, loop.create_future(), drop_prefixes)
+        control = Control(action, loop, loop.create_future())
         self._submit(control)
         await control.future
 

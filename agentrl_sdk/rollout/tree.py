@@ -6,7 +6,9 @@ input, compiled with a checkpointer, and stops after a branch node (``interrupt_
 travel": the saved state, not a re-run of the prefix), each with a fork of the root's recorder
 (its ledger shares the trunk's segments) and of its tool session. Along a path this repeats
 ``depth`` times. A path that ends before its branch point is a leaf of its own; the leaves its
-tree did not make come from another root, so a group keeps ``n`` leaves.
+tree did not make come from another root, so a group keeps ``n`` leaves. With
+``min_entropy`` set, a path branches only before an LLM call the policy is unsure of (see
+`TreeConfig.min_entropy`); where it is sure, the continuations are new roots instead.
 
 The trunk is generated once for all its leaves, and the trainer's prefix-tree packing
 (``trainer.share_prefix``) runs it once per micro-batch; ``algorithm.estimator: tree``
@@ -18,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import Callable, Mapping
+import statistics
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +29,12 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import ToolNode as LangGraphToolNode
 
-from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.turn import failure_status
 from agentrl_sdk.config import RolloutConfig, TreeConfig
 from agentrl_sdk.rollout.agents import is_agent_fn
-from agentrl_sdk.rollout.runner import (
+from agentrl_sdk.rollout.graph_run import (
     finish,
     graph_run_config,
     recording,
@@ -111,6 +113,13 @@ class _Path:
                                       carry_counters=child == 0)  # fmt: skip
         return _Path(recorder, await self.tools.fork(), path)
 
+    def entropy_since(self, count: int) -> float:
+        """The entropy of this path's LLM calls after its first ``count``, estimated as the
+        mean surprisal (-logprob) of their sampled tokens, in nats per token (0: none)."""
+        logprobs = [lp for call in self.recorder.ledger.calls[count:]
+                    for lp in call.response_logprobs]  # fmt: skip
+        return -statistics.fmean(logprobs) if logprobs else 0.0
+
 
 @dataclass(frozen=True)
 class _Ending:
@@ -121,6 +130,18 @@ class _Ending:
     error: str | None
     state: Any
     paused_at: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class _Group:
+    """What the trees of one row's group share: the row, its graph (with a checkpointer) and
+    branch nodes, and the indices of the further roots it starts."""
+
+    row: Row
+    row_id: str
+    graph: Any
+    nodes: list[str]
+    roots: Iterator[int]
 
 
 class TreeRollouts:
@@ -157,68 +178,131 @@ class TreeRollouts:
         """The ``n`` leaves of ``row``'s trees, ordered by their tree paths (sample indices)."""
         per_root = self.tree.branches**self.tree.depth
         roots = math.ceil(n / per_root)
-        trees = await asyncio.gather(*(self._tree(row, i, roots, min(per_root, n - i * per_root))
+        graph, nodes = self._graph(row)
+        group = _Group(row, row_id_of(row), graph, nodes, itertools.count(roots))
+        trees = await asyncio.gather(*(self._tree(group, i, min(per_root, n - i * per_root))
                                        for i in range(roots)))  # fmt: skip
         leaves = sorted(itertools.chain(*trees), key=lambda t: t.tree_path or [])
         for index, leaf in enumerate(leaves):
             leaf.sample_index = index
         return leaves
 
-    async def _tree(self, row: Row, index: int, roots: int, leaves: int) -> list[Trajectory]:
-        """Tree ``index``'s leaves; if its paths ended early, the rest come from tree
-        ``index + roots``, and so on (each tree makes at least one)."""
-        graph, nodes = self._graph(row)
-        row_id = row_id_of(row)
-        recorder = RolloutRecorder(
-            self.engines, self.template, chat=self.config.chat, sampling=self.config.sampling,
-            rollout_id=f"{row_id}:t{index}", default_trainable=self.config.default_trainable,
-            node_rules=self.config.nodes, events=EventLog() if self.record_events else None,
-        )  # fmt: skip
-        root = _Path(recorder, ToolSession(tools_kwargs_of(row)), (index,))
+    async def _tree(self, group: _Group, index: int, leaves: int, depth: int = 0,
+                    ) -> list[Trajectory]:  # fmt: skip
+        """Tree ``index``'s leaves, grown from ``depth`` (its root's place among the branch
+        points); if its paths ended early, a further root makes the rest."""
+        recorder = RolloutRecorder.for_rollout(self.engines, self.template, self.config,
+                                               f"{group.row_id}:t{index}",
+                                               record_events=self.record_events)  # fmt: skip
+        root = _Path(recorder, ToolSession(tools_kwargs_of(group.row)), (index,))
         run_config = graph_run_config(self.config, recorder)
         try:
-            made = await self._grow(graph, nodes, row_id, root, self.input_fn(row), run_config,
-                                    0, leaves)  # fmt: skip
+            made = await self._grow(group, root, self.input_fn(group.row), run_config, depth,
+                                    leaves)  # fmt: skip
         finally:
-            if graph.checkpointer is self._saver:  # a user's checkpointer keeps its threads
+            if group.graph.checkpointer is self._saver:  # a user's checkpointer keeps its own
                 await self._saver.adelete_thread(run_config["configurable"]["thread_id"])
         if len(made) < leaves:
-            made += await self._tree(row, index + roots, roots, leaves - len(made))
+            made += await self._tree(group, next(group.roots), leaves - len(made), depth)
         return made
 
     async def _grow(
-        self, graph: Any, nodes: list[str], row_id: str, path: _Path, graph_input: Any,
-        run_config: dict[str, Any], depth: int, leaves: int,
+        self, group: _Group, path: _Path, graph_input: Any, run_config: dict[str, Any],
+        depth: int, leaves: int,
     ) -> list[Trajectory]:
         """Run ``path`` on until it ends or pauses at a branch point; fork it there into the
         continuations that make at most ``leaves`` leaves."""
         branching = depth < self.tree.depth and leaves > 1
         async with self.gate:
-            ending = await self._run(graph, path, graph_input, run_config,
-                                     nodes if branching else None)  # fmt: skip
+            ending = await self._run(group.graph, path, graph_input, run_config,
+                                     group.nodes if branching else None)  # fmt: skip
         if ending.paused_at is None:
-            return [await self._leaf(row_id, path, ending)]
+            return [await self._leaf(group.row_id, path, ending)]
         per_child = self.tree.branches ** (self.tree.depth - depth - 1)
         shares = [min(per_child, leaves - c * per_child)
                   for c in range(math.ceil(leaves / per_child))]  # fmt: skip
-        children: list[_Path] = []
+        if self.tree.min_entropy is not None:
+            return await self._branch_if_unsure(group, path, ending, depth, shares)
+        return await self._branch(group, path, ending, depth, shares)
+
+    async def _branch(
+        self, group: _Group, path: _Path, ending: _Ending, depth: int, shares: list[int],
+        first: tuple[_Path, _Ending] | None = None,
+    ) -> list[Trajectory]:
+        """Fork ``path`` at its branch point into one continuation per share of leaves (the
+        first is ``first``'s path, gone on from there already, when given)."""
+        children = [] if first is None else [first[0]]
         try:
-            for c in range(len(shares)):
-                children.append(await path.fork(c))
+            while len(children) < len(shares):
+                children.append(await path.fork(len(children)))
         except Exception as exc:  # noqa: BLE001 - a user's RLTool.fork refused, failed or hung
-            for child in children:
-                await child.tools.close(score=False)
-            path.recorder.metrics["tree_fork_failed"] += 1
-            error = str(exc) if isinstance(exc, ToolNotForkable) else f"fork failed: {exc!r}"
-            return [await self._leaf(row_id, path, _Ending("graph_error", error, None, None))]
+            return [await self._fork_failed(group.row_id, path, children, exc)]
         await path.tools.close(score=False)  # each continuation scores and releases its copy
-        children[0].tools.metrics.update(path.tools.metrics)  # the trunk's, counted once
+        if first is None:
+            children[0].tools.metrics.update(path.tools.metrics)  # the trunk's, counted once
         grown = await asyncio.gather(*(
-            self._grow(graph, nodes, row_id, child, None, self._resume_config(ending, child),
-                       depth + 1, share)
-            for child, share in zip(children, shares, strict=True)
+            self._go_on(group, child, first[1] if first and c == 0 else ending, depth + 1, share)
+            for c, (child, share) in enumerate(zip(children, shares, strict=True))
         ))  # fmt: skip
         return list(itertools.chain(*grown))
+
+    async def _go_on(self, group: _Group, path: _Path, ending: _Ending, depth: int,
+                     leaves: int) -> list[Trajectory]:  # fmt: skip
+        """``path`` on from where ``ending`` left it: a leaf if it ended, else grown on from
+        its checkpoint."""
+        if ending.paused_at is None:
+            return [await self._leaf(group.row_id, path, ending)]
+        return await self._grow(group, path, None, self._resume_config(ending, path), depth,
+                                leaves)  # fmt: skip
+
+    async def _branch_if_unsure(
+        self, group: _Group, path: _Path, ending: _Ending, depth: int, shares: list[int],
+    ) -> list[Trajectory]:
+        """``rollout.tree.min_entropy``: continuation 0 makes its next LLM call first; the
+        other continuations sample that call again from the branch point if it was unsure,
+        else they are new roots (the policy was sure here: the variance is earlier)."""
+        try:
+            probe, ahead = await self._look_ahead(group.graph, path, ending)
+        except Exception as exc:  # noqa: BLE001 - a user's RLTool.fork refused, failed or hung
+            return [await self._fork_failed(group.row_id, path, [], exc)]
+        calls = len(path.recorder.ledger.calls)
+        called = len(probe.recorder.ledger.calls) > calls
+        if called and probe.entropy_since(calls) >= (self.tree.min_entropy or 0.0):
+            return await self._branch(group, path, ending, depth, shares, first=(probe, ahead))
+        await path.tools.close(score=False)
+        probe.tree_path = path.tree_path  # no branch: this path going on
+        probe.recorder.metrics["tree_branch_declined"] += int(called)
+        # If it ended, it is a leaf, and its share's rest comes from its tree.
+        grown = await asyncio.gather(self._go_on(group, probe, ahead, depth + 1, shares[0]), *(
+            self._tree(group, next(group.roots), share, depth + 1) for share in shares[1:]))
+        return list(itertools.chain(*grown))
+
+    async def _look_ahead(self, graph: Any, path: _Path, ending: _Ending) -> tuple[_Path, _Ending]:
+        """Continuation 0 of ``path``, run on from the branch point through its next LLM call
+        (pausing after every node until one made a call) or to its end."""
+        probe = await path.fork(0)
+        probe.tools.metrics.update(path.tools.metrics)  # the trunk's, counted once
+        calls = len(path.recorder.ledger.calls)
+        every = [name for name in graph.nodes if not name.startswith("__")]
+        run_config = self._resume_config(ending, probe)
+        for _ in range(self.config.recursion_limit):  # resumed runs do not count steps
+            async with self.gate:
+                ahead = await self._run(graph, probe, None, run_config, every)
+            if ahead.paused_at is None or len(probe.recorder.ledger.calls) > calls:
+                return probe, ahead
+            run_config = self._resume_config(ahead, probe)
+        async with self.gate:  # no call in as many steps: on to the end (or its step limit)
+            return probe, await self._run(graph, probe, None, run_config, None)
+
+    async def _fork_failed(self, row_id: str, path: _Path, children: list[_Path],
+                           exc: Exception) -> Trajectory:
+        """``path`` as an error leaf: a fork refused, failed or hung; the copies made so far
+        are released unscored."""
+        for child in children:
+            await child.tools.close(score=False)
+        path.recorder.metrics["tree_fork_failed"] += 1
+        error = str(exc) if isinstance(exc, ToolNotForkable) else f"fork failed: {exc!r}"
+        return await self._leaf(row_id, path, _Ending("graph_error", error, None, None))
 
     async def _run(
         self, graph: Any, path: _Path, graph_input: Any, run_config: dict[str, Any],

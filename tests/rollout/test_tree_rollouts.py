@@ -265,3 +265,51 @@ async def test_a_fork_that_hangs_ends_its_path_as_a_counted_error_leaf(qwen_toke
     assert failed and all("fork failed" in leaf.error for leaf in failed)
     assert sum(leaf.metrics.get("tree_fork_failed", 0) for leaf in leaves) == len(failed)
     assert len(leaves) == 4 and len(RELEASED) == sum(1 for leaf in leaves if leaf.rewards)  # once each
+
+
+class _SureUntilToolResults:
+    """The tiny calculator policy's replies, with the surprisal of every sampled token set by
+    how many tool results the prompt holds (a fake's logprobs, for the entropy gate)."""
+
+    def __init__(self, engine, tokenizer, surprisal: dict[int, float]):
+        self.engine, self.tokenizer, self.surprisal = engine, tokenizer, surprisal
+
+    async def generate(self, prompt_ids, sampling, request_id, *, session_id=None):
+        result = await self.engine.generate(prompt_ids, sampling, request_id)
+        results = self.tokenizer.decode(prompt_ids).count("<tool_response>")
+        return result.model_copy(update={
+            "logprobs": [-self.surprisal[results]] * len(result.token_ids)})
+
+    async def update_weights(self, state_dict):
+        raise NotImplementedError
+
+    async def health(self):
+        return True
+
+
+@pytest.mark.parametrize(("min_entropy", "paths", "calls", "declined"), [
+    # At or above the bar everywhere: the plain trees, and continuation 0 keeps the call it
+    # made to find out (2 + 4 + 8 calls, as without the gate).
+    (0.0, [[t, a, b] for t in (0, 1) for a in (0, 1) for b in (0, 1)], 2 + 4 + 8, 0),
+    # Unsure after the first tool result only: branched there; at the second, each path goes
+    # on alone and its sibling is a new root run from the start (trees 2-5, chains).
+    (1.0, [[0, 0], [0, 1], [1, 0], [1, 1], [2], [3], [4], [5]], 2 * (1 + 2 + 2) + 4 * 3, 4),
+    # Sure everywhere: every leaf a chain from the start, as many calls as 8 chains make.
+    (5.0, [[i] for i in range(8)], 8 * 3, 6),
+])
+async def test_an_entropy_gated_tree_branches_only_before_calls_the_policy_is_unsure_of(
+        calc_engine, qwen_tokenizer, min_entropy, paths, calls, declined):
+    row = CALC_ROWS[1]
+    engine = _SureUntilToolResults(calc_engine, qwen_tokenizer, {0: 0.1, 1: 2.0, 2: 0.1})
+    (chain,) = await sdk.arollout(build_graph(), row, engine, tokenizer=qwen_tokenizer,
+                                  config=sdk.RolloutConfig(sampling=GREEDY))
+    leaves = await sdk.arollout(build_graph(), row, engine, tokenizer=qwen_tokenizer,
+                                config=_tree(8, depth=2, min_entropy=min_entropy))
+    assert [leaf.tree_path for leaf in leaves] == paths
+    for leaf in leaves:  # greedy: every leaf is the chain, however it was grown
+        assert leaf.status == "ok", leaf.error
+        (seg,), (want,) = leaf.segments, chain.segments
+        assert (seg.prompt_ids, seg.response_ids, seg.response_mask) == (
+            want.prompt_ids, want.response_ids, want.response_mask)
+    assert sum(leaf.metrics["llm_calls"] for leaf in leaves) == calls
+    assert sum(leaf.metrics.get("tree_branch_declined", 0) for leaf in leaves) == declined
