@@ -297,7 +297,7 @@ class _SureUntilToolResults:
     # Sure everywhere: every leaf a chain from the start, as many calls as 8 chains make.
     (5.0, [[i] for i in range(8)], 8 * 3, 6),
 ])
-async def test_an_entropy_gated_tree_branches_only_before_calls_the_policy_is_unsure_of(
+async def test_an_entropy_gated_tree_branches_only_before_unsure_calls(
         calc_engine, qwen_tokenizer, min_entropy, paths, calls, declined):
     row = CALC_ROWS[1]
     engine = _SureUntilToolResults(calc_engine, qwen_tokenizer, {0: 0.1, 1: 2.0, 2: 0.1})
