@@ -1,13 +1,16 @@
 """Tree rollouts against chain GRPO on the real-model demo, at the same leaves per group.
 
     python benchmarks/tree.py [--steps 16] [--rounds 1] [--branches 4] [--depth 1]
-                              [--min-entropy NATS]
+                              [--min-entropy NATS] [--config examples/two_step/config.yaml]
 
 Alternates runs of the shipped word-problems recipe (`examples/word_problems`: n rollouts of
 each problem from the start, GRPO) and the same recipe with ``rollout.tree`` (n / branches**depth
 roots, each forked into ``branches`` continuations after the calculator's result; with
 ``--min-entropy``, only where the answer call after it is that unsure, else new roots) and
 ``algorithm.advantage_estimator: tree`` (Tree-GRPO), on a quiet machine, seed 0 each.
+
+``--config`` runs another task's recipe: ``examples/two_step/config.yaml`` (two calculator calls,
+the second the unsure one) writes ``tree_two_step.json``.
 
 Figures (``benchmarks/results/tree.json``), tree over chain (medians over rounds):
 
@@ -71,11 +74,13 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=1)
     parser.add_argument("--min-entropy", type=float, default=None,
                         help="rollout.tree.min_entropy: branch only before calls this unsure")
+    parser.add_argument("--config", type=Path, default=CONFIG,
+                        help="the task's recipe (default: the word-problems demo)")
     args = parser.parse_args()
     from agentrl_sdk.pipeline import TrainConfig
     from examples._train import run
 
-    base = TrainConfig.from_yaml(CONFIG)
+    base = TrainConfig.from_yaml(args.config)
     base.max_steps = args.steps
     Path("runs").mkdir(exist_ok=True)
     console = Console()
@@ -106,7 +111,9 @@ def main() -> None:
                  "unit": "every run's figures", "tree": tree, "steps": args.steps, **runs},
     }  # fmt: skip
     console.print({k: v["value"] for k, v in figures.items()})
-    console.print(f"wrote {write_result('tree', figures)}")
+    task = args.config.resolve().parent.name
+    name = "tree" if args.config.resolve() == CONFIG else f"tree_{task}"
+    console.print(f"wrote {write_result(name, figures)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,36 @@
+"""The two-step policy: SmolLM2-135M-Instruct warm-started on two-step problems whose second
+step adds or subtracts; multiplying and dividing second steps are left for RL."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+from agentrl_sdk.chat.messages import to_openai_tools
+from agentrl_sdk.hardware import PREFER_BF16, resolve_dtype
+from agentrl_sdk.models import cached_build
+from examples._warm import build_warm_started
+from examples.two_step.agent import calculator, demonstration, make_rows
+
+RECIPE = {"version": 1, "base": "smollm2-135m-instruct", "task": "two-step",
+          "demonstrated": "+-", "rows": 400, "steps": 12, "lr": 3e-5, "batch_size": 8,
+          "dtype": resolve_dtype(PREFER_BF16), "tool_prompt": "auto"}
+"""Everything that decides the weights; its hash names the cache folder."""
+
+
+def demonstrations() -> list[list[dict]]:
+    """Problems whose second step is + or -, solved the right way (seed apart from training)."""
+    rows = [r for r in make_rows(3000, seed=7) if r["operations"][1] in RECIPE["demonstrated"]]
+    return [demonstration(r) for r in rows[: RECIPE["rows"]]]
+
+
+def build(folder: Path, progress: bool = True) -> None:
+    """Warm-start the imported SmolLM2 on the demonstrations and save it into ``folder``."""
+    build_warm_started(folder, RECIPE, demonstrations(),
+                       tools=to_openai_tools([calculator]), progress=progress)
+
+
+def model_path(progress: bool = True) -> Path:
+    """The cached warm-started folder, built on first use (~5 min on 2 cores)."""
+    return cached_build("two-step-smollm2", RECIPE, partial(build, progress=progress),
+                        isolated=True)
