@@ -202,8 +202,10 @@ def inspect(
             table.add_column(name)
         for info in infos:
             t = info.tags
+            sample = f"tree {t.get('tree_path')}" if t.get("kind") == "tree" else t.get(
+                "sample_index")  # a tree rollout's whole tree
             cells = (info.trace_id, t.get("step"), t.get("phase", "train"), t.get("row_id"),
-                     t.get("sample_index"), t.get("status"), t.get("reward"), t.get("advantage"),
+                     sample, t.get("status"), t.get("reward"), t.get("advantage"),
                      t.get("policy_versions"), info.execution_duration)
             table.add_row(*map(plain, cells))  # tags carry dataset text: shown, never obeyed
         console.print(table)

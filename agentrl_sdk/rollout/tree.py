@@ -236,7 +236,11 @@ class TreeRollouts:
             while len(children) < len(shares):
                 children.append(await path.fork(len(children)))
         except Exception as exc:  # noqa: BLE001 - a user's RLTool.fork refused, failed or hung
-            return [await self._fork_failed(group.row_id, path, children, exc)]
+            if first is None:
+                return [await self._fork_failed(group.row_id, path, children, exc)]
+            # The probe carries the trunk's counters and its own call: it is the error leaf.
+            await path.tools.close(score=False)
+            return [await self._fork_failed(group.row_id, first[0], children[1:], exc)]
         await path.tools.close(score=False)  # each continuation scores and releases its copy
         if first is None:
             children[0].tools.metrics.update(path.tools.metrics)  # the trunk's, counted once
@@ -262,10 +266,12 @@ class TreeRollouts:
         other continuations sample that call again from the branch point if it was unsure,
         else they are new roots (the policy was sure here: the variance is earlier)."""
         try:
-            probe, ahead = await self._look_ahead(group.graph, path, ending)
+            probe = await path.fork(0)
         except Exception as exc:  # noqa: BLE001 - a user's RLTool.fork refused, failed or hung
             return [await self._fork_failed(group.row_id, path, [], exc)]
+        probe.tools.metrics.update(path.tools.metrics)  # the trunk's, counted once
         calls = len(path.recorder.ledger.calls)
+        ahead = await self._look_ahead(group.graph, probe, ending, calls)
         called = len(probe.recorder.ledger.calls) > calls
         if called and probe.entropy_since(calls) >= (self.tree.min_entropy or 0.0):
             return await self._branch(group, path, ending, depth, shares, first=(probe, ahead))
@@ -277,22 +283,23 @@ class TreeRollouts:
             self._tree(group, next(group.roots), share, depth + 1) for share in shares[1:]))
         return list(itertools.chain(*grown))
 
-    async def _look_ahead(self, graph: Any, path: _Path, ending: _Ending) -> tuple[_Path, _Ending]:
-        """Continuation 0 of ``path``, run on from the branch point through its next LLM call
-        (pausing after every node until one made a call) or to its end."""
-        probe = await path.fork(0)
-        probe.tools.metrics.update(path.tools.metrics)  # the trunk's, counted once
-        calls = len(path.recorder.ledger.calls)
+    async def _look_ahead(self, graph: Any, probe: _Path, ending: _Ending, calls: int,
+                          ) -> _Ending:  # fmt: skip
+        """Run ``probe`` (continuation 0, whose trunk made ``calls`` LLM calls) on from the
+        branch point through its next LLM call, pausing after every node until one made a
+        call, or to its end; all of it within one ``rollout.timeout_s``."""
         every = [name for name in graph.nodes if not name.startswith("__")]
         run_config = self._resume_config(ending, probe)
+        limit = self.config.timeout_s
+        deadline = None if limit is None else asyncio.get_running_loop().time() + limit
         for _ in range(self.config.recursion_limit):  # resumed runs do not count steps
             async with self.gate:
-                ahead = await self._run(graph, probe, None, run_config, every)
+                ahead = await self._run(graph, probe, None, run_config, every, deadline)
             if ahead.paused_at is None or len(probe.recorder.ledger.calls) > calls:
-                return probe, ahead
+                return ahead
             run_config = self._resume_config(ahead, probe)
         async with self.gate:  # no call in as many steps: on to the end (or its step limit)
-            return probe, await self._run(graph, probe, None, run_config, None)
+            return await self._run(graph, probe, None, run_config, None, deadline)
 
     async def _fork_failed(self, row_id: str, path: _Path, children: list[_Path],
                            exc: Exception) -> Trajectory:
@@ -306,9 +313,13 @@ class TreeRollouts:
 
     async def _run(
         self, graph: Any, path: _Path, graph_input: Any, run_config: dict[str, Any],
-        interrupt_after: list[str] | None,
+        interrupt_after: list[str] | None, deadline: float | None = None,
     ) -> _Ending:
-        """One graph run of ``path``; its last checkpoint tells whether it paused."""
+        """One graph run of ``path``, within ``rollout.timeout_s`` or until the event loop's
+        ``deadline``; its last checkpoint tells whether it paused."""
+        timeout = self.config.timeout_s
+        if deadline is not None:
+            timeout = max(0.0, deadline - asyncio.get_running_loop().time())
         values: Any = None
         checkpoint: dict[str, Any] | None = None
 
@@ -325,7 +336,7 @@ class TreeRollouts:
 
         try:
             with recording(path.recorder, path.tools):
-                await asyncio.wait_for(consume(), timeout=self.config.timeout_s)
+                await asyncio.wait_for(consume(), timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - a user graph may raise anything; it is recorded
             status, error = failure_status(exc, self.config.timeout_s)
             return _Ending(status, error, values, None)

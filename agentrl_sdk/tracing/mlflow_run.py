@@ -19,9 +19,9 @@ from agentrl_sdk.tracing.traces import (
     TraceSampling,
     build_trace_payload,
     select_rollouts,
-    tree_credit,
     write_traces,
 )
+from agentrl_sdk.tracing.tree_traces import build_tree_payloads, tree_credit
 from agentrl_sdk.tracing.write_buffer import WriteBuffer
 from agentrl_sdk.tracing.writer import CLOSE_TIMEOUT_S, TraceWriter
 from agentrl_sdk.types import Trajectory
@@ -208,7 +208,8 @@ class TrainingRun:
         background: bool = False,
         phase: str = "train",
     ) -> list[str]:
-        """One trace per sampled rollout of ``step``, linked to this run; returns the trace ids.
+        """One trace per sampled rollout of ``step``, and one per tree rollout's tree with a
+        sampled leaf (`build_tree_payloads`), linked to this run; returns the trace ids.
 
         Args:
             step: Training step (the ``step`` tag).
@@ -224,13 +225,20 @@ class TrainingRun:
         """
         credit = credit or {}
         trees = tree_credit(trajectories)
+        selected = select_rollouts(trajectories, sampling, k)
         traces = [
             build_trace_payload(t, experiment_id=self.experiment_id, step=step,
                                 run_id=self.run_id, credit=credit.get((t.row_id, t.sample_index)),
                                 tokenizer=tokenizer, phase=phase,
                                 tree=trees.get((t.row_id, t.sample_index)))
-            for t in select_rollouts(trajectories, sampling, k)
+            for t in selected
         ]
+        if trees:
+            traced = {(t.row_id, t.sample_index): info.trace_id
+                      for (info, _), t in zip(traces, selected, strict=True)}
+            traces += build_tree_payloads(
+                trajectories, traced, experiment_id=self.experiment_id, step=step,
+                run_id=self.run_id, credit=credit, tokenizer=tokenizer, phase=phase)
         if background:
             self._writer.submit(traces)
         else:

@@ -77,31 +77,6 @@ def rollout_credit(
     return {key: RolloutCredit(advantage[key], share) for key, share in loss_shares(mass).items()}
 
 
-def tree_credit(trajectories: Iterable[Trajectory]) -> dict[tuple[str, int], list[dict]]:
-    """Per tree-rollout leaf (``(row_id, sample_index)``), the nodes of its path from its tree
-    down to itself: each node's leaves and their mean reward, and its credit, that mean minus
-    its parent's (the group's, for a tree): what the choice made there earned, step by step."""
-    by_row: dict[str, list[Trajectory]] = {}
-    for t in trajectories:
-        if t.tree_path and t.reward is not None:
-            by_row.setdefault(t.row_id, []).append(t)
-    out: dict[tuple[str, int], list[dict]] = {}
-    for leaves in by_row.values():
-        def mean_under(prefix: list[int]) -> tuple[int, float]:
-            under = [t.reward for t in leaves if t.tree_path[: len(prefix)] == prefix]
-            return len(under), sum(under) / len(under)
-
-        for leaf in leaves:
-            nodes, above = [], mean_under([])[1]
-            for depth in range(1, len(leaf.tree_path) + 1):
-                count, mean = mean_under(leaf.tree_path[:depth])
-                nodes.append({"node": ".".join(map(str, leaf.tree_path[:depth])),
-                              "leaves": count, "mean_reward": mean, "credit": mean - above})
-                above = mean
-            out[(leaf.row_id, leaf.sample_index)] = nodes
-    return out
-
-
 def trace_tags(
     traj: Trajectory, step: int, run_id: str | None, phase: str = "train"
 ) -> dict[str, str]:
@@ -177,11 +152,11 @@ def build_trace_payload(
     leaf's `tree_credit`)."""
     from mlflow.entities import TraceInfo, TraceLocation, TraceState
 
-    builder = _SpanBuilder(random.getrandbits(128))
+    builder = SpanBuilder(random.getrandbits(128))
     graph = next((e for e in traj.events if e.kind == "graph"), None)
     times = [e.start_ns for e in traj.events] + [e.end_ns or 0 for e in traj.events]
     start, end = (graph.start_ns, graph.end_ns or max(times)) if graph else (
-        (min(times), max(times)) if times else _now_pair()
+        (min(times), max(times)) if times else now_pair()
     )
     root_attrs = _root_attributes(traj, step, credit, tokenizer)
     if tree is not None:
@@ -215,7 +190,7 @@ def build_trace_payload(
 
 
 # --- span assembly -------------------------------------------------------------------------------
-class _SpanBuilder:
+class SpanBuilder:
     """Span dicts of one trace (``Span.from_dict``'s format), with sequential span ids."""
 
     def __init__(self, otel_trace_id: int) -> None:
@@ -248,7 +223,7 @@ class _SpanBuilder:
         return span_id
 
 
-def _add_event(builder: _SpanBuilder, event: RolloutEvent, ids: dict[str, int], root: int,
+def _add_event(builder: SpanBuilder, event: RolloutEvent, ids: dict[str, int], root: int,
                traj: Trajectory, tokenizer: Any) -> None:
     parent = ids.get(event.parent_id or "", root)
     end = event.end_ns or event.start_ns
@@ -258,8 +233,8 @@ def _add_event(builder: _SpanBuilder, event: RolloutEvent, ids: dict[str, int], 
     if call is not None and event.kind == "llm":
         attrs.update(_call_attributes(traj, event.call_index or 0))
         name = f"llm · {call.node} · turn {call.turn}"
-        inputs = {"prompt_text": _decode(tokenizer, call.prompt_ids)}
-        outputs = {"response_text": _decode(tokenizer, call.response_ids),
+        inputs = {"prompt_text": decode_ids(tokenizer, call.prompt_ids)}
+        outputs = {"response_text": decode_ids(tokenizer, call.response_ids),
                    "finish_reason": call.finish_reason}
     elif call is not None and event.kind == "engine":
         attrs.update({ATTR + "request_id": call.request_id,
@@ -317,9 +292,9 @@ def _segment_view(seg: Any, tokenizer: Any) -> dict[str, Any]:
     for mask, run in groupby(seg.response_mask):
         n = len(list(run))
         ids = seg.response_ids[pos : pos + n]
-        runs.append({"mask": mask, "start": pos, "end": pos + n, "text": _decode(tokenizer, ids)})
+        runs.append({"mask": mask, "start": pos, "end": pos + n, "text": decode_ids(tokenizer, ids)})
         pos += n
-    view["prompt_text"] = _decode(tokenizer, seg.prompt_ids)
+    view["prompt_text"] = decode_ids(tokenizer, seg.prompt_ids)
     view["runs"] = runs
     return view
 
@@ -330,7 +305,7 @@ def _malformed_calls(outputs: Any) -> list[dict[str, Any]]:
             and str(m.get("content", "")).startswith(_MALFORMED)]
 
 
-def _decode(tokenizer: Any, ids: list[int]) -> str | None:
+def decode_ids(tokenizer: Any, ids: list[int]) -> str | None:
     return tokenizer.decode(ids) if tokenizer is not None else None
 
 
@@ -338,7 +313,7 @@ def _b64(value: int, size: int) -> str:
     return base64.b64encode(value.to_bytes(size, "big")).decode()
 
 
-def _now_pair() -> tuple[int, int]:
+def now_pair() -> tuple[int, int]:
     import time
 
     now = time.time_ns()

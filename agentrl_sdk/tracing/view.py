@@ -35,14 +35,16 @@ class TraceView:
 
     @property
     def title(self) -> str:
-        """``row R · sample S · step N``."""
-        return (f"row {self.root.get('row_id')} · sample {self.root.get('sample_index')} · "
-                f"step {self.root.get('step')}")
+        """``row R · sample S · step N`` (a tree rollout's tree: ``row R · tree T · step N``)."""
+        which = (f"tree {self.root['tree_node']}" if "tree_node" in self.root
+                 else f"sample {self.root.get('sample_index')}")
+        return f"row {self.root.get('row_id')} · {which} · step {self.root.get('step')}"
 
     def summary(self) -> dict[str, Any]:
-        """Status, reward (and components), advantage, loss share, versions, error."""
+        """Status, reward (and components), advantage, loss share, versions, error; for a
+        tree, its leaves, their mean reward and its credit."""
         keys = ("status", "reward", "rewards", "advantage", "loss_share", "policy_versions",
-                "error")
+                "error", "leaves", "mean_reward", "credit")
         return {k: self.root.get(k) for k in keys}
 
     @classmethod

@@ -1,6 +1,6 @@
 """Tree rollouts through a whole `sdk.train` run (the demo agent, in-process engine): each
 group trains on its n leaves with Tree-GRPO advantages, the trunk counted once in the
-generated tokens, every leaf's trace tagged with its path and the credit of its nodes."""
+generated tokens, every leaf's trace tagged with its path and the credit of its nodes, and a trace per tree."""
 
 from __future__ import annotations
 
@@ -30,4 +30,10 @@ def test_a_tree_run_trains_on_every_leaf_and_traces_the_tree(trained, tmp_path):
         in_leaves = sum(sum(s.response_mask) for s in trained[step])
         assert 0 < m["tokens/generated"] < in_leaves
     found = search_rollout_traces(config.tracking.uri, run_id=result.run_id, step=0, limit=100)
-    assert len(found) == 8 and any("." in t.tags["tree_path"] for t in found)
+    leaves = [t for t in found if t.tags.get("kind") != "tree"]
+    trees = [t for t in found if t.tags.get("kind") == "tree"]
+    assert len(leaves) == 8 and any("." in t.tags["tree_path"] for t in leaves)
+    # one trace per tree besides: 2 rows x 2 trees, each with its 2 leaves
+    assert sorted((t.tags["row_id"], t.tags["tree_path"]) for t in trees) == sorted(
+        (row, tree) for row in {t.tags["row_id"] for t in leaves} for tree in ("0", "1"))
+    assert {t.tags["tree_leaves"] for t in trees} == {"2"}

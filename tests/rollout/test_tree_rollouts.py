@@ -26,7 +26,8 @@ from agentrl_sdk.config import TreeConfig
 from agentrl_sdk.pipeline.config import EvalConfig
 from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.rollout.tree import check_forkable
-from agentrl_sdk.tracing.traces import build_trace_payload, trace_tags, tree_credit
+from agentrl_sdk.tracing.traces import build_trace_payload, trace_tags
+from agentrl_sdk.tracing.tree_traces import build_tree_payloads, tree_credit
 from agentrl_sdk.types import GenerateResult, RewardComponent, Trajectory
 from examples.calculator.agent import build_graph
 from tests.rollout.conftest import CALC_ROWS
@@ -313,3 +314,66 @@ async def test_an_entropy_gated_tree_branches_only_before_unsure_calls(
             want.prompt_ids, want.response_ids, want.response_mask)
     assert sum(leaf.metrics["llm_calls"] for leaf in leaves) == calls
     assert sum(leaf.metrics.get("tree_branch_declined", 0) for leaf in leaves) == declined
+
+
+async def test_one_trace_draws_each_tree_with_every_call_generated_once(calc_engine,
+                                                                        qwen_tokenizer):
+    from agentrl_sdk.tracing.traces import RolloutCredit, trace_entities
+
+    leaves = await sdk.arollout(build_graph(), CALC_ROWS[1], calc_engine, record_events=True,
+                                tokenizer=qwen_tokenizer, config=_tree(8, depth=2))
+    for leaf, reward in zip(leaves, [1, 1, 0, 1, 0, 0, 0, 1], strict=True):
+        leaf.reward = float(reward)
+    traced = {(leaf.row_id, leaf.sample_index): f"tr-leaf{leaf.sample_index}"
+              for leaf in leaves if leaf.tree_path[0] == 1}  # fmt: skip
+    credit = {key: RolloutCredit(advantage=0.5, loss_share=0.125) for key in traced}
+    (payload,) = build_tree_payloads(leaves, traced, experiment_id="0", step=3, credit=credit,
+                                     tokenizer=qwen_tokenizer)  # only tree 1 had a leaf traced
+    info, spans = trace_entities(payload)
+    assert info.tags["kind"] == "tree" and info.tags["tree_path"] == "1"
+    assert info.tags["tree_leaves"] == "4" and info.tags["mlflow.traceName"] == (
+        f"tree {CALC_ROWS[1]['id']} · 1")
+    by_id = {s.span_id: s for s in spans}
+
+    def path_of(span):
+        names = []
+        while span is not None:
+            names.append(span.name.split(" ")[-1] if span.name.startswith(("tree", "branch",
+                                                                          "leaf")) else "llm")
+            span = by_id.get(span.parent_id)
+        return "/".join(reversed(names))
+
+    assert sorted(path_of(s) for s in spans) == sorted([
+        "1", "1/llm", "1/1.0", "1/1.0/llm", "1/1.1", "1/1.1/llm",
+        *(f"1/1.{a}/1.{a}.{b}" for a in (0, 1) for b in (0, 1)),
+        *(f"1/1.{a}/1.{a}.{b}/llm" for a in (0, 1) for b in (0, 1))])
+    nodes = {s.attributes["agentrl.tree_node"]: s for s in spans
+             if s.attributes.get("agentrl.kind") == "tree_node"}  # fmt: skip
+    # The tree's leaves (1.0.0, 1.0.1, 1.1.0, 1.1.1) earned 0, 0, 0, 1: the tree 0.25 against
+    # the group's 0.5, continuation 1.1 0.5 against its tree's 0.25.
+    assert nodes["1"].outputs["mean_reward"] == 0.25 and nodes["1"].outputs["credit"] == -0.25
+    assert nodes["1.1"].outputs["credit"] == 0.25 and nodes["1.1.1"].outputs["credit"] == 0.5
+    assert nodes["1.1.1"].outputs["trace_id"] == "tr-leaf7"
+    assert nodes["1.1.1"].outputs["reward"] == 1.0 and nodes["1.1.1"].outputs["advantage"] == 0.5
+    # Each call appears once, under the node that made it, as many tokens as the engine made.
+    tree_leaves = [leaf for leaf in leaves if leaf.tree_path[0] == 1]
+    assert sum(s.attributes["agentrl.generated_tokens"] for s in nodes.values()) == sum(
+        leaf.metrics["generated_tokens"] for leaf in tree_leaves)
+    trunk = tree_leaves[0].calls[0]
+    assert nodes["1"].outputs["generated"] == [qwen_tokenizer.decode(trunk.response_ids)]
+    for span in spans:
+        parent = by_id.get(span.parent_id)
+        if parent is not None:
+            assert parent.start_time_ns <= span.start_time_ns <= span.end_time_ns
+            assert span.end_time_ns <= parent.end_time_ns
+    # agentrl's own viewer reads it as a tree: `agentrl traces TRACE_ID` and --html
+    from mlflow.entities import Trace, TraceData
+
+    from agentrl_sdk.tracing import TraceView, render_trace, trace_html
+
+    view = TraceView.from_trace(Trace(info, TraceData(spans)))
+    assert view.title == f"row {CALC_ROWS[1]['id']} · tree 1 · step 3"
+    assert view.summary()["leaves"] == 4 and view.summary()["status"] == "ok"
+    assert [line.depth for line in view.spans].count(3) == 4  # the leaves' own calls
+    render_trace(view)
+    assert "leaf 1.1.1" in trace_html(view)
