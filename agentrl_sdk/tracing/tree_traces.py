@@ -68,8 +68,8 @@ def build_tree_payloads(
         experiment_id, step, run_id, tokenizer, phase: As in `build_trace_payload`.
         credit: Advantage and loss share per leaf.
     """
-    wanted = {(row, path[0]) for row, index in traced
-              for path in [_paths(trajectories).get((row, index))] if path}  # fmt: skip
+    paths = {(t.row_id, t.sample_index): t.tree_path for t in trajectories if t.tree_path}
+    wanted = {(key[0], paths[key][0]) for key in traced if key in paths}
     payloads = []
     for row_id, leaves in _groups(trajectories).items():
         for tree in sorted({leaf.tree_path[0] for leaf in leaves}):
@@ -143,9 +143,9 @@ class _TreeDrawing:
                                  ATTR + "generated_tokens": sum(len(shared[i].response_ids)
                                                                 for i in own),
                                  **(about or {})}  # fmt: skip
-        leaf = len(under) == 1 and first.tree_path == path
+        is_leaf = len(under) == 1 and first.tree_path == path
         error = None
-        if leaf:
+        if is_leaf:
             key = (first.row_id, first.sample_index)
             credit = self.credit.get(key)
             outputs.update(reward=first.reward, status=first.status,
@@ -156,12 +156,12 @@ class _TreeDrawing:
             error = first.error if first.status != "ok" else None
         kind = "AGENT" if parent is None else "CHAIN"
         name = (f"tree {_name(path)}" if parent is None
-                else f"{'leaf' if leaf else 'branch'} {_name(path)}")
+                else f"{'leaf' if is_leaf else 'branch'} {_name(path)}")
         span = self.builder.add(parent, name, kind, start, end, inputs or {"node": _name(path)},
                                 outputs, attrs, error)
         for i, when in zip(own, times, strict=True):
             self._call(span, shared[i], i, when or (start, start))
-        if not leaf:
+        if not is_leaf:
             for child in sorted({leaf.tree_path[len(path)] for leaf in under
                                  if len(leaf.tree_path) > len(path)}):  # fmt: skip
                 self._node(span, [*path, child], mean, len(shared), start)
@@ -186,10 +186,6 @@ def _groups(trajectories: Iterable[Trajectory]) -> dict[str, list[Trajectory]]:
         if t.tree_path and t.reward is not None:
             by_row.setdefault(t.row_id, []).append(t)
     return by_row
-
-
-def _paths(trajectories: Sequence[Trajectory]) -> dict[LeafKey, list[int]]:
-    return {(t.row_id, t.sample_index): t.tree_path for t in trajectories if t.tree_path}
 
 
 def _under(leaves: list[Trajectory], prefix: list[int]) -> list[Trajectory]:
