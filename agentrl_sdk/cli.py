@@ -175,6 +175,7 @@ def inspect(
     status: Annotated[str | None, typer.Option(help="Only this status (ok, graph_error, ...).")] = None,
     row: Annotated[str | None, typer.Option(help="Only this dataset row id.")] = None,
     phase: Annotated[str | None, typer.Option(help="Only training (train) or evaluation (eval) rollouts.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Only rollout traces (rollout) or tree rollouts' whole trees (tree).")] = None,
     limit: Annotated[int, typer.Option(help="List at most this many traces.")] = 50,
     html: Annotated[Path | None, typer.Option(help="Also write the trace as a self-contained HTML page.")] = None,
     prompt: Annotated[bool, typer.Option(help="Print prompt tokens too.")] = True,
@@ -194,7 +195,8 @@ def inspect(
         if html is not None:
             raise typer.BadParameter("--html needs a TRACE_ID (list traces first)")
         infos = search_rollout_traces(uri, experiment=experiment, run_id=run, step=step,
-                                      status=status, row_id=row, phase=phase, limit=limit)
+                                      status=status, row_id=row, phase=phase, kind=kind,
+                                      limit=limit)  # fmt: skip
         table = Table(title=plain(f"{len(infos)} rollout traces in {uri}"))
         table.add_column("trace", no_wrap=True, min_width=35)
         for name in ("step", "phase", "row", "sample", "status", "reward", "advantage",

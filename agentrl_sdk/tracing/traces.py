@@ -86,6 +86,7 @@ def trace_tags(
     tags = {
         "step": str(step),
         "phase": phase,
+        "kind": "rollout",
         "row_id": traj.row_id,
         "sample_index": str(traj.sample_index),
         "status": traj.status,

@@ -100,7 +100,7 @@ class _TreeDrawing:
         ok = all(leaf.status == "ok" for leaf in under)
         about = {ATTR + "row_id": row_id, ATTR + "step": step,
                  ATTR + "status": "ok" if ok else "error"}  # what `TraceView` reads
-        root = self._node(None, [tree], self.group_mean, 0, start, inputs, about)
+        root = self._node(None, [tree], under, self.group_mean, 0, start, inputs, about)
         tags = {"step": str(step), "phase": phase, "row_id": row_id, "kind": "tree",
                 "status": about[ATTR + "status"],
                 "tree_path": str(tree), "tree_leaves": str(len(under)),
@@ -121,11 +121,11 @@ class _TreeDrawing:
         )
         return info, self.builder.spans
 
-    def _node(self, parent: int | None, path: list[int], above: float, calls_above: int,
-              start: int, inputs: Any = None, about: dict[str, Any] | None = None) -> int:
-        """The span of node ``path`` (under span ``parent``) and, beneath it, its calls and
-        its children's spans."""
-        under = _under(self.leaves, path)
+    def _node(self, parent: int | None, path: list[int], under: list[Trajectory], above: float,
+              calls_above: int, start: int, inputs: Any = None,
+              about: dict[str, Any] | None = None) -> int:
+        """The span of node ``path`` (under span ``parent``; ``under``: its leaves) and,
+        beneath it, its calls and its children's spans."""
         shared = _shared_calls(under)
         mean = _mean_reward(under)
         first = under[0]
@@ -162,9 +162,12 @@ class _TreeDrawing:
         for i, when in zip(own, times, strict=True):
             self._call(span, shared[i], i, when or (start, start))
         if not is_leaf:
-            for child in sorted({leaf.tree_path[len(path)] for leaf in under
-                                 if len(leaf.tree_path) > len(path)}):  # fmt: skip
-                self._node(span, [*path, child], mean, len(shared), start)
+            children: dict[int, list[Trajectory]] = {}
+            for leaf in under:  # a leaf on this node ends here: it has no child
+                if len(leaf.tree_path) > len(path):
+                    children.setdefault(leaf.tree_path[len(path)], []).append(leaf)
+            for child, leaves in sorted(children.items()):
+                self._node(span, [*path, child], leaves, mean, len(shared), start)
         return span
 
     def _call(self, parent: int, call: LLMCall, index: int, when: tuple[int, int]) -> None:

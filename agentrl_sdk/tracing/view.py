@@ -92,9 +92,12 @@ def search_rollout_traces(
     status: str | None = None,
     row_id: str | None = None,
     phase: str | None = None,
+    kind: str | None = None,
     limit: int = 50,
 ) -> list[Any]:
-    """Infos of rollout traces (newest first) of a run, an experiment, or every experiment.
+    """Infos of rollout traces (newest first) of a run, an experiment, or every experiment:
+    one per traced rollout (tag ``kind = 'rollout'``) and, with ``rollout.tree``, one per
+    tree that holds a traced leaf (``kind = 'tree'``, ``tree_path`` its root's index).
 
     Args:
         tracking_uri: The MLflow store.
@@ -102,11 +105,15 @@ def search_rollout_traces(
         run_id: Training run whose traces to list.
         step, status, row_id: Filters on the trace tags.
         phase: ``train`` (training rollouts) or ``eval`` (held-out evaluations); both when None.
+        kind: ``rollout`` or ``tree`` traces only; both when None (traces written before the
+            ``kind`` tag existed are rollouts without it: only None lists them).
         limit: Most traces returned.
 
     Raises:
-        ValueError: the run or experiment does not exist.
+        ValueError: the run or experiment does not exist, or ``kind`` is neither.
     """
+    if kind not in (None, "rollout", "tree"):
+        raise ValueError(f"kind is 'rollout', 'tree' or None, not {kind!r}")
     mlflow = _mlflow()
 
     client = mlflow.MlflowClient(tracking_uri)
@@ -120,7 +127,8 @@ def search_rollout_traces(
     else:
         experiment_ids = [e.experiment_id for e in client.search_experiments()]
     clauses = [f"tags.{key} = '{value}'" for key, value in
-               (("step", step), ("status", status), ("row_id", row_id), ("phase", phase))
+               (("step", step), ("status", status), ("row_id", row_id), ("phase", phase),
+                ("kind", kind))
                if value is not None]
     traces = client.search_traces(
         locations=experiment_ids, filter_string=" AND ".join(clauses) or None, run_id=run_id,

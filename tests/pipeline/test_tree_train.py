@@ -30,8 +30,9 @@ def test_a_tree_run_trains_on_every_leaf_and_traces_the_tree(trained, tmp_path):
         in_leaves = sum(sum(s.response_mask) for s in trained[step])
         assert 0 < m["tokens/generated"] < in_leaves
     found = search_rollout_traces(config.tracking.uri, run_id=result.run_id, step=0, limit=100)
-    leaves = [t for t in found if t.tags.get("kind") != "tree"]
-    trees = [t for t in found if t.tags.get("kind") == "tree"]
+    leaves, trees = (search_rollout_traces(config.tracking.uri, run_id=result.run_id, step=0,
+                                           kind=kind, limit=100) for kind in ("rollout", "tree"))
+    assert len(found) == len(leaves) + len(trees)
     assert len(leaves) == 8 and any("." in t.tags["tree_path"] for t in leaves)
     # one trace per tree besides: 2 rows x 2 trees, each with its 2 leaves
     assert sorted((t.tags["row_id"], t.tags["tree_path"]) for t in trees) == sorted(

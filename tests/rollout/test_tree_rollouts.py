@@ -29,7 +29,7 @@ from agentrl_sdk.rollout.tree import check_forkable
 from agentrl_sdk.tracing.traces import build_trace_payload, trace_tags
 from agentrl_sdk.tracing.tree_traces import build_tree_payloads, tree_credit
 from agentrl_sdk.types import GenerateResult, RewardComponent, Trajectory
-from examples.calculator.agent import build_graph
+from examples.calculator.agent import build_graph, calculator, react_graph
 from tests.rollout.conftest import CALC_ROWS
 
 GREEDY = sdk.SamplingParams(temperature=0.0, max_tokens=48)
@@ -266,6 +266,55 @@ async def test_a_fork_that_hangs_ends_its_path_as_a_counted_error_leaf(qwen_toke
     assert failed and all("fork failed" in leaf.error for leaf in failed)
     assert sum(leaf.metrics.get("tree_fork_failed", 0) for leaf in leaves) == len(failed)
     assert len(leaves) == 4 and len(RELEASED) == sum(1 for leaf in leaves if leaf.rewards)  # once each
+
+
+class _Expression(BaseModel):
+    expression: str
+
+
+class _CalculatorForkingOnce(sdk.RLTool):
+    """The calculator as an RLTool whose instances fork once: a second fork of the same
+    instance fails (a sibling continuation whose copy cannot be made)."""
+
+    name: str = "calculator"
+    description: str = "Evaluate an arithmetic expression such as (2+3)*4."
+    args_schema: type[BaseModel] = _Expression
+
+    async def create(self, **kwargs):
+        return {"forks": 0}
+
+    async def execute(self, instance, expression: str):
+        return await calculator.ainvoke({"expression": expression})
+
+    async def release(self, instance, **kwargs):
+        RELEASED.append(instance["forks"])
+
+    async def fork(self, instance):
+        if instance["forks"]:
+            raise RuntimeError("no second copy")
+        instance["forks"] += 1
+        return {"forks": 0}
+
+
+async def test_a_sibling_fork_failing_after_the_probe_ends_the_probe_with_the_trunks_counts(
+        calc_engine, qwen_tokenizer):
+    # The gate's probe (continuation 0) forks and makes its call; its sibling's fork fails.
+    RELEASED.clear()
+    leaves = await asyncio.wait_for(sdk.arollout(
+        react_graph([_CalculatorForkingOnce()]), CALC_ROWS[1], calc_engine,
+        tokenizer=qwen_tokenizer, config=_tree(4, min_entropy=0.0)), 60)
+    # Each tree's probe is its error leaf; a further root (one leaf: no branching) makes the rest.
+    assert [leaf.tree_path for leaf in leaves] == [[0, 0], [1, 0], [2], [3]]
+    failed, chains = leaves[:2], leaves[2:]
+    for leaf in failed:
+        assert leaf.status == "graph_error" and "no second copy" in leaf.error
+        assert leaf.metrics["tree_fork_failed"] == 1
+        # The trunk's call and counters, and the probe's own call after the tool result.
+        assert leaf.metrics["llm_calls"] == 2 and leaf.metrics["tools_created"] == 1
+        assert len(leaf.segments[0].response_ids) > 0
+    assert all(leaf.status == "ok" and leaf.metrics["llm_calls"] == 3 for leaf in chains)
+    # Released once each: the two trunks (forked once) unscored, the probes, the chains.
+    assert sorted(RELEASED) == [0, 0, 0, 0, 1, 1]
 
 
 class _SureUntilToolResults:

@@ -201,6 +201,11 @@ def test_search_by_step_status_row_and_reward(store, rollouts):
     assert len(rewarded) == 16 and all(int(t.info.tags["sample_index"]) % 2 for t in rewarded)
     row = search_rollout_traces(uri, run_id=run.run_id, step=0, row_id=ROWS[3]["id"])
     assert sorted(int(i.tags["sample_index"]) for i in row) == list(range(8))
+    assert len(search_rollout_traces(uri, run_id=run.run_id, step=0, kind="rollout",
+                                     limit=100)) == 32  # fmt: skip
+    assert search_rollout_traces(uri, run_id=run.run_id, kind="tree") == []  # chains only
+    with pytest.raises(ValueError, match="kind is 'rollout', 'tree' or None"):
+        search_rollout_traces(uri, run_id=run.run_id, kind="leaf")
     # Traces are linked to the training run.
     assert len(client.search_traces(locations=[run.experiment_id], run_id=run.run_id,
                                     max_results=100)) == 49
