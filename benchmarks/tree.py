@@ -111,8 +111,9 @@ def main() -> None:
                  "unit": "every run's figures", "tree": tree, "steps": args.steps, **runs},
     }  # fmt: skip
     console.print({k: v["value"] for k, v in figures.items()})
-    task = args.config.resolve().parent.name
-    name = "tree" if args.config.resolve() == CONFIG else f"tree_{task}"
+    # The demo's recipe writes tree.json; another task's (or recipe's) tree_<its folder>.json.
+    config = args.config.resolve()
+    name = "tree" if config == CONFIG else f"tree_{config.parent.name}"
     console.print(f"wrote {write_result(name, figures)}")
 
 

@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from agentrl_sdk.allocator import ONEDNN_KERNELS
+from agentrl_sdk.allocator import lean_kernel_cache_env
 from agentrl_sdk.errors import EngineError
 
 __all__ = ["DEFAULT_KV_CACHE_GIB", "cpu_engine_args", "vllm_cpu_env"]
@@ -63,8 +63,8 @@ def vllm_cpu_env(
 
     Returns:
         ``OMP_NUM_THREADS``, ``VLLM_CPU_OMP_THREADS_BIND`` (the first ``threads`` usable CPUs)
-        ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``, ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``
-        (`agentrl_sdk.allocator.ONEDNN_KERNELS`), ``VLLM_CPU_KVCACHE_SPACE`` (GiB,
+        ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``, the oneDNN kernel cache's cap
+        (`agentrl_sdk.allocator.lean_kernel_cache_env`), ``VLLM_CPU_KVCACHE_SPACE`` (GiB,
         `DEFAULT_KV_CACHE_GIB`), and ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` for a ``uni``
         executor, minus those ``base`` already sets.
     """
@@ -80,10 +80,7 @@ def vllm_cpu_env(
         "OMP_NUM_THREADS": str(count),
         "VLLM_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in cpus[:count]),
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        # vLLM-CPU's oneDNN matmuls compile a kernel per shape (each decode width, each
-        # prefill length) and keep up to 1024: the demo's engine grew ~55 MB an update, to
-        # +0.8 GB in 24; with 64 it stays flat, at the same rollout time.
-        "ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(ONEDNN_KERNELS),
+        **lean_kernel_cache_env(),
     }
     if engine_args.get("kv_cache_memory_bytes") is None:
         wanted["VLLM_CPU_KVCACHE_SPACE"] = str(DEFAULT_KV_CACHE_GIB)

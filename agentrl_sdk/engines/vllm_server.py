@@ -135,7 +135,10 @@ class VLLMServerEngine(VLLMBackend):
         command += extra
         handle, log_name = tempfile.mkstemp(prefix="agentrl-vllm-server-", suffix=".log")
         self._log_path = Path(log_name)
-        env = {**os.environ, **vllm_cpu_env(self._cpu_threads), "VLLM_SERVER_DEV_MODE": "1"}
+        # A KV cache sized in server_args is kept (our whole-GiB default would override it).
+        sized = {"kv_cache_memory_bytes": _flag_value(extra, "--kv-cache-memory-bytes")}
+        env = {**os.environ, **vllm_cpu_env(self._cpu_threads, engine_args=sized),
+               "VLLM_SERVER_DEV_MODE": "1"}  # fmt: skip
         with os.fdopen(handle, "wb") as log:
             self._process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -293,6 +296,16 @@ def _delta(choice: Mapping[str, Any]) -> tuple[list[int], list[float]]:
     if len(values) != len(ids):
         raise EngineError(f"the server sent {len(ids)} token ids but {len(values)} logprobs")
     return list(ids), values
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    """The value ``args`` give ``flag`` (``--flag value`` or ``--flag=value``), else None."""
+    for index, arg in enumerate(args):
+        if arg == flag and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def _free_port() -> int:

@@ -18,7 +18,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from agentrl_sdk.algorithms.aggregation import LossAgg, loss_shares, sequence_mass
 from agentrl_sdk.tracing._writer_process import write_traces
@@ -35,6 +35,12 @@ TraceSampling = Literal["all", "first_k", "failures", "off"]
 
 ATTR = "agentrl."
 """Prefix of every attribute this package sets on spans."""
+
+TraceKind = Literal["rollout", "tree"]
+"""A trace's ``kind`` tag: one rollout, or a tree rollout's whole tree (`tree_traces`)."""
+
+TRACE_KINDS: tuple[TraceKind, ...] = get_args(TraceKind)
+_ROLLOUT: TraceKind = "rollout"
 
 _SPAN_TYPES = {"node": "CHAIN", "llm": "CHAT_MODEL", "engine": "LLM", "tool": "TOOL",
                "reward": "EVALUATOR"}
@@ -86,7 +92,7 @@ def trace_tags(
     tags = {
         "step": str(step),
         "phase": phase,
-        "kind": "rollout",
+        "kind": _ROLLOUT,
         "row_id": traj.row_id,
         "sample_index": str(traj.sample_index),
         "status": traj.status,

@@ -19,6 +19,7 @@ from agentrl_sdk.tracing.traces import (
     ATTR,
     RolloutCredit,
     SpanBuilder,
+    TraceKind,
     TracePayload,
     decode_ids,
     now_pair,
@@ -28,6 +29,8 @@ from agentrl_sdk.types import LLMCall, Trajectory
 __all__ = ["build_tree_payloads", "tree_credit"]
 
 LeafKey = tuple[str, int]
+
+_TREE: TraceKind = "tree"
 """A leaf's ``(row_id, sample_index)``."""
 
 
@@ -101,7 +104,7 @@ class _TreeDrawing:
         about = {ATTR + "row_id": row_id, ATTR + "step": step,
                  ATTR + "status": "ok" if ok else "error"}  # what `TraceView` reads
         root = self._node(None, [tree], under, self.group_mean, 0, start, inputs, about)
-        tags = {"step": str(step), "phase": phase, "row_id": row_id, "kind": "tree",
+        tags = {"step": str(step), "phase": phase, "row_id": row_id, "kind": _TREE,
                 "status": about[ATTR + "status"],
                 "tree_path": str(tree), "tree_leaves": str(len(under)),
                 "mlflow.traceName": f"tree {row_id} · {tree}"}

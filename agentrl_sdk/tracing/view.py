@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl_sdk.tracing.traces import ATTR
+from agentrl_sdk.tracing.traces import ATTR, TRACE_KINDS, TraceKind
 
 
 @dataclass
@@ -92,7 +92,7 @@ def search_rollout_traces(
     status: str | None = None,
     row_id: str | None = None,
     phase: str | None = None,
-    kind: str | None = None,
+    kind: TraceKind | None = None,
     limit: int = 50,
 ) -> list[Any]:
     """Infos of rollout traces (newest first) of a run, an experiment, or every experiment:
@@ -110,10 +110,11 @@ def search_rollout_traces(
         limit: Most traces returned.
 
     Raises:
-        ValueError: the run or experiment does not exist, or ``kind`` is neither.
+        ValueError: the run or experiment does not exist, ``kind`` is neither, or a filter
+            value holds both ``'`` and ``"`` (MLflow's filters cannot quote it).
     """
-    if kind not in (None, "rollout", "tree"):
-        raise ValueError(f"kind is 'rollout', 'tree' or None, not {kind!r}")
+    if kind is not None and kind not in TRACE_KINDS:
+        raise ValueError(f"kind is one of {TRACE_KINDS} or None, not {kind!r}")
     mlflow = _mlflow()
 
     client = mlflow.MlflowClient(tracking_uri)
@@ -126,7 +127,7 @@ def search_rollout_traces(
         experiment_ids = [found.experiment_id]
     else:
         experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    clauses = [f"tags.{key} = '{value}'" for key, value in
+    clauses = [f"tags.{key} = {_quoted(value)}" for key, value in
                (("step", step), ("status", status), ("row_id", row_id), ("phase", phase),
                 ("kind", kind))
                if value is not None]
@@ -149,6 +150,21 @@ def load_trace_view(tracking_uri: str, trace_id: str) -> TraceView:
     if trace is None:
         raise ValueError(f"no trace {trace_id} in {tracking_uri}")
     return TraceView.from_trace(trace)
+
+
+def _quoted(value: object) -> str:
+    """``value`` as a string literal of MLflow's search filter, which has no escapes: quoted
+    with whichever quote it does not hold.
+
+    Raises:
+        ValueError: it holds both quotes, so no filter can name it.
+    """
+    text = str(value)
+    if "'" not in text:
+        return f"'{text}'"
+    if '"' not in text:
+        return f'"{text}"'
+    raise ValueError(f"MLflow's trace search cannot match {text!r}: it holds both ' and \"")
 
 
 def _mlflow() -> Any:

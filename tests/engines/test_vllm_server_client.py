@@ -143,3 +143,24 @@ def test_a_server_that_exits_at_start_reports_its_code_and_log(tmp_path, monkeyp
                          start_timeout_s=30)  # fmt: skip
     assert "fake server: -m vllm.entrypoints.openai.api_server" in str(info.value)
     assert "--max-num-batched-tokens many" in str(info.value)
+
+
+@pytest.mark.parametrize(("server_args", "kv_space"), [
+    ([], "4"),  # vLLM-CPU's default (a fraction of all RAM) refuses to start on a shared host
+    (["--kv-cache-memory-bytes", "268435456"], ""),  # the user's size, not overridden
+    (["--kv-cache-memory-bytes=268435456"], ""),
+])  # fmt: skip
+def test_a_started_server_keeps_a_kv_cache_sized_in_its_arguments(
+    tmp_path, monkeypatch, server_args, kv_space
+) -> None:
+    model = tmp_path / "model"
+    LlamaConfig(hidden_size=128, num_attention_heads=2, num_hidden_layers=1,
+                intermediate_size=64, vocab_size=100).save_pretrained(model)  # fmt: skip
+    fake = tmp_path / "fake-python"
+    fake.write_text('#!/bin/sh\necho "kv space: [$VLLM_CPU_KVCACHE_SPACE]"\nexit 3\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    with pytest.raises(EngineError, match="exited with code 3") as info:
+        VLLMServerEngine(model, eos_token_ids=(), server_args=server_args, start_timeout_s=30)
+    assert f"kv space: [{kv_space}]" in str(info.value)

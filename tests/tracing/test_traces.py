@@ -204,8 +204,13 @@ def test_search_by_step_status_row_and_reward(store, rollouts):
     assert len(search_rollout_traces(uri, run_id=run.run_id, step=0, kind="rollout",
                                      limit=100)) == 32  # fmt: skip
     assert search_rollout_traces(uri, run_id=run.run_id, kind="tree") == []  # chains only
-    with pytest.raises(ValueError, match="kind is 'rollout', 'tree' or None"):
+    with pytest.raises(ValueError, match=r"kind is one of \('rollout', 'tree'\) or None"):
         search_rollout_traces(uri, run_id=run.run_id, kind="leaf")
+    # Filter values are quoted, not pasted: a quote in one matches nothing instead of breaking
+    # the filter; one holding both quotes cannot be said in MLflow's filter language.
+    assert search_rollout_traces(uri, run_id=run.run_id, row_id="it's") == []
+    with pytest.raises(ValueError, match="holds both"):
+        search_rollout_traces(uri, run_id=run.run_id, row_id="it's \"x\"")
     # Traces are linked to the training run.
     assert len(client.search_traces(locations=[run.experiment_id], run_id=run.run_id,
                                     max_results=100)) == 49
