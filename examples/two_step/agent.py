@@ -2,10 +2,12 @@
 `examples.word_problems`, but each story needs two calculator calls, and the second is where
 the policy is unsure.
 
-The first step of every story adds or subtracts (the warm start's skill); the second step adds,
-subtracts, multiplies or divides. The warm start demonstrates only + and - second steps, so
-after the first tool result the policy has to learn which operation comes next: the decision
-sits after a shared, confident first call, the place tree rollouts branch
+A story is a first sentence that adds or subtracts (four of them, all demonstrated by the warm
+start) and a second sentence that adds, subtracts, multiplies or divides what the first left,
+in one of two phrasings each. The warm start demonstrates every first sentence and six of the
+eight second ones (`DEMONSTRATED`): one phrasing of multiplying and one of dividing are left
+for RL, to be worked out by analogy. So the first call is the warm start's skill, and the
+decision to learn comes after its tool result: the place tree rollouts branch
 (`benchmarks/tree.py --config examples/two_step/config.yaml`).
 """
 
@@ -19,32 +21,38 @@ from examples.calculator.calculator import calculate
 from examples.word_problems.agent import build_graph, calculator, right_answer_reward
 
 __all__ = [
-    "build_graph", "calculator", "demonstration", "held_out_rows", "make_rows",
-    "right_answer_reward", "training_rows",
+    "DEMONSTRATED", "SECOND", "TRAINING_WEIGHTS", "build_graph", "calculator", "demonstration",
+    "held_out_rows", "make_rows", "right_answer_reward", "training_rows",
 ]
 
 SYSTEM = ("Solve the problem with the calculator tool, one step per call, then reply: "
           "The answer is N.")
 
-# (first operation, second operation, story with numbers {a}, {b}, {c})
-_STORIES: tuple[tuple[str, str, str], ...] = (
-    ("+", "+", "A farm has {a} sheep. It buys {b} more in May and {c} more in June. "
-               "How many sheep does it have now?"),
-    ("+", "-", "Mia had {a} stickers, got {b} more, then gave away {c}. "
-               "How many stickers does she have?"),
-    ("-", "+", "A shop had {a} apples, sold {b}, then got a delivery of {c}. "
-               "How many apples does it have?"),
-    ("-", "-", "A bus had {a} people. {b} got off at the first stop and {c} at the second. "
-               "How many people are still on the bus?"),
-    ("+", "*", "A class has {a} girls and {b} boys. Each child gets {c} pencils. "
-               "How many pencils are given out?"),
-    ("-", "*", "A team had {a} players and {b} left. Each player still there scores {c} "
-               "points. How many points does the team score?"),
-    ("+", "/", "{a} red and {b} blue marbles are shared equally by {c} kids. "
-               "How many marbles does each kid get?"),
-    ("-", "/", "A baker made {a} cookies and ate {b}. The rest are packed in bags of {c}. "
-               "How many bags are filled?"),
+# (operation, sentence with {a} and {b})
+_FIRST: tuple[tuple[str, str], ...] = (
+    ("+", "A farm had {a} sheep and bought {b} more."),
+    ("+", "Mia had {a} stickers and got {b} more."),
+    ("-", "A shop had {a} apples and sold {b}."),
+    ("-", "A bus had {a} people and {b} got off."),
 )
+# (operation, sentence with {c}), by their names
+SECOND: dict[str, tuple[str, str]] = {
+    "+came": ("+", "Then {c} more came. How many are there now?"),
+    "+added": ("+", "Later {c} more were added. How many are there in all?"),
+    "-taken": ("-", "Then {c} were taken away. How many are left?"),
+    "-lost": ("-", "Later {c} of them were lost. How many remain?"),
+    "*points": ("*", "Each of them is worth {c} points. How many points are they worth?"),
+    "*stamps": ("*", "Each of them needs {c} stamps. How many stamps are needed?"),
+    "/shared": ("/", "They are shared equally by {c} kids. How many does each kid get?"),
+    "/boxes": ("/", "They are packed in boxes of {c}. How many boxes are filled?"),
+}
+
+DEMONSTRATED = ("+came", "+added", "-taken", "-lost", "*points", "/shared")
+"""The second sentences the warm start shows solved (with every first sentence)."""
+
+TRAINING_WEIGHTS = {name: 1.0 if name in DEMONSTRATED else 4.0 for name in SECOND}
+"""RL practises most the second sentences the warm start never showed (as word_problems
+does): a group of demonstrated ones is mostly solved by all of its samples (no gradient)."""
 
 
 def _numbers(rng: random.Random, first: str, second: str) -> tuple[int, int, int]:
@@ -61,19 +69,18 @@ def _numbers(rng: random.Random, first: str, second: str) -> tuple[int, int, int
 
 
 def make_rows(
-    count: int, seed: int = 0, second_weights: dict[str, float] | None = None
+    count: int, seed: int = 0, weights: dict[str, float] | None = None
 ) -> list[dict[str, Any]]:
-    """``count`` two-step problems; the seed decides them. Stories are drawn uniformly, or so
-    that each second operation comes up in proportion to ``second_weights``."""
+    """``count`` two-step problems; the seed decides them. First sentences are drawn uniformly;
+    second ones uniformly, or in proportion to ``weights`` (by their names in `SECOND`)."""
     rng = random.Random(seed)
-    weights = None
-    if second_weights is not None:
-        stories_of = {op: sum(s == op for _, s, _ in _STORIES) for _, op, _ in _STORIES}
-        weights = [second_weights[s] / stories_of[s] for _, s, _ in _STORIES]
+    names = list(SECOND)
     rows = []
     for i in range(count):
-        first, second, story = (
-            rng.choice(_STORIES) if weights is None else rng.choices(_STORIES, weights)[0])
+        first, opening = rng.choice(_FIRST)
+        name = rng.choice(names) if weights is None else rng.choices(
+            names, [weights[n] for n in names])[0]
+        second, ending = SECOND[name]
         a, b, c = _numbers(rng, first, second)
         step_one = f"{a}{first}{b}"
         middle = str(int(calculate(step_one)))
@@ -82,23 +89,20 @@ def make_rows(
             "id": f"ts-{seed}-{i}",
             "messages": [
                 {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": story.format(a=a, b=b, c=c)},
+                {"role": "user", "content": f"{opening.format(a=a, b=b)} {ending.format(c=c)}"},
             ],
             "steps": [step_one, step_two],
             "operations": first + second,
+            "second": name,
             "answer": str(int(calculate(step_two))),
         })  # fmt: skip
     return rows
 
 
-TRAINING_WEIGHTS = {"+": 1.0, "-": 1.0, "*": 3.0, "/": 3.0}
-"""RL practises most the second steps the warm start never showed (as word_problems does)."""
-
-
 def training_rows() -> list[dict[str, Any]]:
     """The RL training problems, none of them held out."""
     held_out = {r["messages"][1]["content"] for r in held_out_rows()}
-    rows = make_rows(2000, seed=1, second_weights=TRAINING_WEIGHTS)
+    rows = make_rows(2000, seed=1, weights=TRAINING_WEIGHTS)
     return [r for r in rows if r["messages"][1]["content"] not in held_out]
 
 

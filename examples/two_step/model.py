@@ -1,5 +1,6 @@
-"""The two-step policy: SmolLM2-135M-Instruct warm-started on two-step problems whose second
-step adds or subtracts; multiplying and dividing second steps are left for RL."""
+"""The two-step policy: SmolLM2-135M-Instruct warm-started on every first sentence of the task
+and six of its eight second ones; one phrasing of multiplying and one of dividing are left for
+RL."""
 
 from __future__ import annotations
 
@@ -10,17 +11,18 @@ from agentrl_sdk.chat.messages import to_openai_tools
 from agentrl_sdk.hardware import PREFER_BF16, resolve_dtype
 from agentrl_sdk.models import cached_build
 from examples._warm import build_warm_started
-from examples.two_step.agent import calculator, demonstration, make_rows
+from examples.two_step.agent import DEMONSTRATED, calculator, demonstration, make_rows
 
-RECIPE = {"version": 1, "base": "smollm2-135m-instruct", "task": "two-step",
-          "demonstrated": "+-", "rows": 400, "steps": 12, "lr": 3e-5, "batch_size": 8,
+RECIPE = {"version": 3, "base": "smollm2-135m-instruct", "task": "two-step",
+          "demonstrated": DEMONSTRATED, "rows": 400, "steps": 36, "lr": 3e-5, "batch_size": 8,
           "dtype": resolve_dtype(PREFER_BF16), "tool_prompt": "auto"}
 """Everything that decides the weights; its hash names the cache folder."""
 
 
 def demonstrations() -> list[list[dict]]:
-    """Problems whose second step is + or -, solved the right way (seed apart from training)."""
-    rows = [r for r in make_rows(3000, seed=7) if r["operations"][1] in RECIPE["demonstrated"]]
+    """Problems with a demonstrated second sentence, solved the right way (seed apart from
+    training)."""
+    rows = [r for r in make_rows(3000, seed=7) if r["second"] in RECIPE["demonstrated"]]
     return [demonstration(r) for r in rows[: RECIPE["rows"]]]
 
 

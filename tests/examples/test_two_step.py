@@ -1,5 +1,5 @@
 """The two-step task (the tree benchmark's second task): problems whose first step adds or
-subtracts, demonstrations with one calculator call per step, the second step's operations."""
+subtracts, demonstrations with one calculator call per step, the second sentences left to RL."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 from examples.calculator.calculator import calculate
 from examples.two_step.agent import (
+    DEMONSTRATED,
+    SECOND,
     TRAINING_WEIGHTS,
     demonstration,
     held_out_rows,
@@ -37,12 +39,15 @@ def test_problems_take_two_whole_number_steps_the_first_adding_or_subtracting():
     assert not held_out & {r["messages"][1]["content"] for r in training_rows()}
 
 
-def test_training_practises_mostly_the_undemonstrated_second_steps():
-    seconds = Counter(r["operations"][1] for r in training_rows())
+def test_training_practises_mostly_the_undemonstrated_second_sentences():
+    seconds = Counter(r["second"] for r in training_rows())
     total = sum(seconds.values())
     weight = sum(TRAINING_WEIGHTS.values())
-    assert {op: n / total for op, n in seconds.items()} == pytest.approx(
-        {op: w / weight for op, w in TRAINING_WEIGHTS.items()}, abs=0.04)
+    assert {name: n / total for name, n in seconds.items()} == pytest.approx(
+        {name: w / weight for name, w in TRAINING_WEIGHTS.items()}, abs=0.04)
+    left = set(SECOND) - set(DEMONSTRATED)
+    assert {SECOND[name][0] for name in left} == set("*/")
+    assert sum(seconds[name] for name in left) / total > 0.5
 
 
 def test_a_demonstration_makes_one_call_per_step_then_answers():
@@ -58,7 +63,9 @@ def test_a_demonstration_makes_one_call_per_step_then_answers():
     shown = demonstrations()
     assert len(shown) == 400
     assert {json.loads(d[4]["content"].split("\n")[1])["arguments"]["expression"].strip(
-        "0123456789")[:1] for d in shown} == {"+", "-"}
+        "0123456789")[:1] for d in shown} == {"+", "-", "*", "/"}
+    endings = {SECOND[name][1].split("{c}")[0] for name in DEMONSTRATED}
+    assert all(any(e in d[1]["content"] for e in endings) for d in shown)  # none left to RL
 
 
 def test_config_validates():
