@@ -74,8 +74,9 @@ class TreeConfig(ConfigSection):
         None, description="Top-level graph nodes after which a path may branch. None: the "
         "graph's tool nodes (LangGraph's ToolNode, sdk.ToolNode): a tool's result is new "
         "information, where continuations differ most (ARPO, Tree-GRPO branch there too). A "
-        "path that ends before its branch point is a leaf; its tree's missing leaves come "
-        "from another root."
+        "path that ends before its branch point is a leaf; its tree's missing leaves are "
+        "more continuations of a sibling root's branch point (another root if none branched; "
+        "with min_entropy, another root)."
     )
     min_entropy: float | None = Field(
         None, ge=0.0, description="None: a path branches at each branch point it reaches "

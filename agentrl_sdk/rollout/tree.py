@@ -6,7 +6,9 @@ input, compiled with a checkpointer, and stops after a branch node (``interrupt_
 travel": the saved state, not a re-run of the prefix), each with a fork of the root's recorder
 (its ledger shares the trunk's segments) and of its tool session. Along a path this repeats
 ``depth`` times. A path that ends before its branch point is a leaf of its own; the leaves its
-tree did not make come from another root, so a group keeps ``n`` leaves. With
+tree did not make are more continuations of a sibling root's branch point (their trunk is
+already generated: only the rest is to run), or, when no root of the group branched, of another
+root; so a group keeps ``n`` leaves. With
 ``min_entropy`` set, a path branches only before an LLM call the policy is unsure of (see
 `TreeConfig.min_entropy`); where it is sure, the continuations are new roots instead.
 
@@ -22,7 +24,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -132,16 +134,48 @@ class _Ending:
     paused_at: dict[str, Any] | None
 
 
-@dataclass(frozen=True)
+@dataclass
+class _BranchPoint:
+    """A root paused at its first branch point, kept until its group ends so that short trees
+    fork more continuations from it; ``children``: continuations forked so far."""
+
+    path: _Path
+    ending: _Ending
+    children: int
+
+
+@dataclass
 class _Group:
     """What the trees of one row's group share: the row, its graph (with a checkpointer) and
-    branch nodes, and the indices of the further roots it starts."""
+    branch nodes, the indices of the further roots it starts, the first roots still running to
+    their first branch point (``unsettled``), the branch points they reached, and the threads
+    to delete when the group ends."""
 
     row: Row
     row_id: str
     graph: Any
     nodes: list[str]
     roots: Iterator[int]
+    unsettled: set[int]
+    points: list[_BranchPoint] = field(default_factory=list)
+    threads: list[str] = field(default_factory=list)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def settle(self, path: _Path, point: _BranchPoint | None = None) -> None:
+        """``path`` ran to its first branch point (``point``, when it branched there) or ended."""
+        async with self.changed:
+            if point is not None:
+                self.points.append(point)
+            if len(path.tree_path) == 1:
+                self.unsettled.discard(path.tree_path[0])
+            self.changed.notify_all()
+
+    async def branch_point(self) -> _BranchPoint | None:
+        """The branch point with the fewest continuations once one exists; None once every
+        first root ended without one."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.points or not self.unsettled)
+        return min(self.points, key=lambda p: p.children, default=None)
 
 
 class TreeRollouts:
@@ -179,9 +213,17 @@ class TreeRollouts:
         per_root = self.tree.branches**self.tree.depth
         roots = math.ceil(n / per_root)
         graph, nodes = self._graph(row)
-        group = _Group(row, row_id_of(row), graph, nodes, itertools.count(roots))
-        trees = await asyncio.gather(*(self._tree(group, i, min(per_root, n - i * per_root))
-                                       for i in range(roots)))  # fmt: skip
+        group = _Group(row, row_id_of(row), graph, nodes, itertools.count(roots),
+                       set(range(roots)))  # fmt: skip
+        try:
+            trees = await asyncio.gather(*(self._tree(group, i, min(per_root, n - i * per_root))
+                                           for i in range(roots)))  # fmt: skip
+        finally:  # the branch points' trunks: their continuations score and release copies
+            for point in group.points:
+                await point.path.tools.close(score=False)
+            if graph.checkpointer is self._saver:  # a user's checkpointer keeps its own
+                for thread in group.threads:
+                    await self._saver.adelete_thread(thread)
         leaves = sorted(itertools.chain(*trees), key=lambda t: t.tree_path or [])
         for index, leaf in enumerate(leaves):
             leaf.sample_index = index
@@ -190,21 +232,46 @@ class TreeRollouts:
     async def _tree(self, group: _Group, index: int, leaves: int, depth: int = 0,
                     ) -> list[Trajectory]:  # fmt: skip
         """Tree ``index``'s leaves, grown from ``depth`` (its root's place among the branch
-        points); if its paths ended early, a further root makes the rest."""
+        points); if its paths ended early, the rest come from a sibling's branch point."""
         recorder = RolloutRecorder.for_rollout(self.engines, self.template, self.config,
                                                f"{group.row_id}:t{index}",
                                                record_events=self.record_events)  # fmt: skip
         root = _Path(recorder, ToolSession(tools_kwargs_of(group.row)), (index,))
         run_config = graph_run_config(self.config, recorder)
+        group.threads.append(run_config["configurable"]["thread_id"])
         try:
             made = await self._grow(group, root, self.input_fn(group.row), run_config, depth,
                                     leaves)  # fmt: skip
         finally:
-            if group.graph.checkpointer is self._saver:  # a user's checkpointer keeps its own
-                await self._saver.adelete_thread(run_config["configurable"]["thread_id"])
+            await group.settle(root)  # ended (or failed) before its branch point, if not yet
         if len(made) < leaves:
-            made += await self._tree(group, next(group.roots), leaves - len(made), depth)
+            made += await self._rest(group, leaves - len(made), depth)
         return made
+
+    async def _rest(self, group: _Group, leaves: int, depth: int) -> list[Trajectory]:
+        """``leaves`` more leaves for a tree that came up short: continuations of the group's
+        least used branch point, so only what follows it is run (a root run from the start
+        after the short path would double the group's time); another root if none branched
+        (or its tools cannot be forked again)."""
+        # An entropy-gated tree keeps none (its roots settle only when their trees end).
+        point = None if self.tree.min_entropy is not None else await group.branch_point()
+        if point is None:
+            return await self._tree(group, next(group.roots), leaves, depth)
+        per_child = self.tree.branches ** (self.tree.depth - 1)
+        shares = [min(per_child, leaves - c * per_child)
+                  for c in range(math.ceil(leaves / per_child))]  # fmt: skip
+        first, point.children = point.children, point.children + len(shares)
+        children: list[_Path] = []
+        try:
+            for child in range(first, first + len(shares)):
+                children.append(await point.path.fork(child))
+        except Exception:  # noqa: BLE001 - a user's RLTool.fork: this point is spent
+            for made in children:
+                await made.tools.close(score=False)
+            return await self._tree(group, next(group.roots), leaves, depth)
+        grown = await asyncio.gather(*(self._go_on(group, child, point.ending, 1, share)
+                                       for child, share in zip(children, shares, strict=True)))
+        return list(itertools.chain(*grown))
 
     async def _grow(
         self, group: _Group, path: _Path, graph_input: Any, run_config: dict[str, Any],
@@ -217,6 +284,7 @@ class TreeRollouts:
             ending = await self._run(group.graph, path, graph_input, run_config,
                                      group.nodes if branching else None)  # fmt: skip
         if ending.paused_at is None:
+            await group.settle(path)
             return [await self._leaf(group.row_id, path, ending)]
         per_child = self.tree.branches ** (self.tree.depth - depth - 1)
         shares = [min(per_child, leaves - c * per_child)
@@ -241,9 +309,13 @@ class TreeRollouts:
             # The probe carries the trunk's counters and its own call: it is the error leaf.
             await path.tools.close(score=False)
             return [await self._fork_failed(group.row_id, first[0], children[1:], exc)]
-        await path.tools.close(score=False)  # each continuation scores and releases its copy
         if first is None:
             children[0].tools.metrics.update(path.tools.metrics)  # the trunk's, counted once
+        if first is None and depth == 0 and len(path.tree_path) == 1:
+            # A root's first branch point: kept open for the group's short trees (`_rest`).
+            await group.settle(path, _BranchPoint(path, ending, len(children)))
+        else:
+            await path.tools.close(score=False)  # each continuation scores and releases its copy
         grown = await asyncio.gather(*(
             self._go_on(group, child, first[1] if first and c == 0 else ending, depth + 1, share)
             for c, (child, share) in enumerate(zip(children, shares, strict=True))

