@@ -257,9 +257,7 @@ class TreeRollouts:
         point = None if self.tree.min_entropy is not None else await group.branch_point()
         if point is None:
             return await self._tree(group, next(group.roots), leaves, depth)
-        per_child = self.tree.branches ** (self.tree.depth - 1)
-        shares = [min(per_child, leaves - c * per_child)
-                  for c in range(math.ceil(leaves / per_child))]  # fmt: skip
+        shares = self._shares(leaves, depth=0)
         first, point.children = point.children, point.children + len(shares)
         children: list[_Path] = []
         try:
@@ -286,12 +284,17 @@ class TreeRollouts:
         if ending.paused_at is None:
             await group.settle(path)
             return [await self._leaf(group.row_id, path, ending)]
-        per_child = self.tree.branches ** (self.tree.depth - depth - 1)
-        shares = [min(per_child, leaves - c * per_child)
-                  for c in range(math.ceil(leaves / per_child))]  # fmt: skip
+        shares = self._shares(leaves, depth)
         if self.tree.min_entropy is not None:
             return await self._branch_if_unsure(group, path, ending, depth, shares)
         return await self._branch(group, path, ending, depth, shares)
+
+    def _shares(self, leaves: int, depth: int) -> list[int]:
+        """How ``leaves`` split among the continuations of a branch point at ``depth``: a full
+        subtree's leaves each, the last one the rest."""
+        per_child = self.tree.branches ** (self.tree.depth - depth - 1)
+        return [min(per_child, leaves - c * per_child)
+                for c in range(math.ceil(leaves / per_child))]  # fmt: skip
 
     async def _branch(
         self, group: _Group, path: _Path, ending: _Ending, depth: int, shares: list[int],

@@ -29,9 +29,9 @@ from agentrl_sdk.types import LLMCall, Trajectory
 __all__ = ["build_tree_payloads", "tree_credit"]
 
 LeafKey = tuple[str, int]
+"""A leaf's ``(row_id, sample_index)``."""
 
 _TREE: TraceKind = "tree"
-"""A leaf's ``(row_id, sample_index)``."""
 
 
 def tree_credit(trajectories: Iterable[Trajectory]) -> dict[LeafKey, list[dict]]:
