@@ -78,6 +78,12 @@ class TreeConfig(ConfigSection):
         "more continuations of a sibling root's branch point (another root if none branched; "
         "with min_entropy, another root)."
     )
+    skip_first: int = Field(
+        0, ge=0, description="Branch points a root passes unbranched before it branches. For "
+        "tasks whose first steps are routine (the policy is sure there): the trunk takes them "
+        "in, so more of a group's tokens are generated and trained once, and the "
+        "continuations start where the policy is unsure."
+    )
     min_entropy: float | None = Field(
         None, ge=0.0, description="None: a path branches at each branch point it reaches "
         "(up to depth). A number: only where the policy is unsure what comes next (ARPO's "

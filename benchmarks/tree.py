@@ -9,13 +9,16 @@ roots, each forked into ``branches`` continuations after the calculator's result
 ``--min-entropy``, only where the answer call after it is that unsure, else new roots) and
 ``algorithm.advantage_estimator: tree`` (Tree-GRPO), on a quiet machine, seed 0 each.
 
-``--config`` runs another task's recipe: ``examples/two_step/config.yaml`` (two calculator calls,
-the second the unsure one) writes ``tree_two_step.json``.
+``--config`` runs another task's recipe (its ``rollout.tree`` settings kept, turned on):
+``examples/two_step/config.yaml`` (two calculator calls, the second the unsure one) writes
+``tree_two_step.json``; ``examples/three_step/config.yaml`` (three, the last the unsure one;
+branching after the second result) ``tree_three_step.json``.
 
 Figures (``benchmarks/results/tree.json``), tree over chain (medians over rounds):
 
 - ``generated_tokens``: tokens the engine generated per update (goal <= 0.6);
-- ``rollout_s`` and ``train_s``: the stages' medians per update;
+- ``rollout_s`` and ``train_s``: the stages' medians per update (``train_s``: of the updates
+  that trained; ``updates_without_signal`` counts the others);
 - ``gain_per_minute``: held-out greedy points gained per minute of RL (goal >= 1.3);
 - with each arm's held-out curve (accuracy by update and the minute it was measured).
 """
@@ -38,8 +41,9 @@ from rich.console import Console  # noqa: E402
 def arm(config: Any, tree: dict | None) -> Any:
     """``config`` as the chain arm (``tree`` None) or with tree rollouts ``tree``."""
     config = config.model_copy(deep=True)
-    if tree is not None:
-        config.rollout.tree = type(config.rollout.tree)(enabled=True, **tree)
+    if tree is not None:  # on top of the recipe's own tree settings (e.g. skip_first)
+        config.rollout.tree = type(config.rollout.tree).model_validate(
+            {**config.rollout.tree.model_dump(), "enabled": True, **tree})
         config.algorithm.advantage_estimator = "tree"
     return config
 
@@ -52,11 +56,15 @@ def figures_of(run_id: str, uri: str) -> dict[str, Any]:
     measured = measure(run_id, uri)
     evals = _series(client, run_id, "eval/reward/mean")
     gain, minutes = measured["heldout_gain"], measured["rl_minutes"]
+    # An update with no group with signal trains nothing (0 s): not an update time.
+    train_s = [v for _, v, _ in _series(client, run_id, "time/train_s")]
     return {
         "run_id": run_id,
         "generated_tokens": statistics.median(
             v for _, v, _ in _series(client, run_id, "tokens/generated")),
         **minutes["stage_medians_s"],
+        "train_s": statistics.median([v for v in train_s if v > 0] or [0.0]),
+        "updates_without_signal": sum(v == 0 for v in train_s),
         "heldout_gain": gain["value"], "heldout_before": gain["baseline"],
         "rl_minutes": minutes["value"],
         "gain_per_minute": gain["value"] / minutes["value"] if minutes["value"] else None,
@@ -104,7 +112,7 @@ def main() -> None:
         "generated_tokens": ratio("generated_tokens", 0.6, "tokens generated per update, "
                                   "tree / chain (median update, median round)"),
         "rollout_s": ratio("rollout_s", None, "rollout seconds per update, tree / chain"),
-        "train_s": ratio("train_s", None, "update seconds, tree / chain"),
+        "train_s": ratio("train_s", None, "update seconds (updates that trained), tree / chain"),
         "gain_per_minute": ratio("gain_per_minute", 1.3, "held-out points gained per minute "
                                  "of RL, tree / chain"),
         "runs": {"value": None, "baseline": None, "ratio": None, "goal": None,

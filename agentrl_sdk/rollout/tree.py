@@ -5,12 +5,13 @@ input, compiled with a checkpointer, and stops after a branch node (``interrupt_
 ``branches`` continuations then resume from the checkpoint LangGraph saved there (its "time
 travel": the saved state, not a re-run of the prefix), each with a fork of the root's recorder
 (its ledger shares the trunk's segments) and of its tool session. Along a path this repeats
-``depth`` times. A path that ends before its branch point is a leaf of its own; the leaves its
-tree did not make are more continuations of a sibling root's branch point (their trunk is
+``depth`` times, after the first ``skip_first`` branch points a root passes (its trunk takes in
+the routine steps). A path that ends before its branch point is a leaf of its own; the leaves
+its tree did not make are more continuations of a sibling root's branch point (their trunk is
 already generated: only the rest is to run), or, when no root of the group branched, of another
-root; so a group keeps ``n`` leaves. With
-``min_entropy`` set, a path branches only before an LLM call the policy is unsure of (see
-`TreeConfig.min_entropy`); where it is sure, the continuations are new roots instead.
+root; so a group keeps ``n`` leaves. With ``min_entropy`` set, a path branches only before an
+LLM call the policy is unsure of (see `TreeConfig.min_entropy`); where it is sure, the
+continuations are new roots instead.
 
 The trunk is generated once for all its leaves, and the trainer's prefix-tree packing
 (``trainer.share_prefix``) runs it once per micro-batch; ``algorithm.estimator: tree``
@@ -107,13 +108,14 @@ class _Path:
     recorder: RolloutRecorder
     tools: ToolSession
     tree_path: tuple[int, ...]
+    passed: int = 0  # branch points gone through unbranched (``skip_first``)
 
     async def fork(self, child: int) -> _Path:
         """Continuation ``child``; the first carries the trunk's counters."""
         path = (*self.tree_path, child)
         recorder = self.recorder.fork(f"{self.recorder.rollout_id}.{child}",
                                       carry_counters=child == 0)  # fmt: skip
-        return _Path(recorder, await self.tools.fork(), path)
+        return _Path(recorder, await self.tools.fork(), path, self.passed)
 
     def entropy_since(self, count: int) -> float:
         """The entropy of this path's LLM calls after its first ``count``, estimated as the
@@ -284,6 +286,10 @@ class TreeRollouts:
         if ending.paused_at is None:
             await group.settle(path)
             return [await self._leaf(group.row_id, path, ending)]
+        if path.passed < self.tree.skip_first:  # a routine step: the trunk goes on through it
+            path.passed += 1
+            return await self._grow(group, path, None, self._resume_config(ending, path), depth,
+                                    leaves)  # fmt: skip
         shares = self._shares(leaves, depth)
         if self.tree.min_entropy is not None:
             return await self._branch_if_unsure(group, path, ending, depth, shares)

@@ -21,15 +21,15 @@ from examples.calculator.calculator import calculate
 from examples.word_problems.agent import build_graph, calculator, right_answer_reward
 
 __all__ = [
-    "DEMONSTRATED", "SECOND", "TRAINING_WEIGHTS", "build_graph", "calculator", "demonstration",
-    "held_out_rows", "make_rows", "right_answer_reward", "training_rows",
+    "DEMONSTRATED", "FIRST", "SECOND", "SYSTEM", "TRAINING_WEIGHTS", "build_graph", "calculator",
+    "demonstration", "held_out_rows", "make_rows", "right_answer_reward", "story_row", "training_rows",
 ]
 
 SYSTEM = ("Solve the problem with the calculator tool, one step per call, then reply: "
           "The answer is N.")
 
 # (operation, sentence with {a} and {b})
-_FIRST: tuple[tuple[str, str], ...] = (
+FIRST: tuple[tuple[str, str], ...] = (
     ("+", "A farm had {a} sheep and bought {b} more."),
     ("+", "Mia had {a} stickers and got {b} more."),
     ("-", "A shop had {a} apples and sold {b}."),
@@ -77,26 +77,33 @@ def make_rows(
     names = list(SECOND)
     rows = []
     for i in range(count):
-        first, opening = rng.choice(_FIRST)
+        first, opening = rng.choice(FIRST)
         name = rng.choice(names) if weights is None else rng.choices(
             names, [weights[n] for n in names])[0]
         second, ending = SECOND[name]
         a, b, c = _numbers(rng, first, second)
-        step_one = f"{a}{first}{b}"
-        middle = str(int(calculate(step_one)))
-        step_two = f"{middle}{second}{c}"
-        rows.append({
-            "id": f"ts-{seed}-{i}",
-            "messages": [
-                {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": f"{opening.format(a=a, b=b)} {ending.format(c=c)}"},
-            ],
-            "steps": [step_one, step_two],
-            "operations": first + second,
-            "second": name,
-            "answer": str(int(calculate(step_two))),
-        })  # fmt: skip
+        text = f"{opening.format(a=a, b=b)} {ending.format(c=c)}"
+        rows.append(story_row(f"ts-{seed}-{i}", text, a, [(first, b), (second, c)], name))
     return rows
+
+
+def story_row(
+    row_id: str, text: str, start: int, moves: list[tuple[str, int]], second: str
+) -> dict[str, Any]:
+    """The problem ``text``: from ``start``, one calculator step per ``(operation, number)``
+    of ``moves``; ``second`` names its deciding sentence."""
+    steps, value = [], start
+    for operation, number in moves:
+        steps.append(f"{value}{operation}{number}")
+        value = int(calculate(steps[-1]))
+    return {
+        "id": row_id,
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
+        "steps": steps,
+        "operations": "".join(operation for operation, _ in moves),
+        "second": second,
+        "answer": str(value),
+    }
 
 
 def training_rows() -> list[dict[str, Any]]:

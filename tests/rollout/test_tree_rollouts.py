@@ -187,6 +187,22 @@ async def test_a_group_keeps_n_leaves_and_each_branch_forks_its_tools(qwen_token
     assert sum(leaf.metrics.get("tools_created", 0) for leaf in leaves) == 1  # one root used it
 
 
+async def test_skip_first_branches_after_the_routine_steps_a_root_went_through(
+        qwen_tokenizer, scripted):
+    RELEASED.clear()
+    row = {"id": "r", "messages": [HumanMessage("count")]}
+    leaves = await sdk.arollout(_scripted_graph(Counter()), row, scripted(qwen_tokenizer, []),
+                                tokenizer=qwen_tokenizer, config=_tree(4, skip_first=1))
+    assert [leaf.tree_path for leaf in leaves] == [[0], [1, 0], [1, 1], [1, 2]]
+    # Root 1 went through its first tool result and branched after its second: each
+    # continuation only answers (no more calls), and the root's instance had counted 2.
+    assert [leaf.rewards.get("tool/count") for leaf in leaves] == [None, 2.0, 2.0, 2.0]
+    assert sorted(RELEASED) == [2] * 4
+    texts = [[m.content for m in leaf.final_state["messages"] if isinstance(m, AIMessage)]
+             for leaf in leaves[1:]]
+    assert texts == [["turn 0", "turn 1", "turn 2"]] * 3
+
+
 async def test_tools_without_a_fork_and_graphs_without_branch_points_are_refused_at_start():
     with pytest.raises(ValueError, match="'nofork' does not implement fork"):
         check_forkable(_scripted_graph(NoFork()), TreeConfig(enabled=True))
