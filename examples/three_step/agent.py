@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from examples.two_step import agent as two_step
 from examples.two_step.agent import (
     DEMONSTRATED,
     FIRST,
@@ -79,9 +80,7 @@ def make_rows(
 
 def training_rows() -> list[dict[str, Any]]:
     """The RL training problems, none of them held out."""
-    held_out = {r["messages"][1]["content"] for r in held_out_rows()}
-    rows = make_rows(2000, seed=1, weights=TRAINING_WEIGHTS)
-    return [r for r in rows if r["messages"][1]["content"] not in held_out]
+    return two_step.training_rows(make_rows)
 
 
 def held_out_rows() -> list[dict[str, Any]]:

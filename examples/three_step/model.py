@@ -7,11 +7,10 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from agentrl_sdk.chat.messages import to_openai_tools
 from agentrl_sdk.hardware import PREFER_BF16, resolve_dtype
 from agentrl_sdk.models import cached_build
-from examples._warm import build_warm_started
-from examples.three_step.agent import DEMONSTRATED, calculator, demonstration, make_rows
+from examples.three_step.agent import DEMONSTRATED, make_rows
+from examples.two_step import model as two_step
 
 RECIPE = {"version": 1, "base": "smollm2-135m-instruct", "task": "three-step",
           "demonstrated": DEMONSTRATED, "rows": 400, "steps": 36, "lr": 3e-5, "batch_size": 8,
@@ -22,14 +21,12 @@ RECIPE = {"version": 1, "base": "smollm2-135m-instruct", "task": "three-step",
 def demonstrations() -> list[list[dict]]:
     """Problems with a demonstrated last sentence, solved the right way (seed apart from
     training)."""
-    rows = [r for r in make_rows(3000, seed=7) if r["second"] in RECIPE["demonstrated"]]
-    return [demonstration(r) for r in rows[: RECIPE["rows"]]]
+    return two_step.demonstrations(make_rows, RECIPE)
 
 
 def build(folder: Path, progress: bool = True) -> None:
     """Warm-start the imported SmolLM2 on the demonstrations and save it into ``folder``."""
-    build_warm_started(folder, RECIPE, demonstrations(),
-                       tools=to_openai_tools([calculator]), progress=progress)
+    two_step.build(folder, progress, RECIPE, demonstrations())
 
 
 def model_path(progress: bool = True) -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 from examples.calculator.calculator import calculate
@@ -106,10 +107,10 @@ def story_row(
     }
 
 
-def training_rows() -> list[dict[str, Any]]:
-    """The RL training problems, none of them held out."""
-    held_out = {r["messages"][1]["content"] for r in held_out_rows()}
-    rows = make_rows(2000, seed=1, weights=TRAINING_WEIGHTS)
+def training_rows(make: Callable[..., list[dict[str, Any]]] = make_rows) -> list[dict[str, Any]]:
+    """The RL training problems (of ``make``'s task), none of them held out."""
+    held_out = {r["messages"][1]["content"] for r in make(64, seed=2)}
+    rows = make(2000, seed=1, weights=TRAINING_WEIGHTS)
     return [r for r in rows if r["messages"][1]["content"] not in held_out]
 
 

@@ -4,8 +4,10 @@ RL."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from agentrl_sdk.chat.messages import to_openai_tools
 from agentrl_sdk.hardware import PREFER_BF16, resolve_dtype
@@ -19,16 +21,24 @@ RECIPE = {"version": 3, "base": "smollm2-135m-instruct", "task": "two-step",
 """Everything that decides the weights; its hash names the cache folder."""
 
 
-def demonstrations() -> list[list[dict]]:
-    """Problems with a demonstrated second sentence, solved the right way (seed apart from
-    training)."""
-    rows = [r for r in make_rows(3000, seed=7) if r["second"] in RECIPE["demonstrated"]]
-    return [demonstration(r) for r in rows[: RECIPE["rows"]]]
+def demonstrations(
+    make: Callable[..., list[dict]] = make_rows, recipe: dict[str, Any] = RECIPE
+) -> list[list[dict]]:
+    """Problems (of ``make``'s task) with a demonstrated second sentence, solved the right way
+    (seed apart from training)."""
+    rows = [r for r in make(3000, seed=7) if r["second"] in recipe["demonstrated"]]
+    return [demonstration(r) for r in rows[: recipe["rows"]]]
 
 
-def build(folder: Path, progress: bool = True) -> None:
-    """Warm-start the imported SmolLM2 on the demonstrations and save it into ``folder``."""
-    build_warm_started(folder, RECIPE, demonstrations(),
+def build(
+    folder: Path,
+    progress: bool = True,
+    recipe: dict[str, Any] = RECIPE,
+    conversations: list[list[dict]] | None = None,
+) -> None:
+    """Warm-start the imported SmolLM2 on the demonstrations (``recipe``'s, of this task unless
+    ``conversations`` are given) and save it into ``folder``."""
+    build_warm_started(folder, recipe, conversations or demonstrations(),
                        tools=to_openai_tools([calculator]), progress=progress)
 
 
