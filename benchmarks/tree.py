@@ -20,6 +20,8 @@ Figures (``benchmarks/results/tree.json``), tree over chain (medians over rounds
 - ``rollout_s`` and ``train_s``: the stages' medians per update (``train_s``: of the updates
   that trained; ``updates_without_signal`` counts the others);
 - ``gain_per_minute``: held-out greedy points gained per minute of RL (goal >= 1.3);
+- ``heldout_gain``: the median run's held-out gain, tree minus chain (the other goal: the same
+  gain with <= 0.6 of the tokens);
 - with each arm's held-out curve (accuracy by update and the minute it was measured).
 """
 
@@ -115,6 +117,12 @@ def main() -> None:
         "train_s": ratio("train_s", None, "update seconds (updates that trained), tree / chain"),
         "gain_per_minute": ratio("gain_per_minute", 1.3, "held-out points gained per minute "
                                  "of RL, tree / chain"),
+        "heldout_gain": {"value": round(median("tree", "heldout_gain")
+                                        - median("chain", "heldout_gain"), 1),
+                         "baseline": median("chain", "heldout_gain"),
+                         "after": median("tree", "heldout_gain"), "goal": None,
+                         "unit": f"held-out greedy points gained in {args.steps} updates, "
+                                 "median run: tree minus chain"},
         "runs": {"value": None, "baseline": None, "ratio": None, "goal": None,
                  "unit": "every run's figures", "tree": tree, "steps": args.steps, **runs},
     }  # fmt: skip

@@ -38,7 +38,7 @@ def build(
 ) -> None:
     """Warm-start the imported SmolLM2 on the demonstrations (``recipe``'s, of this task unless
     ``conversations`` are given) and save it into ``folder``."""
-    build_warm_started(folder, recipe, conversations or demonstrations(),
+    build_warm_started(folder, recipe, conversations or demonstrations(recipe=recipe),
                        tools=to_openai_tools([calculator]), progress=progress)
 
 
