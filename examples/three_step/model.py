@@ -12,8 +12,8 @@ from agentrl_sdk.models import cached_build
 from examples.three_step.agent import DEMONSTRATED, make_rows
 from examples.two_step import model as two_step
 
-RECIPE = {"version": 1, "base": "smollm2-135m-instruct", "task": "three-step",
-          "demonstrated": DEMONSTRATED, "rows": 400, "steps": 36, "lr": 3e-5, "batch_size": 8,
+RECIPE = {"version": 2, "base": "smollm2-135m-instruct", "task": "three-step",
+          "demonstrated": DEMONSTRATED, "rows": 600, "steps": 72, "lr": 3e-5, "batch_size": 8,
           "dtype": resolve_dtype(PREFER_BF16), "tool_prompt": "auto"}
 """Everything that decides the weights; its hash names the cache folder."""
 
@@ -30,6 +30,6 @@ def build(folder: Path, progress: bool = True) -> None:
 
 
 def model_path(progress: bool = True) -> Path:
-    """The cached warm-started folder, built on first use (~6 min on 2 cores)."""
+    """The cached warm-started folder, built on first use (~9 min on 2 cores)."""
     return cached_build("three-step-smollm2", RECIPE, partial(build, progress=progress),
                         isolated=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from examples.calculator.calculator import calculate
 from examples.three_step.agent import DEMONSTRATED, MIDDLE, SECOND, held_out_rows, make_rows
 from examples.three_step.agent import training_rows
-from examples.three_step.model import demonstrations
+from examples.three_step.model import RECIPE, demonstrations
 
 
 def test_problems_take_three_whole_number_steps_the_first_two_adding_or_subtracting():
@@ -35,7 +35,7 @@ def test_problems_take_three_whole_number_steps_the_first_two_adding_or_subtract
 
 def test_a_demonstration_makes_three_calls_and_shows_only_the_demonstrated_endings():
     shown = demonstrations()
-    assert len(shown) == 400
+    assert len(shown) == RECIPE["rows"]
     turns = shown[0][2:]
     assert [t["role"] for t in turns] == ["assistant", "tool"] * 3 + ["assistant"]
     endings = {SECOND[name][1].split("{c}")[0] for name in DEMONSTRATED}
