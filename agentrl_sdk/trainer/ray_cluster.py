@@ -170,28 +170,46 @@ def wait_ranks(refs: list[Any], method: str, timeout: float) -> list[Any]:
             results[rank] = ray.get(ready[0], timeout=max(1.0, deadline - time.monotonic()))
         except RayTaskError as exc:
             cause = exc.cause if exc.cause is not None else exc
-            also = _failed_ranks(pending, rank_of)
-            raise TrainerError.rank_failed(rank, method, cause, also) from cause
+            failed, died = _failed_ranks(pending, rank_of)
+            if died:
+                # A peer's death reaches the living ranks' collectives (gloo: "connection reset
+                # by peer") before Ray reports the dead actor: the group must be rebuilt.
+                raise RankDiedError(
+                    f"trainer rank {died[0]} died during {method} (rank {rank} then failed: "
+                    f"{_first_line(cause)})"
+                ) from cause
+            raise TrainerError.rank_failed(rank, method, cause, failed) from cause
         except RayActorError as exc:
             raise RankDiedError(
                 f"trainer rank {rank} died during {method} "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0]})"
+                f"({_first_line(exc)})"
             ) from exc
     return results
 
 
-def _failed_ranks(refs: list[Any], rank_of: dict[Any, int], wait_s: float = 1.0) -> list[int]:
-    """Ranks among ``refs`` that fail within ``wait_s``; reading their errors keeps Ray from
-    reporting them again as unhandled."""
+def _failed_ranks(
+    refs: list[Any], rank_of: dict[Any, int], wait_s: float = 5.0
+) -> tuple[list[int], list[int]]:
+    """Ranks among ``refs`` that fail within ``wait_s``, and those of them whose process died.
+    Reading their errors keeps Ray from reporting them again as unhandled. The wait ends as
+    soon as every rank has answered; ranks still blocked in a collective cost the full wait."""
     import ray
+    from ray.exceptions import RayActorError
 
     if not refs:
-        return []
+        return [], []
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
-    failed = []
+    failed, died = [], []
     for ref in ready:
         try:
             ray.get(ref, timeout=wait_s)
+        except RayActorError:
+            failed.append(rank_of[ref])
+            died.append(rank_of[ref])
         except Exception:  # noqa: BLE001 - only which ranks failed matters here
             failed.append(rank_of[ref])
-    return sorted(failed)
+    return sorted(failed), sorted(died)
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {next(iter(str(exc).splitlines()), '')}"
