@@ -6,6 +6,12 @@ used to leave no thread for the trainer update, the weight sync or a checkpoint,
 stuck threads kept the process from exiting. So the SDK's own blocking calls run on threads
 of their own (`run_blocking`), and a job installs `UserCodeExecutor` as its loop's default
 executor (`use_user_code_executor`): bounded, and never waited for at shutdown.
+
+Each SDK call gets a thread that ends with it, never a pooled one: a thread that once ran a
+parallel torch op keeps its OpenMP team (GNU OpenMP) while it lives, and an idle team beside
+the engine's slows its decoding (a matmul loop on two cores: 1.25x slower); and an idle pooled
+thread kept what its last call referenced (a process's RSS grew 1.81 -> 2.35 GB over three
+``sdk.train`` jobs; flat since).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import itertools
 import queue
 import threading
 from collections.abc import Callable
@@ -25,9 +32,6 @@ __all__ = ["RAY_SUBMIT_LOCK", "UserCodeExecutor", "run_blocking", "use_user_code
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-# Few blocking SDK calls run at once (one update or push per policy, a checkpoint).
-_SDK_THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="agentrl-sdk")
-
 RAY_SUBMIT_LOCK = threading.Lock()
 """Held while a thread hands arguments to Ray (``actor.method.remote(...)``): Ray's driver
 aborted ("owned object already exists") when two threads submitted large arguments at once
@@ -35,9 +39,20 @@ aborted ("owned object already exists") when two threads submitted large argumen
 
 
 async def run_blocking(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-    """``await asyncio.to_thread(fn, ...)``, but on the SDK's own threads (context kept)."""
+    """``await asyncio.to_thread(fn, ...)``, but on a thread of the SDK's own that ends with
+    the call (context kept; see the module's docstring for why it is not pooled)."""
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(_SDK_THREADS, call)
+    outcome: Future[_T] = Future()
+
+    def run() -> None:
+        if outcome.set_running_or_notify_cancel():
+            try:
+                outcome.set_result(call())
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+                outcome.set_exception(exc)
+
+    threading.Thread(target=run, name="agentrl-sdk-call").start()
+    return await asyncio.wrap_future(outcome)
 
 
 class UserCodeExecutor(ThreadPoolExecutor):
@@ -46,16 +61,22 @@ class UserCodeExecutor(ThreadPoolExecutor):
 
     A stuck call keeps its thread (Python cannot kill a thread); the others keep working on
     the rest, and when every thread is stuck new calls queue until their rollout times out.
+    A thread idle for ``idle_s`` seconds ends (a pool nobody shuts down, such as a finished
+    job's `ToolNode`'s, holds no threads, nor the OpenMP teams of tools that ran torch).
     It subclasses ``ThreadPoolExecutor`` only because asyncio takes no other default
     executor; the queue and the (daemon) threads are its own.
     """
 
-    def __init__(self, max_workers: int, thread_name_prefix: str = "agentrl-user") -> None:
+    def __init__(
+        self, max_workers: int, thread_name_prefix: str = "agentrl-user", idle_s: float = 30.0
+    ) -> None:
         super().__init__(max_workers, thread_name_prefix)  # sets _max_workers; starts nothing
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._guard = threading.Lock()
         self._daemons: list[threading.Thread] = []
         self._idle = 0
+        self._idle_s = idle_s
+        self._started = itertools.count()
         self._closed = False
 
     def submit(self, fn: Callable[..., _T], /, *args: object, **kwargs: object) -> Future[_T]:
@@ -66,7 +87,7 @@ class UserCodeExecutor(ThreadPoolExecutor):
                 raise RuntimeError("cannot schedule new futures after shutdown")
             self._jobs.put(_Job(future, functools.partial(fn, *args, **kwargs)))
             if self._idle == 0 and len(self._daemons) < self._max_workers:
-                name = f"{self._thread_name_prefix}_{len(self._daemons)}"
+                name = f"{self._thread_name_prefix}_{next(self._started)}"
                 thread = threading.Thread(target=self._work, name=name, daemon=True)
                 self._daemons.append(thread)
                 thread.start()
@@ -76,16 +97,27 @@ class UserCodeExecutor(ThreadPoolExecutor):
         while True:
             with self._guard:
                 self._idle += 1
-            job = self._jobs.get()
+            try:
+                job = self._jobs.get(timeout=self._idle_s)
+            except queue.Empty:
+                job = None
             with self._guard:
                 self._idle -= 1
-            if job is None:
-                return
+                # submit() puts a job and counts idle threads under the guard: one that came
+                # in after the timeout counted this thread, so it stays for it.
+                if job is None and not self._closed and not self._jobs.empty():
+                    continue
+                if job is None:
+                    self._daemons.remove(threading.current_thread())
+                    return
             if job.future.set_running_or_notify_cancel():
                 try:
                     job.future.set_result(job.call())
                 except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
                     job.future.set_exception(exc)
+            # An idle thread must not hold its last call: through its context it held a
+            # finished job's recorder, engine and model.
+            job = None
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking work; never waits (a stuck tool would make it wait forever)."""
