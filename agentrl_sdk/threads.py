@@ -6,12 +6,6 @@ used to leave no thread for the trainer update, the weight sync or a checkpoint,
 stuck threads kept the process from exiting. So the SDK's own blocking calls run on threads
 of their own (`run_blocking`), and a job installs `UserCodeExecutor` as its loop's default
 executor (`use_user_code_executor`): bounded, and never waited for at shutdown.
-
-Each SDK call gets a thread that ends with it, never a pooled one: a thread that once ran a
-parallel torch op keeps its OpenMP team (GNU OpenMP) while it lives, and an idle team beside
-the engine's slows its decoding (a matmul loop on two cores: 1.25x slower); and an idle pooled
-thread kept what its last call referenced (a process's RSS grew 1.81 -> 2.35 GB over three
-``sdk.train`` jobs; flat since).
 """
 
 from __future__ import annotations
@@ -32,6 +26,9 @@ __all__ = ["RAY_SUBMIT_LOCK", "UserCodeExecutor", "run_blocking", "use_user_code
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
+# Few blocking SDK calls run at once (one update or push per policy, a checkpoint).
+_SDK_THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="agentrl-sdk")
+
 RAY_SUBMIT_LOCK = threading.Lock()
 """Held while a thread hands arguments to Ray (``actor.method.remote(...)``): Ray's driver
 aborted ("owned object already exists") when two threads submitted large arguments at once
@@ -39,20 +36,9 @@ aborted ("owned object already exists") when two threads submitted large argumen
 
 
 async def run_blocking(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-    """``await asyncio.to_thread(fn, ...)``, but on a thread of the SDK's own that ends with
-    the call (context kept; see the module's docstring for why it is not pooled)."""
+    """``await asyncio.to_thread(fn, ...)``, but on the SDK's own threads (context kept)."""
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    outcome: Future[_T] = Future()
-
-    def run() -> None:
-        if outcome.set_running_or_notify_cancel():
-            try:
-                outcome.set_result(call())
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
-                outcome.set_exception(exc)
-
-    threading.Thread(target=run, name="agentrl-sdk-call").start()
-    return await asyncio.wrap_future(outcome)
+    return await asyncio.get_running_loop().run_in_executor(_SDK_THREADS, call)
 
 
 class UserCodeExecutor(ThreadPoolExecutor):

@@ -34,33 +34,6 @@ def test_rollouts_have_a_default_timeout():
     assert RolloutConfig(timeout_s=None).timeout_s is None
 
 
-def _native_threads() -> set[str]:
-    return set(os.listdir("/proc/self/task"))
-
-
-async def test_an_sdk_call_leaves_no_thread_behind_nor_its_openmp_team():
-    # An idle OpenMP team beside the engine's slows its decoding: a pooled thread that once
-    # ran a parallel torch op kept one for the life of the process.
-    import torch
-
-    def parallel_op() -> set[str]:
-        torch.set_num_threads(2)
-        torch.ones(2048, 2048).mul_(2).sum()
-        return _native_threads()
-
-    warm_up = threading.Thread(target=parallel_op)  # the process's first parallel op starts a
-    warm_up.start()  # thread of its own, once: not the call's
-    warm_up.join()
-    before = _native_threads()
-    during = await run_blocking(parallel_op)
-    assert len(during - before) >= 2  # the call's thread and its team's worker
-    for _ in range(100):
-        if not _native_threads() & (during - before):
-            break
-        await asyncio.sleep(0.05)
-    assert not _native_threads() & (during - before)
-
-
 def test_a_user_code_pool_thread_ends_after_idling_and_the_pool_still_serves():
     pool = UserCodeExecutor(2, thread_name_prefix="idle-test", idle_s=0.1)
     assert pool.submit(lambda: 1).result(5) == 1
