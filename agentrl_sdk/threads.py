@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import itertools
 import queue
 import threading
 from collections.abc import Callable
@@ -46,16 +47,22 @@ class UserCodeExecutor(ThreadPoolExecutor):
 
     A stuck call keeps its thread (Python cannot kill a thread); the others keep working on
     the rest, and when every thread is stuck new calls queue until their rollout times out.
+    A thread idle for ``idle_s`` seconds ends (a pool nobody shuts down, such as a finished
+    job's `ToolNode`'s, holds no threads, nor the OpenMP teams of tools that ran torch).
     It subclasses ``ThreadPoolExecutor`` only because asyncio takes no other default
     executor; the queue and the (daemon) threads are its own.
     """
 
-    def __init__(self, max_workers: int, thread_name_prefix: str = "agentrl-user") -> None:
+    def __init__(
+        self, max_workers: int, thread_name_prefix: str = "agentrl-user", idle_s: float = 30.0
+    ) -> None:
         super().__init__(max_workers, thread_name_prefix)  # sets _max_workers; starts nothing
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._guard = threading.Lock()
         self._daemons: list[threading.Thread] = []
         self._idle = 0
+        self._idle_s = idle_s
+        self._started = itertools.count()
         self._closed = False
 
     def submit(self, fn: Callable[..., _T], /, *args: object, **kwargs: object) -> Future[_T]:
@@ -66,7 +73,7 @@ class UserCodeExecutor(ThreadPoolExecutor):
                 raise RuntimeError("cannot schedule new futures after shutdown")
             self._jobs.put(_Job(future, functools.partial(fn, *args, **kwargs)))
             if self._idle == 0 and len(self._daemons) < self._max_workers:
-                name = f"{self._thread_name_prefix}_{len(self._daemons)}"
+                name = f"{self._thread_name_prefix}_{next(self._started)}"
                 thread = threading.Thread(target=self._work, name=name, daemon=True)
                 self._daemons.append(thread)
                 thread.start()
@@ -76,16 +83,27 @@ class UserCodeExecutor(ThreadPoolExecutor):
         while True:
             with self._guard:
                 self._idle += 1
-            job = self._jobs.get()
+            try:
+                job = self._jobs.get(timeout=self._idle_s)
+            except queue.Empty:
+                job = None
             with self._guard:
                 self._idle -= 1
-            if job is None:
-                return
+                # submit() puts a job and counts idle threads under the guard: one that came
+                # in after the timeout counted this thread, so it stays for it.
+                if job is None and not self._closed and not self._jobs.empty():
+                    continue
+                if job is None:
+                    self._daemons.remove(threading.current_thread())
+                    return
             if job.future.set_running_or_notify_cancel():
                 try:
                     job.future.set_result(job.call())
                 except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
                     job.future.set_exception(exc)
+            # An idle thread must not hold its last call: through its context it held a
+            # finished job's recorder, engine and model.
+            job = None
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking work; never waits (a stuck tool would make it wait forever)."""

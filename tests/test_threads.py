@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 
 from agentrl_sdk.config import RolloutConfig
-from agentrl_sdk.threads import run_blocking
+from agentrl_sdk.threads import UserCodeExecutor, run_blocking
 
 
 async def test_stuck_tools_on_the_default_executor_do_not_starve_sdk_calls():
@@ -31,3 +32,15 @@ async def test_stuck_tools_on_the_default_executor_do_not_starve_sdk_calls():
 def test_rollouts_have_a_default_timeout():
     assert RolloutConfig().timeout_s == 1800.0
     assert RolloutConfig(timeout_s=None).timeout_s is None
+
+
+def test_a_user_code_pool_thread_ends_after_idling_and_the_pool_still_serves():
+    pool = UserCodeExecutor(2, thread_name_prefix="idle-test", idle_s=0.1)
+    assert pool.submit(lambda: 1).result(5) == 1
+    for _ in range(100):
+        if not [t for t in threading.enumerate() if t.name.startswith("idle-test")]:
+            break
+        time.sleep(0.05)
+    assert not [t for t in threading.enumerate() if t.name.startswith("idle-test")]
+    assert pool.submit(lambda: 2).result(5) == 2
+    pool.shutdown()
