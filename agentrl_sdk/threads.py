@@ -89,11 +89,11 @@ class UserCodeExecutor(ThreadPoolExecutor):
                 job = None
             with self._guard:
                 self._idle -= 1
-                # submit() puts a job and counts idle threads under the guard: one that came
-                # in after the timeout counted this thread, so it stays for it.
-                if job is None and not self._closed and not self._jobs.empty():
-                    continue
                 if job is None:
+                    # submit() puts a job and counts idle threads under the guard: one that
+                    # came in after the timeout counted this thread, so it stays for it.
+                    if not self._closed and not self._jobs.empty():
+                        continue
                     self._daemons.remove(threading.current_thread())
                     return
             if job.future.set_running_or_notify_cancel():

@@ -33,3 +33,14 @@ class TrainerError(AgentRLError):
 
 class RankDiedError(TrainerError):
     """A worker's process died (killed, out of memory): the group must be rebuilt."""
+
+    @classmethod
+    def during(
+        cls, rank: int, method: str, cause: BaseException, failed_rank: int | None = None
+    ) -> RankDiedError:
+        """``rank`` died in ``method`` (``cause``: Ray's error for it, or the failure the
+        death caused on ``failed_rank``, which Ray reported first)."""
+        seen = "" if failed_rank is None else f"rank {failed_rank} then failed: "
+        first_line = next(iter(str(cause).splitlines()), "")
+        return cls(f"trainer rank {rank} died during {method} "
+                   f"({seen}{type(cause).__name__}: {first_line})")

@@ -174,16 +174,10 @@ def wait_ranks(refs: list[Any], method: str, timeout: float) -> list[Any]:
             if died:
                 # A peer's death reaches the living ranks' collectives (gloo: "connection reset
                 # by peer") before Ray reports the dead actor: the group must be rebuilt.
-                raise RankDiedError(
-                    f"trainer rank {died[0]} died during {method} (rank {rank} then failed: "
-                    f"{_first_line(cause)})"
-                ) from cause
+                raise RankDiedError.during(died[0], method, cause, failed_rank=rank) from cause
             raise TrainerError.rank_failed(rank, method, cause, failed) from cause
         except RayActorError as exc:
-            raise RankDiedError(
-                f"trainer rank {rank} died during {method} "
-                f"({_first_line(exc)})"
-            ) from exc
+            raise RankDiedError.during(rank, method, exc) from exc
     return results
 
 
@@ -210,6 +204,3 @@ def _failed_ranks(
             failed.append(rank_of[ref])
     return sorted(failed), sorted(died)
 
-
-def _first_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {next(iter(str(exc).splitlines()), '')}"

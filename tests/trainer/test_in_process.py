@@ -132,7 +132,6 @@ def test_a_job_without_ray_never_loads_it_and_a_stuck_call_does_not_hold_it_open
     assert "ray loaded False" in done.stdout
 
 
-
 def test_a_checkpoint_round_trip_of_the_one_rank_runs_no_collective(group, tmp_path, monkeypatch):
     # A collective's copy on a gloo thread starts an OpenMP team there, and the gloo threads
     # outlive the job (torch's DTensor caches keep its process group): the idle team slowed
