@@ -80,4 +80,7 @@ def test_return_free_memory_gives_back_what_an_ended_threads_arena_kept():
         check=True, env=os.environ | {"PYTHONPATH": os.getcwd()},
     )  # fmt: skip
     kept, after_trim = map(int, out.stdout.split())
-    assert kept > 100 and after_trim < 20, (kept, after_trim)
+    # What the arena keeps varies with how glibc trimmed its heaps as the thread ended: 121-128
+    # MiB alone, 99 once under load (a CI failure at the old bound of 100); the trim's effect
+    # is the claim, so the bound only needs to stay well clear of what remains after it.
+    assert kept > 50 and after_trim < 20, (kept, after_trim)
