@@ -203,4 +203,3 @@ def _failed_ranks(
         except Exception:  # noqa: BLE001 - only which ranks failed matters here
             failed.append(rank_of[ref])
     return sorted(failed), sorted(died)
-
