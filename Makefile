@@ -11,6 +11,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
+$(VENV)/.installed-docs: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test,docs]'
+	touch $@
+
 # The tests run the vLLM engines for real, on CPU (~4 min to install, once). Then PyPI's
 # torchvision/torchaudio/torchcodec go (they break `import vllm` beside the CPU torch), and
 # triton (no CPU backend).
@@ -55,7 +59,7 @@ demo-real: setup-real
 rollout-demo: setup
 	$(PY) -m examples.calculator.rollout_demo
 
-test: $(VENV)/.installed-verl $(VENV)/.installed-real
+test: $(VENV)/.installed-verl $(VENV)/.installed-real $(VENV)/.installed-docs
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -m "slow or not slow" -q
 
