@@ -1,12 +1,13 @@
-"""Make the README's trace screenshots with the project's own code, on this machine.
+"""Make the tracing guide's screenshots with the project's own code.
 
-    python docs/trace_screenshots.py [--out docs]
+    python docs/trace_screenshots.py [--out docs/assets]
 
 Rollouts of the tool-selection agent (the demo's warm-started tiny model, embedded engine) are
 scored, credited and traced to an MLflow server started on loopback (`MlflowServer`). The trace
 of a rewarded rollout is opened in headless Chromium with its first LLM span selected
 (``trace_ui.png``), and the same trace's `agentrl inspect --html` page is shot too
-(``trace_html.png``). Needs the system ``chromium`` and Playwright (the ``test`` extra).
+(``trace_html.png``). Both are written to ``docs/assets/``, where docs/guides/tracing.md embeds
+them. Needs the system ``chromium`` and Playwright (the ``test`` extra).
 """
 
 from __future__ import annotations
@@ -93,5 +94,5 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "assets")
     main(parser.parse_args().out)
