@@ -100,8 +100,13 @@ class RolloutConfig(ConfigSection):
 
     n: int = Field(1, ge=1, description="Samples (rollouts) per dataset row.")
     concurrency: int = Field(64, ge=1, description="Rollouts running at once.")
-    sampling: SamplingParams = Field(default_factory=SamplingParams)
-    chat: ChatConfig = Field(default_factory=ChatConfig)
+    sampling: SamplingParams = Field(
+        default_factory=SamplingParams, description="How the engine samples each LLM call."
+    )
+    chat: ChatConfig = Field(
+        default_factory=ChatConfig, description="How the token chat model builds prompts, "
+        "renders tools, parses tool calls and guards the context."
+    )
     default_trainable: bool = Field(
         True, description="Whether LLM calls in undecorated nodes are trained."
     )
@@ -129,7 +134,10 @@ class RolloutConfig(ConfigSection):
         "(a hung tool or agent cannot hold its rollout forever). None: no limit."
     )
 
-    tree: TreeConfig = Field(default_factory=TreeConfig)
+    tree: TreeConfig = Field(
+        default_factory=TreeConfig, description="Tree rollouts: a group's rollouts fork from "
+        "saved graph states at branch points (off by default)."
+    )
 
     @model_validator(mode="after")
     def _budget_fits(self) -> RolloutConfig:

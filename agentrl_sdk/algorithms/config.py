@@ -82,10 +82,22 @@ class AlgorithmConfig(PolicyLossConfig):
         "crediting no node) in each policy's reward; components crediting a policy's nodes "
         "count in full. 0: each policy learns from its own credit only."
     )
-    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
-    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
-    step_level: StepLevelConfig = Field(default_factory=StepLevelConfig)
-    gae: GAEEstimator = Field(default_factory=GAEEstimator)
+    dynamic_sampling: DynamicSamplingConfig = Field(
+        default_factory=DynamicSamplingConfig, description="DAPO's dynamic sampling: train "
+        "only on groups whose rewards differ."
+    )
+    overlong: OverlongConfig = Field(
+        default_factory=OverlongConfig, description="DAPO's handling of responses that reach "
+        "their token budget: leave them out, or a soft length penalty."
+    )
+    step_level: StepLevelConfig = Field(
+        default_factory=StepLevelConfig, description="Step-level credit: each LLM call its own "
+        "sample and advantage (GiGPO with anchor_weight)."
+    )
+    gae: GAEEstimator = Field(
+        default_factory=GAEEstimator, description="Options of advantage_estimator: gae (PPO "
+        "with the critic's values)."
+    )
     tree_levels: Literal["tree", "branch"] = Field(
         "tree", description="advantage_estimator tree: baseline a leaf within its tree (tree), "
         "or also within the leaves under each deeper branch point it passed (branch)."

@@ -197,25 +197,53 @@ class AsyncConfig(ConfigSection):
 class TrainConfig(ConfigSection):
     """A training job: model, engine, rollouts, algorithm, trainer, data, tracking."""
 
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    model: ModelConfig = Field(
+        default_factory=ModelConfig, description="The default policy's starting weights."
+    )
     policies: dict[str, PolicyConfig] = Field(
         default_factory=dict, description="Policies besides 'default' (= model), by the name "
         "nodes give in @trainable(policy=...) / @frozen(policy=...); each gets its own engine "
         "and, when trained, its own trainer. They share the default policy's tokenizer."
     )
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
-    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    engine: EngineConfig = Field(
+        default_factory=EngineConfig, description="The inference engine rollouts sample from "
+        "(each policy gets one built from it)."
+    )
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig, description="How rollouts of the graph are collected: "
+        "samples per row, sampling, the chat model's budget, node attribution, trees."
+    )
+    algorithm: AlgorithmConfig = Field(
+        default_factory=AlgorithmConfig, description="The policy loss, the advantage estimator "
+        "and how rewards become its batch."
+    )
+    trainer: TrainerConfig = Field(
+        default_factory=TrainerConfig, description="The policy trainer: placement, sharding, "
+        "optimizer, schedule and batching."
+    )
     critic: CriticConfig = Field(
         default_factory=CriticConfig, description="The value model; used only with "
         "algorithm.advantage_estimator: gae (PPO with a critic)."
     )
-    data: DataConfig = Field(default_factory=DataConfig)
-    reward: RewardConfig = Field(default_factory=RewardConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    entrypoint: EntrypointConfig = Field(default_factory=EntrypointConfig)
+    data: DataConfig = Field(
+        default_factory=DataConfig, description="How dataset rows become training steps."
+    )
+    reward: RewardConfig = Field(
+        default_factory=RewardConfig, description="How rewards that cannot be computed are "
+        "treated."
+    )
+    checkpoint: CheckpointConfig = Field(
+        default_factory=CheckpointConfig, description="Where and how often to checkpoint, and "
+        "whether to resume."
+    )
+    tracking: TrackingConfig = Field(
+        default_factory=TrackingConfig, description="MLflow tracking: the run, its metrics and "
+        "the rollout traces."
+    )
+    entrypoint: EntrypointConfig = Field(
+        default_factory=EntrypointConfig, description="What `agentrl train` and `agentrl "
+        "evaluate` import: graph, dataset, reward; `sdk.train` takes them as arguments instead."
+    )
     max_steps: int = Field(10, ge=1, description="Policy updates to run.")
     epochs: int | None = Field(
         None, ge=1, description="Passes over the dataset; when set, max_steps becomes epochs x "
@@ -225,8 +253,14 @@ class TrainConfig(ConfigSection):
         "sync", description="sync: roll out a batch, then update; fully_async: rollouts "
         "stream into a bounded queue while the trainer updates (see fully_async)."
     )
-    fully_async: AsyncConfig = Field(default_factory=AsyncConfig)
-    evaluation: EvalConfig = Field(default_factory=EvalConfig)
+    fully_async: AsyncConfig = Field(
+        default_factory=AsyncConfig, description="Staleness bound and weight pushes of "
+        "pipeline: fully_async (ignored by the sync pipeline)."
+    )
+    evaluation: EvalConfig = Field(
+        default_factory=EvalConfig, description="Evaluation on held-out rows, during training "
+        "and by `sdk.evaluate` / `agentrl evaluate`."
+    )
     prefetch_rollouts: bool = Field(
         True, description="Start the next step's rollouts while the trainer updates: graph "
         "start-up and prompt rendering overlap the update, and the first LLM call of each "

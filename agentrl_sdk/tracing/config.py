@@ -13,12 +13,15 @@ __all__ = ["TrackingConfig"]
 class TrackingConfig(ConfigSection):
     """MLflow tracking: one run per job, one trace per sampled rollout."""
 
-    enabled: bool = True
+    enabled: bool = Field(
+        True, description="Log the job to MLflow (a run with its config, metrics, traces and "
+        "checkpoints); False logs nothing."
+    )
     uri: str = Field(
         "sqlite:///mlflow.db", description="MLflow tracking URI (sqlite file or `mlflow server`)."
     )
     experiment: str = Field("agentrl", description="MLflow experiment name.")
-    run_name: str | None = None
+    run_name: str | None = Field(None, description="MLflow run name; None lets MLflow pick one.")
     traces: TraceSampling = Field(
         "first_k", description="Rollouts traced per step: all, those of the first traces_k rows, "
         "failures (status not ok) only, or off."
