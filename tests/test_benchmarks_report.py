@@ -1,0 +1,108 @@
+"""The benchmark result files follow one format, and the generated page matches them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import _results, report
+
+RESULT_FILES = sorted(report.RESULTS_DIR.glob("*.json"))
+
+
+def test_there_are_result_files():
+    assert len(RESULT_FILES) >= 10
+
+
+@pytest.mark.parametrize("path", RESULT_FILES, ids=lambda p: p.stem)
+def test_result_file_follows_the_format(path: Path):
+    payload = json.loads(path.read_text())
+    assert report.contract_problems(payload) == []
+    assert payload["benchmark"] == path.stem
+    dt.datetime.fromisoformat(payload["date"])  # an ISO date, not 'not recorded'
+    assert payload["command"].startswith("python benchmarks/")
+    for figure in payload["figures"]:
+        assert isinstance(figure["baseline"], str) and figure["baseline"], figure["name"]
+
+
+def test_committed_pages_are_up_to_date():
+    done = subprocess.run([sys.executable, str(report.BENCH_DIR / "report.py"), "--check"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_check_fails_on_a_stale_page(tmp_path, monkeypatch):
+    stale = {"readme": tmp_path / "README.md", "docs": tmp_path / "benchmarks.md"}
+    for path in stale.values():
+        path.write_text("# Benchmarks\n")
+    monkeypatch.setattr(report, "PAGES", stale)
+    assert report.main(["--check"]) == 1
+    assert report.main([]) == 0  # writes them
+    assert report.main(["--check"]) == 0
+
+
+def test_contract_problems_names_what_is_missing():
+    payload = {"benchmark": "x", "machine": {"cpu": "c"}, "date": "2026-01-01",
+               "figures": [{"name": "f", "value": 1}]}  # fmt: skip
+    problems = report.contract_problems(payload)
+    assert "no 'command'" in problems
+    assert "'machine' needs cpu, cores and bf16" in problems
+    assert any("'f' lacks unit, baseline, baseline_value, ratio" in p for p in problems)
+
+
+def test_write_result_records_machine_date_command_and_merges(tmp_path, monkeypatch):
+    monkeypatch.setattr(_results, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(report.BENCH_DIR / "engine.py"), "--quick"])
+    _results.write_result("engine", {
+        "batching_speedup": {"value": 30.0, "baseline": 10.0, "ratio": 3.0, "goal": 5.0,
+                             "unit": "tok/s"},
+        "runs": {"value": None, "rounds": [1, 2]},
+    })  # fmt: skip
+    first = json.loads((tmp_path / "engine.json").read_text())
+    assert report.contract_problems(first) == []
+    assert first["command"] == "python benchmarks/engine.py --quick"
+    assert first["machine"]["cores"] >= 1 and first["machine"]["bf16"].split()[0] in (
+        "native", "emulated")
+    (figure,) = first["figures"]
+    assert figure["baseline"].startswith("HF generate")  # named from _results.BASELINES
+    assert (figure["value"], figure["baseline_value"], figure["ratio"]) == (30.0, 10.0, 3.0)
+    assert first["details"] == {"runs": {"value": None, "rounds": [1, 2]}}
+
+    monkeypatch.setattr(sys, "argv", [str(report.BENCH_DIR / "engine.py"), "--other"])
+    _results.write_result("engine", {"second": {"value": 2.0, "baseline": 1.0, "ratio": 2.0,
+                                                "unit": "s", "baseline_name": "B"}},
+                          merge=True)  # fmt: skip
+    merged = json.loads((tmp_path / "engine.json").read_text())
+    by_name = {f["name"]: f for f in merged["figures"]}
+    assert by_name["batching_speedup"]["command"] == "python benchmarks/engine.py --quick"
+    assert by_name["second"]["command"] == "python benchmarks/engine.py --other"
+    assert by_name["second"]["baseline"] == "B"
+    assert merged["details"] == first["details"]
+
+
+def test_an_older_file_is_shown_with_what_it_records():
+    old = {"benchmark": "tree", "when": "2026-11-28T14:36:42+00:00",
+           "machine": {"cpu_count": 2},
+           "figures": {"generated_tokens": {"value": 0.5, "baseline": 2000.0, "after": 1000.0,
+                                            "goal": 0.6, "unit": "tokens, tree / chain"},
+                       "runs": {"value": None, "chain": []}}}  # fmt: skip
+    new = _results.normalise(old, "tree")
+    assert new["date"] == old["when"] and new["command"] == _results.NOT_RECORDED
+    (figure,) = new["figures"]
+    # the ratio was the value; the tree's own measurement was 'after'
+    assert (figure["value"], figure["baseline_value"], figure["ratio"]) == (1000.0, 2000.0, 0.5)
+    assert new["details"] == {"runs": {"value": None, "chain": []}}
+    page = report.render([new | {"machine": {"cores": 2}}], target="docs")
+    assert "CPU model not recorded" in page and "Command: not recorded" in page
+    assert "](" not in page.split("## tree", 1)[1]  # the docs page links nothing outside docs/
+
+
+def test_readme_links_scripts_and_results_beside_it():
+    page = report.PAGES["readme"].read_text()
+    assert "[`benchmarks/engine.py`](engine.py)" in page
+    assert "(results/engine.json)" in page
