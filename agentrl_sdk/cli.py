@@ -329,8 +329,7 @@ def import_model_command(
     try:
         import_model(src, out, dtype=dtype, overwrite=overwrite)  # type: ignore[arg-type]
     except ModelImportError as exc:
-        console.print(f"[red]import-model: {exc}[/]")
-        raise typer.Exit(1) from exc
+        _usage_error(f"import-model: {exc}")
     config = json.loads((out / "config.json").read_text())
     eos = json.loads((out / "generation_config.json").read_text()).get("eos_token_id")
     files = sorted(p for p in out.iterdir() if p.is_file())

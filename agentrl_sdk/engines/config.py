@@ -26,7 +26,11 @@ class EngineConfig(ConfigSection):
         "torch", description="Engine implementation: embedded torch, in-process vLLM, or a "
         "vLLM OpenAI-compatible server (started here, or at `url`)."
     )
-    max_batch_size: int = Field(64, ge=1, description="Requests decoded together.")
+    max_batch_size: int = Field(
+        64, ge=1, description="Most requests decoded together, for every backend (vLLM's "
+        "max_num_seqs). The torch backend also takes engine.options.max_batch_size: when that "
+        "is set it applies; setting both to different values is refused."
+    )
     replicas: int = Field(1, ge=1, description="Engine replicas behind one EnginePool.")
     ray_actors: bool = Field(
         False, description="Run each engine replica in its own Ray actor (its own process and "
@@ -78,6 +82,12 @@ class EngineConfig(ConfigSection):
         if not isinstance(self.options, BACKEND_OPTIONS[self.backend]):
             raise ValueError(f"engine.options are {type(self.options).__name__}, not the "
                              f"{BACKEND_OPTIONS[self.backend].__name__} of {self.backend!r}")
+        own = getattr(self.options, "max_batch_size", None)
+        if own is not None and "max_batch_size" in self.model_fields_set and own != self.max_batch_size:
+            raise ValueError(
+                f"engine.max_batch_size ({self.max_batch_size}) and engine.options.max_batch_size "
+                f"({own}) are the same setting: keep one"
+            )
         if self.options.actor_options is not None and not self.ray_actors:
             raise ValueError("engine.options.actor_options needs engine.ray_actors: true")
         return self

@@ -52,7 +52,7 @@ class TorchOptions(EngineOptions):
     max_batch_size: int | None = Field(
         None, ge=1, description="Most requests decoded at once, as vLLM's max_num_seqs; later "
         "ones wait their turn. Bounds the decode cache: rows x context x 2 x layers x KV "
-        "width (default 64)."
+        "width. When set it applies instead of engine.max_batch_size (default: that, 64)."
     )
 
 

@@ -109,3 +109,15 @@ def test_every_engine_option_is_a_parameter_of_its_engine() -> None:
         engine_args_refused = backend == "vllm-server"
         fields = set(options.model_fields) - ({"engine_args"} if engine_args_refused else set())
         assert fields <= parameters, (backend, fields - parameters)
+
+
+def test_max_batch_size_has_one_value() -> None:
+    """engine.options.max_batch_size (torch) applies over engine.max_batch_size; both set to
+    different values is refused, naming the two keys."""
+    own = EngineConfig(options={"max_batch_size": 48})
+    assert own.create_kwargs()["max_batch_size"] == 48
+    assert EngineConfig(max_batch_size=8).create_kwargs()["max_batch_size"] == 8
+    assert EngineConfig(max_batch_size=48, options={"max_batch_size": 48}).create_kwargs()[
+        "max_batch_size"] == 48  # fmt: skip
+    with pytest.raises(ValueError, match=r"engine.max_batch_size \(8\) and engine.options.max_batch_size \(48\)"):
+        EngineConfig(max_batch_size=8, options={"max_batch_size": 48})

@@ -141,7 +141,7 @@ def test_cli_import_model_prints_what_it_wrote(tiny_gguf, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert "wrote" in result.output and "model.safetensors" in result.output
     failed = CliRunner().invoke(app, ["import-model", str(tmp_path / "nope.gguf"), str(out)])
-    assert failed.exit_code == 1 and "does not exist" in " ".join(failed.output.split())
+    assert failed.exit_code == 2 and "does not exist" in " ".join(failed.output.split())
 
 
 # --- slow: the real SmolLM2 ---------------------------------------------------------------------
