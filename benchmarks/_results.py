@@ -134,7 +134,7 @@ BASELINES: dict[str, dict[str, str]] = {
     "gateway": {"*": "the engine call the gateway wraps (median ms), same run"},
     "multi_lora": {"*": "one full model per agent, same job, same sitting"},
     "overhead": {"*": "the engine call the adapter wraps (median ms), same run"},
-    "real_model": {"*": "held-out accuracy before RL (first evaluation), same run",
+    "real_model": {"*": "held-out accuracy (%) before RL, same run (ratio: after / before)",
                    "rl_minutes": "goal: 10 minutes (no baseline run)",
                    "peak_rss_gb": "goal: 4 GB (no baseline run)",
                    "first_run_peak_rss_gb": "goal: 4 GB (no baseline run)",
@@ -146,7 +146,8 @@ BASELINES: dict[str, dict[str, str]] = {
     "tool_latency": {"*": "the same rollouts with instant tools, same run"},
     "tracing": {"*": "the same rollouts untraced, same run"},
     "tree": {"*": "chain rollouts (no branching), same job, alternating rounds"},
-    "vs_trl": {"*": "TRL GRPOTrainer, same job, alternating rounds in the same run"},
+    "vs_trl": {"*": "TRL GRPOTrainer, same job, alternating rounds in the same run "
+                         "(ratio > 1: ours is faster)"},
     "weight_sync": {"bandwidth_fraction": "memcpy bandwidth (GB/s) of this machine, same run",
                     "driver_peak_buckets": "the driver way's growth (buckets), same run"},
 }

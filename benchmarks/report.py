@@ -48,7 +48,8 @@ How to run them, from the repository root:
 
 A result file holds the machine (CPU model, cores, whether bfloat16 is native), the date,
 the command that measured it and its figures, each with its baseline's name and value, the
-ratio and the goal the benchmark sets; each figure's unit says how the ratio is taken.
+ratio and the goal the benchmark sets. The ratio is the value over the baseline's value
+unless the unit or the baseline says how else it is taken.
 """
 
 
@@ -134,9 +135,13 @@ def section(result: dict[str, Any], link: Callable[[str], str]) -> list[str]:
         if figure.get("command", command) != command or figure.get("date", date) != date:
             own.append(figure)
     lines.append("")
+    # Figures merged in from another run of the script: one line per run.
+    runs: dict[tuple[str, str], list[str]] = {}
     for figure in own:
-        lines += [f"`{figure['name']}` was measured on {_day(figure.get('date', date))} by "
-                  f"{_code(figure.get('command', command))}.", ""]  # fmt: skip
+        run = (_day(figure.get("date", date)), figure.get("command", command))
+        runs.setdefault(run, []).append(f"`{figure['name']}`")
+    for (day, other), names in runs.items():
+        lines += [f"{', '.join(names)}: measured on {day} by {_code(other)}.", ""]
     return lines
 
 
@@ -213,9 +218,7 @@ def _number(value: Any) -> str:
         return "–"
     if isinstance(value, bool) or not isinstance(value, int | float):
         return _cell(value)
-    if value == int(value) and abs(value) < 1e15:
-        return f"{int(value):,}"
-    if abs(value) >= 10_000:
+    if abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:.4g}"
 
