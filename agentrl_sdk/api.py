@@ -20,6 +20,7 @@ from agentrl_sdk.pipeline import (
 )
 from agentrl_sdk.pipeline.rules import Schedule
 from agentrl_sdk.rollout import default_input
+from agentrl_sdk.rollout.agents import check_targets
 from agentrl_sdk.rollout.rewards import RewardFn
 from agentrl_sdk.threads import use_user_code_executor
 
@@ -67,6 +68,7 @@ async def atrain(
     nodes: NodeRules | None = None,
 ) -> TrainResult:
     """Async `train`, for callers that already run an event loop."""
+    check_targets(graph)
     resolved = with_node_rules(resolve_config(config), nodes)
     use_user_code_executor(resolved.rollout.tool_threads)
     rows, skipped = _rows(graph, dataset, resolved, input_fn)
@@ -157,6 +159,7 @@ async def aevaluate(
     nodes: NodeRules | None = None,
 ) -> EvalResult:
     """Async `evaluate`, for callers that already run an event loop."""
+    check_targets(graph)
     resolved = with_node_rules(resolve_config(config), nodes)
     use_user_code_executor(resolved.rollout.tool_threads)
     if model is not None:

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.user_engines import fit_engines
 from agentrl_sdk.config import RolloutConfig
-from agentrl_sdk.rollout.agents import build_gateway, is_agent_fn, run_agent, uses_agent_fns
+from agentrl_sdk.rollout.agents import (
+    build_gateway,
+    check_targets,
+    is_agent_fn,
+    run_agent,
+    uses_agent_fns,
+)
 from agentrl_sdk.rollout.collector_gc import relaxed_gc
 from agentrl_sdk.rollout.graph_run import (
     InputFn,
@@ -78,6 +84,7 @@ async def arollout_batch(
 
     ``record_events`` fills ``Trajectory.events`` (see `arollout`).
     """
+    check_targets(graph)
     config = config or RolloutConfig()
     samples = n or config.n
     engine = fit_engines(engine)  # an object that cannot serve is refused before any rollout
