@@ -61,7 +61,7 @@ rollout-demo: setup
 
 test: $(VENV)/.installed-verl $(VENV)/.installed-real $(VENV)/.installed-docs
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -m "slow or not slow" -q
+	$(PY) -m pytest -m "slow or not slow" -q --durations=20
 
 bench: setup
 	$(PY) -m pip install -q -e '.[test,bench]'
