@@ -67,7 +67,7 @@ class ChatTemplate:
         elif tools and not self._renders_tools:
             raise ValueError(
                 "the model's chat template ignores tools, so they would vanish from the prompt; "
-                "set chat.tool_prompt: hermes (or auto) to write a Hermes-style tools section "
+                "set rollout.chat.tool_prompt: hermes (or auto) to write a Hermes-style tools section "
                 "around it"
             )
         return self._render_native(messages, tools, add_generation_prompt)

@@ -64,8 +64,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def eval_metrics(
     trajectories: Sequence[Trajectory], seconds: float, *, pass_threshold: float = 1.0
 ) -> dict[str, float]:
-    """`rollout_metrics` of held-out rollouts plus pass@k as ``pass_at_k``, for k = 1, 2, 4,
-    ... up to the samples per row (and that number itself), averaged over rows.
+    """`rollout_metrics` of held-out rollouts plus pass@k under the keys ``pass_at_1``,
+    ``pass_at_2``, ``pass_at_4``, ... up to the samples per row (and that number itself),
+    averaged over rows.
 
     A sample passes when its reward is at least ``pass_threshold``; an unscored one (reward
     dropped) does not pass.

@@ -15,7 +15,7 @@ TOOL_PARSERS: dict[str, type] = {
     "llama3_json": Llama3JsonToolParser,
     "mistral": MistralToolParser,
 }
-"""Parsers by the name configs use (``chat.tool_parser``)."""
+"""Parsers by the name configs use (``rollout.chat.tool_parser``)."""
 
 __all__ = [
     "TOOL_PARSERS",
