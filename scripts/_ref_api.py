@@ -1,0 +1,81 @@
+"""docs/reference/api.md: mkdocstrings entries for the public API, grouped.
+
+Every name of ``agentrl_sdk.__all__`` must sit in a group (`render` refuses otherwise), so a new
+export cannot be left out of the page; the submodule objects users import come after them.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+# (title, summary, names of agentrl_sdk.__all__, dotted paths of submodule objects)
+GROUPS: list[tuple[str, str, list[str], list[str]]] = [
+    ("Training and evaluation",
+     "Train a graph on a dataset, or evaluate it on held-out rows.",
+     ["train", "atrain", "evaluate", "aevaluate", "TrainResult", "EvalResult"], []),
+    ("Graph",
+     "Decorators and nodes that mark what trains inside a LangGraph graph, and reward helpers.",
+     ["trainable", "frozen", "chat_model", "emit_reward", "ToolNode", "tools_condition",
+      "RLTool", "rewards"],
+     ["agentrl_sdk.tools.mcp.load_mcp_tools"]),
+    ("Chat model",
+     "The LangChain chat model that records every call token by token.",
+     ["TokenChatModel", "ChatTemplate"], []),
+    ("Rollouts",
+     "Run a compiled graph (or an agent behind an endpoint) and get its trajectories.",
+     ["rollout", "arollout", "arollout_batch", "AgentEndpoint"], []),
+    ("Types",
+     "What rollouts produce and engines return.",
+     ["Trajectory", "Segment", "LLMCall", "RewardComponent", "GenerateResult",
+      "SamplingParams"], []),
+    ("Configuration",
+     "The config models; [Configuration](config.md) lists every key.",
+     ["TrainConfig", "EvalConfig", "RolloutConfig", "ChatConfig", "NodeRule"],
+     ["agentrl_sdk.pipeline.config.ModelConfig", "agentrl_sdk.pipeline.config.PolicyConfig",
+      "agentrl_sdk.engines.config.EngineConfig", "agentrl_sdk.algorithms.config.AlgorithmConfig",
+      "agentrl_sdk.trainer.config.TrainerConfig", "agentrl_sdk.trainer.config.LoraConfig",
+      "agentrl_sdk.trainer.config.CriticConfig", "agentrl_sdk.pipeline.config.DataConfig",
+      "agentrl_sdk.pipeline.config.CheckpointConfig",
+      "agentrl_sdk.tracing.config.TrackingConfig", "agentrl_sdk.pipeline.config.AsyncConfig",
+      "agentrl_sdk.gateway.config.GatewayConfig"]),
+    ("Engines, models and the gateway",
+     "Inference engines, local model folders and the OpenAI-compatible recording gateway.",
+     [],
+     ["agentrl_sdk.engines.Engine", "agentrl_sdk.engines.create_engine",
+      "agentrl_sdk.engines.TorchEngine", "agentrl_sdk.engines.EnginePool",
+      "agentrl_sdk.models.smollm2_path", "agentrl_sdk.models.import_model",
+      "agentrl_sdk.gateway.Gateway"]),
+    ("Errors",
+     "Exceptions the SDK raises on purpose.",
+     ["AgentRLError", "ContextBudgetExceeded", "EngineError", "NoEngineError"],
+     ["agentrl_sdk.data.DatasetError"]),
+]
+
+# Exports with no docstring of their own to render.
+PLAIN = {"__version__": "`agentrl_sdk.__version__`: the package version string."}
+
+INTRO = """\
+# Python API
+
+`import agentrl_sdk as sdk`: the names of each group's first entries are the package's exports
+(`sdk.train`, `sdk.Trajectory`, ...); the entries after them are imported from the submodule
+their path names. Generated from the docstrings; `python scripts/gen_reference.py` writes the
+list of entries.
+"""
+
+
+def render(package: ModuleType) -> str:
+    """The page; raises if an export of ``package`` is in no group."""
+    grouped = {name for _, _, names, _ in GROUPS for name in names} | set(PLAIN)
+    missing = sorted(set(package.__all__) - grouped)
+    unknown = sorted(grouped - set(package.__all__))
+    if missing or unknown:
+        raise ValueError(f"scripts/_ref_api.py GROUPS: exports in no group {missing}, "
+                         f"names that are no export {unknown}")
+    lines = [INTRO]
+    for title, summary, names, paths in GROUPS:
+        lines += [f"## {title}", "", summary, ""]
+        for dotted in [f"{package.__name__}.{n}" for n in names] + paths:
+            lines += [f"::: {dotted}", ""]
+    lines += ["## Version", "", *PLAIN.values(), ""]
+    return "\n".join(lines).rstrip() + "\n"
