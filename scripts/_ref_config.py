@@ -115,17 +115,21 @@ def _children(path: str, tp: Any) -> Iterator[tuple[str, type[BaseModel]]]:
         yield from _children(f"{path}[]", args[0])
 
 
-def sections(root: type[BaseModel], prefix: str = "") -> list[Section]:
-    """Every section under ``root`` in field order, depth first (the root's own first)."""
+def sections(
+    root: type[BaseModel], prefix: str = "", labels: dict[type, str] | None = None
+) -> list[Section]:
+    """Every section under ``root`` in field order, depth first (the root's own first). A
+    union's member sections are told apart by ``labels[model]`` (else the model's name)."""
+    labels = labels or {}
     out = [Section(prefix, root)]
     for name, field in root.model_fields.items():
         path = f"{prefix}.{name}" if prefix else name
         found = list(_children(path, field.annotation))
         several = len(found) > 1
         for child_path, model in found:
-            sub = sections(model, child_path)
+            sub = sections(model, child_path, labels)
             if several:
-                sub[0].note = f"`{model.__name__}`"
+                sub[0].note = labels.get(model, f"`{model.__name__}`")
             out.extend(sub)
     return out
 
@@ -203,10 +207,12 @@ GATEWAY_SUMMARY = (
 )
 
 
-def render(train_config: type[BaseModel], gateway_config: type[BaseModel]) -> str:
+def render(
+    train_config: type[BaseModel], gateway_config: type[BaseModel], labels: dict[type, str]
+) -> str:
     """The whole page: the training config's sections, then the gateway's."""
     lines = [INTRO]
-    for section in sections(train_config):
+    for section in sections(train_config, labels=labels):
         lines += render_section(section, "Top level")
     for section in sections(gateway_config):
         summary = GATEWAY_SUMMARY if not section.path else None

@@ -58,10 +58,13 @@ def render_metrics() -> str:
 
 
 def render_config() -> str:
+    from agentrl_sdk.engines.options import BACKEND_OPTIONS
     from agentrl_sdk.gateway import GatewayConfig
     from agentrl_sdk.pipeline import TrainConfig
 
-    return _ref_config.render(TrainConfig, GatewayConfig)
+    # engine.options is a union of option models, one per engine.backend.
+    backends = {model: f"`backend: {name}`" for name, model in BACKEND_OPTIONS.items()}
+    return _ref_config.render(TrainConfig, GatewayConfig, backends)
 
 
 def render_cli() -> str:
