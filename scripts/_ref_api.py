@@ -76,6 +76,7 @@ def render(package: ModuleType) -> str:
     for title, summary, names, paths in GROUPS:
         lines += [f"## {title}", "", summary, ""]
         for dotted in [f"{package.__name__}.{n}" for n in names] + paths:
-            lines += [f"::: {dotted}", ""]
+            # Under the group's "##" heading, each object's own heading is a level below.
+            lines += [f"::: {dotted}", "    options:", "      heading_level: 3", ""]
     lines += ["## Version", "", *PLAIN.values(), ""]
     return "\n".join(lines).rstrip() + "\n"
