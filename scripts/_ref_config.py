@@ -140,17 +140,22 @@ def dotted_keys(root: type[BaseModel]) -> list[str]:
             for s in sections(root) for name in s.model.model_fields]
 
 
-def _escape(text: str) -> str:
-    text = re.sub(r"([\[\]|])", r"\\\1", text)
+def _escape(text: str, chars: str) -> str:
+    text = re.sub(f"([{re.escape(chars)}])", r"\\\1", text)
     return text.replace("<", "&lt;")  # "<tag>" would be HTML; a lone ">" is text
 
 
+def prose(text: str, chars: str = "[]") -> str:
+    """``text`` on one line with, outside code spans, the brackets and angle brackets
+    Markdown would read as links (``[TOOL_CALLS][{...}]``) or HTML tags escaped."""
+    parts = re.split(r"(`+[^`]*`+)", " ".join(text.split()))
+    return "".join(p if p.startswith("`") else _escape(p, chars) for p in parts)
+
+
 def cell(text: str) -> str:
-    """Text safe in a table cell: outside code spans (where the table splitter leaves pipes
-    alone), pipes escaped, and the brackets and angle brackets Markdown would read as links
-    (``[TOOL_CALLS][{...}]``) or HTML tags."""
-    parts = re.split(r"(`[^`]*`)", " ".join(text.split()))
-    return "".join(p if p.startswith("`") else _escape(p) for p in parts) or "—"
+    """``prose`` for a table cell: pipes outside code spans escaped too (the table splitter
+    leaves those inside alone)."""
+    return prose(text, "[]|") or "—"
 
 
 def _first_line(doc: str | None) -> str:
@@ -162,7 +167,7 @@ def render_section(section: Section, title: str, summary: str | None = None) -> 
     heading = f"`{section.path}`" if section.path else title
     if section.note:
         heading += f" ({section.note})"
-    summary = _first_line(section.model.__doc__) if summary is None else summary
+    summary = prose(_first_line(section.model.__doc__)) if summary is None else summary
     lines = [f"## {heading}", "", summary, "",
              "| Key | Type | Default | Allowed | Description |", "|---|---|---|---|---|"]
     for name, field in section.model.model_fields.items():
