@@ -33,9 +33,9 @@ _ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|e
 # "MLflow session", "tool session", `session_id` are the product's words.
 NOTEBOOK = {
     "work session": re.compile(
-        rf"\b(?:(?:{_ORDINALS}|this|last|previous|next|earlier|later)"
-        r"(?:\s+work)?\s+sessions?\b|\bwork(?:ing)?\s+sessions?\b|\(\s*sessions?\s+\d+|"
-        r"\bsessions?\s+\d+(?:\s*[-–]\s*\d+)?\b(?!\s*(?:s\b|ms\b|seconds?\b)))",
+        rf"\b(?:{_ORDINALS}|this|last|previous|next|earlier|later)(?:\s+work)?\s+sessions?\b"
+        r"|\bwork(?:ing)?\s+sessions?\b"
+        r"|\bsessions?\s+\d+(?:\s*[-–]\s*\d+)?\b(?!\s*(?:s|ms|seconds?)\b)",
         re.IGNORECASE,
     ),
     "issue reference": re.compile(r"\b(?:issues?|PR|pull request|bug)\s+#?\d+\b", re.I),

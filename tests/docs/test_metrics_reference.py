@@ -55,7 +55,8 @@ def test_every_metric_a_short_job_logs_is_in_the_registry(tmp_path):
     logged = {name for step in result.history for name in step}
     evaluated = {name for e in result.evaluations for name in e.metrics}
     assert len(result.history) == 2 and len(result.evaluations) == 3
-    assert {"reward/mean", "train/loss", "tracking/failed_writes", "traces/logged"} <= logged
+    assert {"reward/mean", "train/loss", "tracking/failed_writes", "traces/logged",
+            "dynamic_sampling/rows_with_signal"} <= logged
     assert {"pass_at_1", "rows"} <= evaluated
     unknown = sorted(n for n in logged | evaluated if describe_metric(n) is None)
     assert not unknown, (
