@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 import typer
-from _ref_config import cell
+from _ref_config import cell, prose
 
 # What makes a command exit with 2 (the input is at fault) besides click's usage errors.
 INPUT_ERRORS = {
@@ -77,9 +77,10 @@ def render_command(name: str, command: Any) -> list[str]:
     """A command's section: usage, help, a table of its parameters, its exit-2 causes."""
     args = " ".join(p.name.upper() if p.required else f"[{p.name.upper()}]"
                     for p in command.params if p.param_type_name == "argument")
-    help_text = inspect.cleandoc(command.help or "")
-    lines = [f"## `agentrl {name}`", "", "```", f"agentrl {name} [OPTIONS] {args}".rstrip(), "```", "", help_text, "",
-        "| Argument / option | Type | Default | Description |", "|---|---|---|---|"]
+    paragraphs = inspect.cleandoc(command.help or "").split("\n\n")
+    lines = [f"## `agentrl {name}`", "", "```", f"agentrl {name} [OPTIONS] {args}".rstrip(),
+             "```", "", *(line for p in paragraphs for line in (prose(p), "")),
+             "| Argument / option | Type | Default | Description |", "|---|---|---|---|"]
     for param in command.params:
         help_ = param.help or ""
         if getattr(param, "envvar", None):
