@@ -156,7 +156,10 @@ def textarena(
     if max_turns < 1:
         raise ValueError(f"max_turns must be at least 1, got {max_turns}")
     names = _player_names(env_id, players, kwargs, seeds[0])
-    replay(env_id, len(names), seeds[0], [], kwargs)  # a game lacking data is refused now
+    try:  # made and reset once now: a game lacking its data is refused before training
+        replay(env_id, len(names), seeds[0], [], kwargs)
+    except (AssertionError, ValueError) as exc:  # textarena's own player-count checks
+        raise ValueError(f"{env_id} does not play with {len(names)} players: {exc}") from exc
     served = (policies,) * len(names) if isinstance(policies, str) else tuple(policies)
     if len(served) != len(names):
         raise ValueError(f"{env_id} has {len(names)} players but {len(served)} policies were "

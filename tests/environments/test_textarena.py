@@ -196,3 +196,9 @@ def test_replays_leave_the_process_random_state_alone():
     random.seed(1234)
     textarena("GuessTheNumber-v0", seeds=[9], eval_seeds=[10])
     assert random.random() == expected
+
+
+def test_a_player_count_the_game_refuses_is_a_clear_error():
+    with pytest.raises(ValueError, match="TicTacToe-v0 does not play with 3 players"):
+        textarena("TicTacToe-v0", players=3)
+    assert textarena("GuessTheNumber-v0", players=["guesser"]).players == ("guesser",)
