@@ -292,9 +292,9 @@ def build_model(
     out: Annotated[Path, typer.Argument(help="Folder to write (save_pretrained layout).")],
     vocab: Annotated[str, typer.Option(help="'qwen' (real Qwen BPE) or 'small' (1k BPE).")] = "small",
     template: Annotated[str, typer.Option(help="'hermes' or 'qwen3' chat template.")] = "hermes",
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    seed: int = 0,
+    hidden_size: Annotated[int, typer.Option(help="Width of the residual stream (a multiple of 4, the head count).")] = 64,
+    num_layers: Annotated[int, typer.Option(help="Decoder layers.")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of the random weights: the same seed, the same model.")] = 0,
 ) -> None:
     """Build a tiny random Qwen2-architecture model and its tokenizer, offline."""
     from agentrl_sdk.models import (
