@@ -98,7 +98,7 @@ def resolve_tool_prompt(
     """The tool prompt to use with a template: ``auto`` picks native when it renders tools.
 
     Args:
-        mode: The configured ``chat.tool_prompt``.
+        mode: The configured ``rollout.chat.tool_prompt``.
         renders: Whether the template renders tools (`renders_tools`).
         name: What to call the template in the warning, logged once per name.
 
@@ -114,7 +114,7 @@ def resolve_tool_prompt(
         _warned.add(name)
         _log.warning(
             "%s ignores tools: a Hermes-style tools section is written around it "
-            "(chat.tool_prompt: hermes; set it explicitly to silence this warning)", name
+            "(rollout.chat.tool_prompt: hermes; set it explicitly to silence this warning)", name
         )
     return "hermes"
 

@@ -9,7 +9,10 @@ ships the model as a Q4_1 GGUF file. We take only that file (the package's own c
 from __future__ import annotations
 
 import importlib.metadata
+from functools import partial
 from pathlib import Path
+
+from rich.console import Console
 
 from agentrl_sdk.models.cache import cached_build
 from agentrl_sdk.models.importing import (
@@ -79,8 +82,11 @@ def smollm2_path(dtype: ImportDType = "float32") -> Path:
         "dtype": dtype,
         "importer": IMPORTER_VERSION,
     }
-    return cached_build(
-        "smollm2-135m-instruct",
-        recipe,
-        lambda folder: import_model(gguf_file, folder, dtype=dtype),
-    )
+    return cached_build("smollm2-135m-instruct", recipe, partial(_import, gguf_file, dtype=dtype))
+
+
+def _import(gguf_file: Path, folder: Path, *, dtype: ImportDType) -> None:
+    # Said before transformers' own bars: the first run's minute is otherwise unexplained.
+    Console(stderr=True).print(f"importing SmolLM2-135M-Instruct from {gguf_file.name} "
+                               f"(first use only, ~25 s) into {folder.parent}")
+    import_model(gguf_file, folder, dtype=dtype)

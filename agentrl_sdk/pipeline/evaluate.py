@@ -12,6 +12,7 @@ from rich.markup import escape
 from agentrl_sdk.pipeline.gate import held
 from agentrl_sdk.pipeline.job import Job, JobSpec, open_job, score_rollouts
 from agentrl_sdk.pipeline.metrics import eval_metrics
+from agentrl_sdk.pipeline.progress import log_console
 from agentrl_sdk.pipeline.results import EvalResult, TrainResult
 from agentrl_sdk.rollout import arollout_batch
 
@@ -59,6 +60,9 @@ async def maybe_evaluate(job: Job, result: TrainResult, updates: int, console: C
     final = bool(config.evaluation.every) and updates == config.max_steps
     if not job.eval_rows or not (config.evaluation.due(updates) or final):
         return
+    # A line before as well: 64 greedy rollouts of a real model take a minute on a laptop.
+    rows = len(job.eval_rows[: config.evaluation.max_rows])
+    console.log(f"eval after {updates} updates: {rows} held-out rows ...")
     evaluation = await evaluate_job(job, updates)
     result.evaluations.append(evaluation.model_copy(update={"trajectories": []}))
     console.log(eval_line(evaluation))
@@ -85,9 +89,11 @@ async def run_evaluation(spec: JobSpec, *, console: Console | None = None) -> Ev
     """
     if not spec.rows:
         raise ValueError("nothing to evaluate: the dataset has no usable rows")
-    console = console or Console()
+    console = console or log_console()
     spec = dataclasses.replace(spec, eval_rows=spec.rows)
     async with open_job(spec, console=console, trainers=False) as (job, _):
+        rows = len(job.eval_rows[: spec.config.evaluation.max_rows])
+        console.log(f"eval: {rows} rows ...")
         evaluation = await evaluate_job(job, 0)
         console.log(eval_line(evaluation, escape(f"of {spec.config.model.path or 'the model'}")))
         return evaluation

@@ -34,7 +34,7 @@ from agentrl_sdk.pipeline.job import (
     trace_step,
     update_policies,
 )
-from agentrl_sdk.pipeline.progress import step_log
+from agentrl_sdk.pipeline.progress import log_console, step_log
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.pipeline.rollouter import Rollouter
 from agentrl_sdk.pipeline.rules import Schedule, dynamic_sampling_metrics, staleness_metrics
@@ -66,7 +66,7 @@ async def run_pipeline(
     stop (max steps, or Ctrl-C once) checkpoints the queue and the unfinished rows with the
     trainer when ``checkpoint.dir`` is set.
     """
-    console = console or Console()
+    console = console or log_console()
     config = spec.config
     async with open_job(spec, console=console) as (job, result):
         start, folder = await maybe_resume(job, console)

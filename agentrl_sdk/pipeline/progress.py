@@ -14,7 +14,13 @@ from agentrl_sdk.pipeline.results import TrainResult
 if TYPE_CHECKING:
     from agentrl_sdk.pipeline.job import Job
 
-__all__ = ["step_line", "step_log"]
+__all__ = ["log_console", "step_line", "step_log"]
+
+
+def log_console() -> Console:
+    """The console a job logs its lines to when the caller gives none: rich's time column
+    without its source column (``progress.py:45`` would name the SDK's line, not the user's)."""
+    return Console(log_path=False)
 
 
 @contextlib.contextmanager

@@ -103,7 +103,8 @@ def test_auto_picks_native_when_the_template_renders_tools_else_hermes_warning_o
         assert ChatTemplate(chatml_tok, "auto").tool_prompt == "hermes"
     assert [r.getMessage() for r in caplog.records] == [
         "the chat template of the tokenizer ignores tools: a Hermes-style tools section is "
-        "written around it (chat.tool_prompt: hermes; set it explicitly to silence this warning)"
+        "written around it (rollout.chat.tool_prompt: hermes; set it explicitly to silence "
+        "this warning)"
     ]
     # Asked for explicitly, hermes is quiet.
     caplog.clear()

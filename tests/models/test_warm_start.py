@@ -278,3 +278,32 @@ def test_bf16_warm_start_follows_the_fp32_one_and_keeps_fp32_weights():
     assert bf16 != fp32  # bf16 compute did happen
     assert bf16[-1] < bf16[0] / 10
     assert bf16[-1] == pytest.approx(fp32[-1], rel=0.5, abs=0.05)
+
+
+def test_activation_checkpointing_trains_the_same_weights():
+    """Recomputing each layer in the backward pass changes memory, not the gradients."""
+    tokenizer = build_small_tokenizer()
+    runs = []
+    for checkpointing in (False, True):
+        model = build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2,
+                                 num_kv_heads=1)
+        losses = supervised_warm_start(model, tokenizer, CONVERSATIONS, tools=TOOLS, steps=4,
+                                       batch_size=2, lr=1e-2, progress=False,
+                                       activation_checkpointing=checkpointing)
+        runs.append((losses, [p.detach().clone() for p in model.parameters()]))
+        # Switched off again: the caller's model is left as it was given.
+        assert not model.is_gradient_checkpointing and not model.training
+    (plain, plain_weights), (checkpointed, checkpointed_weights) = runs
+    assert checkpointed == pytest.approx(plain, rel=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain_weights,
+                                                                checkpointed_weights))
+
+
+def test_activation_checkpointing_of_a_model_without_it_is_refused():
+    tokenizer = build_small_tokenizer()
+    model = build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2,
+                             num_kv_heads=1)
+    model.supports_gradient_checkpointing = False
+    with pytest.raises(ValueError, match="does not support activation checkpointing"):
+        supervised_warm_start(model, tokenizer, CONVERSATIONS, tools=TOOLS, steps=1,
+                              progress=False, activation_checkpointing=True)
