@@ -21,7 +21,7 @@ the same start on the same rows in the same order, with the same reward function
 samples per prompt, prompts per step, max new tokens, learning rate, clip range, trained
 layers (the last ``TRAINABLE_LAYERS`` decoder layers and the final norm), no KL and one
 optimizer step per batch; its final model is evaluated by the same ``sdk.evaluate`` call. The
-two sides alternate (TRL, ours, TRL, ours...) so a drifting load hits both. Ours runs the
+two sides alternate (ours, TRL, ours, TRL...) so a drifting load hits both. Ours runs the
 real-model demo's recipe (bfloat16 where native, the rank in this process, prefix-tree
 packing); TRL runs float32 (its CPU default).
 
@@ -299,7 +299,7 @@ def main() -> None:
             sides = {"ours": [], "trl": []}
             rounds = args.rounds if args.trl and number == 0 else 1
             for r in range(rounds):
-                order = ("trl", "ours") if args.trl and number == 0 else ("ours",)
+                order = ("ours", "trl") if args.trl and number == 0 else ("ours",)
                 for side in order:
                     train = train_trl if side == "trl" else train_ours
                     run = train(env, base, args.steps, Path(tmp) / f"{task}-{side}{r}")
@@ -311,7 +311,8 @@ def main() -> None:
                     console.print(f"  {side} round {r}: {before}% -> {after}% in "
                                   f"{run['minutes']} min ({run['generated_tokens']} tokens)")
                     sides[side].append(entry)
-            record("tasks", task, sides["ours"][-1] | {"rounds": len(sides["ours"])})
+                    if side == "ours":  # kept at once: a later run may not finish in time
+                        record("tasks", task, entry | {"rounds": len(sides["ours"])})
             if sides["trl"]:
                 record_vs_trl(task, _pooled(sides["ours"]), _pooled(sides["trl"]), rounds)
     console.print(f"wrote {RESULTS_DIR / f'{NAME}.json'}")
