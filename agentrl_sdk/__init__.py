@@ -1,6 +1,6 @@
 """agentrl_sdk: train LLM agents written as LangGraph graphs with reinforcement learning."""
 
-from agentrl_sdk import rewards
+from agentrl_sdk import environments, rewards
 from agentrl_sdk.api import aevaluate, atrain, evaluate, train
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel
 from agentrl_sdk.config import ChatConfig, NodeRule, RolloutConfig
@@ -57,6 +57,7 @@ __all__ = [
     "atrain",
     "chat_model",
     "emit_reward",
+    "environments",
     "evaluate",
     "frozen",
     "rewards",

@@ -87,6 +87,13 @@ METRICS: list[MetricName] = [
          "from the saved graph state."),
         ("rollout/reward_error", "count", "Rollouts whose reward function raised or returned "
          "None/NaN."),
+        ("rollout/textarena/illegal_moves", "count", "textarena: moves the game judged "
+         "invalid (its own rule applied: a retry or the end of the game)."),
+        ("rollout/textarena/games_ended", "count", "textarena: games played to their end."),
+        ("rollout/textarena/truncated", "count", "textarena: games cut off at max_turns "
+         "(scored 0)."),
+        ("rollout/textarena/game_errors", "count", "textarena: games whose own code raised "
+         "(scored 0)."),
         ("rollout/segments_started.<reason>", "count", "Training segments started, by reason "
          "(first_call, new_conversation, history_edited, template_not_prefix_preserving, "
          "node_changed): "
