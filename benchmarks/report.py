@@ -25,6 +25,16 @@ from benchmarks._results import NOT_RECORDED, normalise  # noqa: E402
 
 RESULTS_DIR = BENCH_DIR / "results"
 PAGES = {"readme": BENCH_DIR / "README.md", "docs": ROOT / "docs" / "benchmarks.md"}
+PROJECT_README = ROOT / "README.md"
+HEADLINES = (  # (result file, figure, what it says): the figures the project README quotes
+    ("real_model", "heldout_gain", "SmolLM2-135M: held-out points gained by `make demo-real`'s RL"),
+    ("real_model", "first_run_peak_rss_gb", "`make demo-real` from an empty cache: peak memory, all processes"),
+    ("vs_trl", "real_model_step_speedup", "GRPO step on SmolLM2-135M vs TRL's `GRPOTrainer`"),
+    ("engine", "batching_speedup", "TorchEngine batching vs Hugging Face `generate`"),
+    ("async_vs_sync", "async_speedup", "fully-async vs sync, long-tail agent: whole-job wall time"),
+)
+HEADLINE_START = "<!-- headline figures: written by benchmarks/report.py -->"
+HEADLINE_END = "<!-- end of headline figures -->"
 REQUIRED = ("benchmark", "machine", "date", "command", "figures")
 FIGURE_FIELDS = ("name", "value", "unit", "baseline", "baseline_value", "ratio")
 SITTING_HOURS = 12  # result files dated within this of the newest were measured together
@@ -223,6 +233,30 @@ def _number(value: Any) -> str:
     return f"{value:.4g}"
 
 
+def headline_table(results: list[dict[str, Any]]) -> str:
+    """The project README's figures: each with its baseline, machine, date and command."""
+    by_name = {r["benchmark"]: r for r in results}
+    lines = ["| figure | value | baseline (same run) | machine, date | reproduce |",
+             "|---|---|---|---|---|"]
+    for benchmark, name, what in HEADLINES:
+        result = by_name.get(benchmark)
+        figure = next((f for f in (result or {}).get("figures", []) if f["name"] == name), None)
+        if result is None or figure is None:
+            raise ValueError(f"README headline {benchmark}/{name}: no such figure in the results")
+        ratio = "" if figure.get("ratio") is None else f" (ratio {_number(figure['ratio'])})"
+        baseline = f"{_cell(figure['baseline'])}: {_number(figure.get('baseline_value'))}{ratio}"
+        when = f"{describe_machine(result['machine'])}; {_day(figure.get('date', result['date']))}"
+        lines.append(f"| {what} | **{_number(figure['value'])}** {_cell(figure['unit'])} | "
+                     f"{baseline} | {when} | {_code(figure.get('command', result['command']))} |")
+    return "\n".join(lines)
+
+
+def with_headlines(readme: str, table: str) -> str:
+    """``readme`` with the text between the headline markers replaced by ``table``."""
+    start, end = readme.index(HEADLINE_START) + len(HEADLINE_START), readme.index(HEADLINE_END)
+    return f"{readme[:start]}\n{table}\n{readme[end:]}"
+
+
 def _shown(path: Path) -> str:
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 
@@ -238,8 +272,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmarks/report.py: {error}", file=sys.stderr)
         return 2
     stale = []
-    for target, path in PAGES.items():
-        page = render(results, target=target)
+    pages = {path: render(results, target=target) for target, path in PAGES.items()}
+    try:
+        pages[PROJECT_README] = with_headlines(PROJECT_README.read_text(), headline_table(results))
+    except ValueError as error:
+        print(f"benchmarks/report.py: {error}", file=sys.stderr)
+        return 2
+    for path, page in pages.items():
         if args.check:
             if not path.exists() or path.read_text() != page:
                 stale.append(_shown(path))
