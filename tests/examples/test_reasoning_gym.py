@@ -66,5 +66,5 @@ def test_two_updates_of_the_warm_started_model_on_the_tasks_verifier(tmp_path):
     rewards = [m[f"reward/{COMPONENT}"] for m in result.history]
     # The warm-started policy writes the tag and solves some questions, not all of them.
     assert 0.0 < sum(rewards) / len(rewards) < 1.0, rewards
-    assert all(m["count/reward_errors"] == 0 for m in result.history)
+    assert all(m.get("count/reward_errors", 0) == 0 for m in result.history)  # logged when > 0
     assert any(not m["train/skipped_no_signal"] for m in result.history)
