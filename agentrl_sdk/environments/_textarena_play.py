@@ -11,6 +11,8 @@ cancelled, and a state can be copied (tree rollouts, checkpointers).
 
 from __future__ import annotations
 
+import os
+
 import difflib
 import random
 from collections.abc import Iterator, Sequence
@@ -36,7 +38,12 @@ class GameNotReplayable(AgentRLError, RuntimeError):
 def textarena_module() -> Any:
     """``textarena``, or an error naming the extra that installs it."""
     try:
+        environ = dict(os.environ)
         import textarena
+        # Some of its dependencies set process-wide OpenMP variables (KMP_*) on import;
+        # engines spawned later must not inherit them.
+        os.environ.clear()
+        os.environ.update(environ)
     except ImportError as exc:
         raise ImportError("textarena games need the textarena package: "
                           "pip install 'agentrl-sdk[environments]'") from exc

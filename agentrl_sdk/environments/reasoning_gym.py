@@ -11,6 +11,8 @@ final reply, as the component ``reasoning_gym/<task>``.
 
 from __future__ import annotations
 
+import os
+
 import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,7 +60,12 @@ class VerifierError(RuntimeError):
 
 def _require() -> Any:
     try:
+        environ = dict(os.environ)
         import reasoning_gym
+        # Some of its dependencies set process-wide OpenMP variables (KMP_*) on import;
+        # engines spawned later must not inherit them.
+        os.environ.clear()
+        os.environ.update(environ)
     except ImportError as exc:  # the optional extra
         raise ImportError("reasoning-gym is not installed: pip install "
                           "'agentrl-sdk[environments]' (or pip install reasoning-gym)") from exc
