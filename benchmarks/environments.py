@@ -1,8 +1,8 @@
 """Environments nobody here wrote: reasoning-gym tasks trained on SmolLM2-135M-Instruct, and the
 same task with TRL's GRPOTrainer.
 
-    python benchmarks/environments.py --tasks leg_counting,chain_sum [--steps 24]
-    python benchmarks/environments.py --tasks chain_sum --trl [--rounds 1]   # + TRL, alternating
+    python benchmarks/environments.py --tasks products,basic_arithmetic [--steps 96]
+    python benchmarks/environments.py --tasks chain_sum --trl --trl-steps 10  # + TRL, alternating
     python benchmarks/environments.py --probe basic_arithmetic,chain_sum     # the starting pass@1 only
 
 Each task comes from `agentrl_sdk.environments.reasoning_gym`: training rows from seed 1,
@@ -21,7 +21,9 @@ the same start on the same rows in the same order, with the same reward function
 samples per prompt, prompts per step, max new tokens, learning rate, clip range, trained
 layers (the last ``TRAINABLE_LAYERS`` decoder layers and the final norm), no KL and one
 optimizer step per batch; its final model is evaluated by the same ``sdk.evaluate`` call. The
-two sides alternate (ours, TRL, ours, TRL...) so a drifting load hits both. Ours runs the
+two sides alternate (ours, TRL, ours, TRL...) so a drifting load hits both. TRL takes about
+ten times our time per update here, so ``--trl-steps`` gives it fewer updates: what is compared
+is the held-out gain per training minute, not the gain after a number of updates. Ours runs the
 real-model demo's recipe (bfloat16 where native, the rank in this process, prefix-tree
 packing); TRL runs float32 (its CPU default).
 
@@ -270,9 +272,12 @@ def train_trl(env: Any, base: Path, steps: int, out: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="leg_counting")
-    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--steps", type=int, default=96)
     parser.add_argument("--trl", action="store_true", help="also TRL, on the first task")
     parser.add_argument("--rounds", type=int, default=1, help="alternating TRL/ours rounds")
+    parser.add_argument("--trl-steps", type=int, default=None,
+                        help="TRL's updates (default --steps); fewer give it a similar wall time, "
+                        "as its gain per minute is what is compared")
     parser.add_argument("--probe", default=None,
                         help="only the starting (warm-started) held-out pass@1 of these tasks")
     args = parser.parse_args()
@@ -302,10 +307,11 @@ def main() -> None:
                 order = ("ours", "trl") if args.trl and number == 0 else ("ours",)
                 for side in order:
                     train = train_trl if side == "trl" else train_ours
-                    run = train(env, base, args.steps, Path(tmp) / f"{task}-{side}{r}")
+                    steps = (args.trl_steps or args.steps) if side == "trl" else args.steps
+                    run = train(env, base, steps, Path(tmp) / f"{task}-{side}{r}")
                     after, _ = evaluate(env, run.pop("model"))
                     entry = {"heldout_before": before, "heldout_after": after, **run,
-                             "steps": args.steps, "rollouts_per_step":
+                             "steps": steps, "rollouts_per_step":
                              JOB["prompts_per_step"] * JOB["n"], "unit": "held-out pass@1 (%)",
                              "heldout_rows": len(env.eval_rows)}
                     console.print(f"  {side} round {r}: {before}% -> {after}% in "

@@ -17,7 +17,8 @@ Figures (``benchmarks/results/environments_games.json``):
   trainer's start-up).
 - ``generated_tokens``: tokens the engine sampled in training rollouts.
 
-Also written: steps, games per step, illegal moves per game, the reward and evaluation curves.
+The game is also recorded under ``games`` in ``benchmarks/results/environments.json``, beside
+the reasoning-gym tasks. Also written: steps, games per step, illegal moves per game, the reward and evaluation curves.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
 from _results import write_result  # noqa: E402
+from environments import record  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples" / "textarena" / "config.yaml"
 GOAL_POINTS = 15.0
@@ -118,6 +120,11 @@ def main() -> None:
     summarize(result, Console())
     figures = figures_of(result, minutes)
     path = write_result("environments_games", figures)
+    win = figures["heldout_win_rate_gain"]
+    record("games", "GuessTheNumber-v0", {  # beside the reasoning-gym tasks
+        "heldout_before": win["heldout_before"], "heldout_after": win["heldout_after"],
+        "minutes": round(minutes, 2), "generated_tokens": figures["generated_tokens"]["value"],
+        "steps": win["steps"], "unit": "held-out greedy win rate (%)"})
     gain = figures["heldout_win_rate_gain"]
     Console().print(f"held-out win rate {gain['baseline']} -> {gain['heldout_after']} % "
                     f"({gain['value']:+} points, goal +{GOAL_POINTS}); score "

@@ -36,7 +36,9 @@ def test_pip_install_gives_the_cli_and_the_quickstart(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("agentrl_sdk-*.whl")
     venv.create(tmp_path / "venv", with_pip=True)
     bin_dir = tmp_path / "venv" / "bin"
-    _run(bin_dir / "python", "-m", "pip", "install", "-q", wheel)
+    # --no-compile: byte-compiling every module of the stack is a large part of an install's
+    # time, and what the test runs is compiled on import anyway.
+    _run(bin_dir / "python", "-m", "pip", "install", "-q", "--no-compile", wheel)
     help_text = _run(bin_dir / "agentrl", "--help", cwd=tmp_path)
     for command in ("train", "evaluate", "inspect", "build-model", "import-model"):
         assert command in help_text

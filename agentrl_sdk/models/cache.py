@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import multiprocessing
 import os
 import pickle
 import shutil
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +46,41 @@ def cached_build(
     folder = cache_root() / f"{name}-{key}"
     if (folder / "config.json").exists():
         return folder
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    if isolated:
-        _build_in_child(build, partial, timeout_s)
-    else:
-        build(partial)
-    partial.rename(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _only_builder(folder, timeout_s):
+        if (folder / "config.json").exists():  # built by the process we waited for
+            return folder
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        if isolated:
+            _build_in_child(build, partial, timeout_s)
+        else:
+            build(partial)
+        partial.rename(folder)
     return folder
+
+
+@contextlib.contextmanager
+def _only_builder(folder: Path, timeout_s: float) -> Iterator[None]:
+    """Hold ``<folder>.lock`` while building: two jobs started at once on one machine build a
+    recipe once, the second waiting for the first. The OS drops the lock of a process that
+    dies, so a crashed build never blocks the next one."""
+    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"another process has been building {folder.name} for "
+                                       f"over {timeout_s:.0f} s") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _build_in_child(build: Callable[[Path], None], folder: Path, timeout_s: float) -> None:

@@ -12,8 +12,7 @@ from examples.tool_selection.train import HERE, run
 pytestmark = pytest.mark.slow
 
 
-def test_training_raises_reward_and_updates_the_policy(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
+def test_training_raises_reward_and_updates_the_policy(tmp_path):
     config = TrainConfig.from_yaml(HERE / "config.yaml")
     config.max_steps = 24
     config.checkpoint.dir = str(tmp_path / "ckpt")

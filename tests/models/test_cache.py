@@ -67,3 +67,33 @@ def test_an_isolated_build_that_hangs_or_dies_is_reported_not_waited_on():
     assert time.monotonic() - started < 60
     with pytest.raises(RuntimeError, match=r"died \(exit code 3\)"):
         cached_build("m", {"x": 5}, _die, isolated=True)
+
+
+def _count_and_write(folder: Path, log: Path) -> None:
+    with log.open("a") as out:
+        out.write(f"{os.getpid()}\n")
+    time.sleep(2.0)  # long enough that the other process asks while this one builds
+    _write_pid(folder)
+
+
+def _build_for(root: str, log: str) -> None:
+    os.environ["AGENTRL_CACHE"] = root
+    cached_build("m", {"x": 9}, partial(_count_and_write, log=Path(log)))
+
+
+def test_two_processes_asking_at_once_build_the_recipe_once(tmp_path):
+    import multiprocessing
+
+    log = tmp_path / "builds.log"
+    other = multiprocessing.get_context("spawn").Process(target=_build_for,
+                                                         args=(str(tmp_path), str(log)))
+    other.start()
+    deadline = time.monotonic() + 60
+    while not log.exists():  # the other process is building now
+        assert time.monotonic() < deadline and other.is_alive()
+        time.sleep(0.05)
+    folder = cached_build("m", {"x": 9}, partial(_count_and_write, log=log))
+    other.join(60)
+    assert other.exitcode == 0
+    assert len(log.read_text().split()) == 1  # one build: this caller waited for the other's
+    assert '"pid"' in (folder / "config.json").read_text()

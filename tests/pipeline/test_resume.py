@@ -23,8 +23,7 @@ def _config(tmp_path, name: str, steps: int, resume: bool = False) -> TrainConfi
     return config
 
 
-def test_resumed_run_matches_the_uninterrupted_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
+def test_resumed_run_matches_the_uninterrupted_run(tmp_path):
     straight = run(_config(tmp_path, "straight", 3)).history
 
     run(_config(tmp_path, "interrupted", 2))
