@@ -122,9 +122,13 @@ def record(kind: Literal["tasks", "games"], name: str, entry: dict[str, Any]) ->
 
 
 def record_vs_trl(task: str, ours: dict[str, Any], trl: dict[str, Any], rounds: int) -> Path:
-    """The held-out points per minute of ours over TRL's on the same task and job."""
+    """The held-out points per minute of ours over TRL's on the same task and job, and the
+    wall time of one update (rollouts, update, weight sync) of each."""
     def rate(side: dict[str, Any]) -> float:
         return (side["heldout_after"] - side["heldout_before"]) / side["minutes"]
+
+    def update_seconds(side: dict[str, Any]) -> float:
+        return 60 * side["minutes"] / side["steps"]
 
     ours_rate, trl_rate = rate(ours), rate(trl)
     ratio = round(ours_rate / trl_rate, 3) if trl_rate > 0 else None
@@ -136,6 +140,14 @@ def record_vs_trl(task: str, ours: dict[str, Any], trl: dict[str, Any], rounds: 
             "task": task, "rounds": rounds,
             "ours": ours, "trl": trl,
             "note": None if ratio is not None else "TRL's held-out gain was <= 0: no ratio",
+        },
+        "vs_trl_seconds_per_update": {
+            "value": round(update_seconds(ours), 2), "baseline": round(update_seconds(trl), 2),
+            "ratio": round(update_seconds(trl) / update_seconds(ours), 2),
+            "unit": f"wall seconds per GRPO update of {JOB['prompts_per_step']} x {JOB['n']} "
+                    f"rollouts ({task}); ratio = TRL's over ours",
+            "baseline_name": "TRL GRPOTrainer, same task and job, alternating runs",
+            "goal": None,
         },
     }
     return write_result(NAME, figures, merge=True)
@@ -331,6 +343,7 @@ def _pooled(entries: list[dict[str, Any]]) -> dict[str, Any]:
             "heldout_after": round(sum(e["heldout_after"] for e in entries) / n, 1),
             "minutes": round(sum(e["minutes"] for e in entries) / n, 2),
             "generated_tokens": int(sum(e["generated_tokens"] for e in entries) / n),
+            "steps": entries[0]["steps"],
             "rounds": [{k: e[k] for k in ("heldout_after", "minutes", "generated_tokens")}
                        for e in entries]}
 

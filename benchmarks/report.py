@@ -32,9 +32,18 @@ HEADLINES = (  # (result file, figure, what it says): the figures the project RE
     ("vs_trl", "real_model_step_speedup", "GRPO step on SmolLM2-135M vs TRL's `GRPOTrainer`"),
     ("engine", "batching_speedup", "TorchEngine batching vs Hugging Face `generate`"),
     ("async_vs_sync", "async_speedup", "fully-async vs sync, long-tail agent: whole-job wall time"),
+    ("environments", "tasks_gaining_15",
+     "reasoning-gym tasks on which SmolLM2-135M gains 15 held-out points"),
+    ("environments_games", "heldout_win_rate_gain",
+     "textarena GuessTheNumber-v0: held-out win rate gained by RL"),
 )
 HEADLINE_START = "<!-- headline figures: written by benchmarks/report.py -->"
 HEADLINE_END = "<!-- end of headline figures -->"
+GUIDES = {ROOT / "docs" / "guides" / "reasoning-gym.md": "tasks",
+          ROOT / "docs" / "guides" / "textarena.md": "games"}
+"""The guides that quote `environments.json`, and which of its mappings each one shows."""
+GUIDE_START = "<!-- measured figures: written by benchmarks/report.py -->"
+GUIDE_END = "<!-- end of measured figures -->"
 REQUIRED = ("benchmark", "machine", "date", "command", "figures")
 FIGURE_FIELDS = ("name", "value", "unit", "baseline", "baseline_value", "ratio")
 SITTING_HOURS = 12  # result files dated within this of the newest were measured together
@@ -251,10 +260,43 @@ def headline_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def with_headlines(readme: str, table: str) -> str:
-    """``readme`` with the text between the headline markers replaced by ``table``."""
-    start, end = readme.index(HEADLINE_START) + len(HEADLINE_START), readme.index(HEADLINE_END)
-    return f"{readme[:start]}\n{table}\n{readme[end:]}"
+def between_markers(text: str, start_marker: str, end_marker: str, table: str) -> str:
+    """``text`` with what stands between the two markers replaced by ``table``."""
+    start, end = text.index(start_marker) + len(start_marker), text.index(end_marker)
+    return f"{text[:start]}\n{table}\n{text[end:]}"
+
+
+def environment_table(results: list[dict[str, Any]], kind: str) -> str:
+    """The reasoning-gym tasks (``kind`` "tasks") or textarena games ("games") measured in
+    ``environments.json``, as their guide shows them; TRL's run beside the tasks."""
+    result = next((r for r in results if r["benchmark"] == "environments"), None)
+    entries = ((result or {}).get("details") or {}).get(kind) or {}
+    if result is None or not entries:
+        return "No run of this kind is recorded in `benchmarks/results/environments.json` yet."
+    unit = next(iter(entries.values())).get("unit", "held-out pass@1 (%)")
+    script = "environments.py" if kind == "tasks" else "environments_games.py"
+    lines = [f"SmolLM2-135M-Instruct, {unit} before and after RL; measured by "
+             f"`benchmarks/{script}` on {describe_machine(result['machine'])}, "
+             f"{_day(result['date'])}:", "",
+             f"| {kind[:-1]} | before | after | gain (points) | updates | minutes | "
+             "tokens generated |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, e in sorted(entries.items()):
+        lines.append(f"| `{name}` | {_number(e['heldout_before'])} | "
+                     f"{_number(e['heldout_after'])} | **{_number(e['heldout_gain'])}** | "
+                     f"{_number(e.get('steps'))} | {_number(e['minutes'])} | "
+                     f"{_number(e['generated_tokens'])} |")
+    figures = {f["name"]: f for f in result["figures"]}
+    gain, pace = figures.get("vs_trl_gain_per_minute"), figures.get("vs_trl_seconds_per_update")
+    if kind == "tasks" and gain and pace:
+        trl = gain["trl"]
+        lines += ["", f"TRL's `GRPOTrainer` on `{gain['task']}`, the same job: "
+                  f"{_number(trl['heldout_before'])} → {_number(trl['heldout_after'])} in "
+                  f"{_number(trl['steps'])} updates, {_number(trl['minutes'])} minutes. "
+                  f"Held-out points per minute: ours {_number(gain['value'])}, TRL's "
+                  f"{_number(gain['baseline_value'])}; seconds per update: ours "
+                  f"{_number(pace['value'])}, TRL's {_number(pace['baseline_value'])} "
+                  f"({_number(pace['ratio'])}x)."]
+    return "\n".join(lines)
 
 
 def _shown(path: Path) -> str:
@@ -274,7 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     pages = {path: render(results, target=target) for target, path in PAGES.items()}
     try:
-        pages[PROJECT_README] = with_headlines(PROJECT_README.read_text(), headline_table(results))
+        pages[PROJECT_README] = between_markers(PROJECT_README.read_text(), HEADLINE_START,
+                                                HEADLINE_END, headline_table(results))
+        for guide, kind in GUIDES.items():
+            pages[guide] = between_markers(guide.read_text(), GUIDE_START, GUIDE_END,
+                                           environment_table(results, kind))
     except ValueError as error:
         print(f"benchmarks/report.py: {error}", file=sys.stderr)
         return 2

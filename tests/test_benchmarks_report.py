@@ -106,3 +106,28 @@ def test_readme_links_scripts_and_results_beside_it():
     page = report.PAGES["readme"].read_text()
     assert "[`benchmarks/engine.py`](engine.py)" in page
     assert "(results/engine.json)" in page
+
+
+def _environments(tasks: dict, figures: list) -> list[dict]:
+    machine = {"cpu": "CPU", "cores": 2, "bf16": "native", "torch": "2.13.0+cpu"}
+    return [{"benchmark": "environments", "machine": machine, "date": "2026-12-01T00:00:00",
+             "command": "python benchmarks/environments.py", "figures": figures,
+             "details": {"tasks": tasks}}]  # fmt: skip
+
+
+def test_the_guides_table_lists_each_task_and_the_trl_side():
+    entry = {"heldout_before": 20.0, "heldout_after": 37.5, "heldout_gain": 17.5, "steps": 96,
+             "minutes": 6.0, "generated_tokens": 1234}
+    trl = {"heldout_before": 20.0, "heldout_after": 25.0, "steps": 10, "minutes": 6.5}
+    figures = [{"name": "vs_trl_gain_per_minute", "value": 2.9, "baseline_value": 0.8,
+                "task": "chain_sum", "trl": trl},
+               {"name": "vs_trl_seconds_per_update", "value": 3.5, "baseline_value": 35.0,
+                "ratio": 10.0}]
+    table = report.environment_table(_environments({"products": entry, "chain_sum": entry},
+                                                   figures), "tasks")
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert rows[0].startswith("| `chain_sum` | 20 | 37.5 | **17.5** | 96 | 6 | 1,234 |")
+    assert rows[1].startswith("| `products` ")
+    assert "20 → 25 in 10 updates" in table and "(10x)" in table
+    games = report.environment_table(_environments({"chain_sum": entry}, []), "games")
+    assert games.startswith("No run of this kind is recorded")
