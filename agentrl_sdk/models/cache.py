@@ -63,10 +63,13 @@ def cached_build(
 
 @contextlib.contextmanager
 def _only_builder(folder: Path, timeout_s: float) -> Iterator[None]:
-    """Hold ``<folder>.lock`` while building: two jobs started at once on one machine build a
-    recipe once, the second waiting for the first. The OS drops the lock of a process that
-    dies, so a crashed build never blocks the next one."""
-    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+    """Hold ``<cache>/.locks/<folder>.lock`` while building: two jobs started at once on one
+    machine build a recipe once, the second waiting for the first. The OS drops the lock of a
+    process that dies, so a crashed build never blocks the next one. The locks live apart so
+    the cache itself lists only models."""
+    locks = folder.parent / ".locks"
+    locks.mkdir(exist_ok=True)
+    with open(locks / f"{folder.name}.lock", "w") as lock:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
