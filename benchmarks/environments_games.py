@@ -18,7 +18,8 @@ Figures (``benchmarks/results/environments_games.json``):
 - ``generated_tokens``: tokens the engine sampled in training rollouts.
 
 The game is also recorded under ``games`` in ``benchmarks/results/environments.json``, beside
-the reasoning-gym tasks. Also written: steps, games per step, illegal moves per game, the reward and evaluation curves.
+the reasoning-gym tasks. Also written: steps, games per step, illegal moves per game, the
+reward and evaluation curves.
 """
 
 from __future__ import annotations
@@ -120,12 +121,11 @@ def main() -> None:
     summarize(result, Console())
     figures = figures_of(result, minutes)
     path = write_result("environments_games", figures)
-    win = figures["heldout_win_rate_gain"]
-    record("games", "GuessTheNumber-v0", {  # beside the reasoning-gym tasks
-        "heldout_before": win["heldout_before"], "heldout_after": win["heldout_after"],
-        "minutes": round(minutes, 2), "generated_tokens": figures["generated_tokens"]["value"],
-        "steps": win["steps"], "unit": "held-out greedy win rate (%)"})
     gain = figures["heldout_win_rate_gain"]
+    record("games", "GuessTheNumber-v0", {  # beside the reasoning-gym tasks
+        "heldout_before": gain["heldout_before"], "heldout_after": gain["heldout_after"],
+        "minutes": round(minutes, 2), "generated_tokens": figures["generated_tokens"]["value"],
+        "steps": gain["steps"], "unit": "held-out greedy win rate (%)"})
     Console().print(f"held-out win rate {gain['baseline']} -> {gain['heldout_after']} % "
                     f"({gain['value']:+} points, goal +{GOAL_POINTS}); score "
                     f"{figures['heldout_score_gain']['baseline']} -> "

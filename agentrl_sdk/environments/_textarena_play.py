@@ -11,8 +11,6 @@ cancelled, and a state can be copied (tree rollouts, checkpointers).
 
 from __future__ import annotations
 
-import os
-
 import difflib
 import random
 from collections.abc import Iterator, Sequence
@@ -20,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrl_sdk.environments._imports import import_environment_library
 from agentrl_sdk.errors import AgentRLError
 
 _NLTK_KINDS = ("corpora", "taggers", "tokenizers", "chunkers", "models", "misc", "sentiment",
@@ -37,17 +36,9 @@ class GameNotReplayable(AgentRLError, RuntimeError):
 
 def textarena_module() -> Any:
     """``textarena``, or an error naming the extra that installs it."""
-    try:
-        environ = dict(os.environ)
-        import textarena
-        # Some of its dependencies set process-wide OpenMP variables (KMP_*) on import;
-        # engines spawned later must not inherit them.
-        os.environ.clear()
-        os.environ.update(environ)
-    except ImportError as exc:
-        raise ImportError("textarena games need the textarena package: "
-                          "pip install 'agentrl-sdk[environments]'") from exc
-    return textarena
+    return import_environment_library(
+        "textarena", "textarena games need the textarena package: "
+        "pip install 'agentrl-sdk[environments]'")
 
 
 def check_env_id(env_id: str) -> None:

@@ -11,8 +11,6 @@ final reply, as the component ``reasoning_gym/<task>``.
 
 from __future__ import annotations
 
-import os
-
 import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from agentrl_sdk.environments.answers import (
     answer_extractor,
     final_reply,
 )
+from agentrl_sdk.environments._imports import import_environment_library
 from agentrl_sdk.environments.calculator import calculator
 from agentrl_sdk.graph import ToolNode, chat_model, tools_condition, trainable
 
@@ -59,17 +58,9 @@ class VerifierError(RuntimeError):
 
 
 def _require() -> Any:
-    try:
-        environ = dict(os.environ)
-        import reasoning_gym
-        # Some of its dependencies set process-wide OpenMP variables (KMP_*) on import;
-        # engines spawned later must not inherit them.
-        os.environ.clear()
-        os.environ.update(environ)
-    except ImportError as exc:  # the optional extra
-        raise ImportError("reasoning-gym is not installed: pip install "
-                          "'agentrl-sdk[environments]' (or pip install reasoning-gym)") from exc
-    return reasoning_gym
+    return import_environment_library(
+        "reasoning_gym", "reasoning-gym is not installed: pip install "
+        "'agentrl-sdk[environments]' (or pip install reasoning-gym)")
 
 
 def task_names() -> list[str]:
