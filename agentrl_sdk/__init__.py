@@ -1,5 +1,9 @@
 """agentrl_sdk: train LLM agents written as LangGraph graphs with reinforcement learning."""
 
+from agentrl_sdk import _moved
+
+_moved.install()  # former module paths keep importing (see `agentrl_sdk._moved`)
+
 from agentrl_sdk import environments, rewards
 from agentrl_sdk.api import aevaluate, atrain, evaluate, train
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel

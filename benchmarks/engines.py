@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from _results import write_result  # noqa: E402
 
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
-from agentrl_sdk.engines.weights import StateDict  # noqa: E402
 from agentrl_sdk.models import cached_build  # noqa: E402
+from agentrl_sdk.weights.push import StateDict  # noqa: E402
 from benchmarks._harness import ids_only_model, make_prompts, run_engine, run_hf  # noqa: E402
 
 VOCAB = 1088  # a 1k BPE plus special tokens, rounded up to 64 by build_tiny_model

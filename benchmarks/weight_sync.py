@@ -134,7 +134,7 @@ async def push_rounds(
     growth: dict[str, list[int]] = {way: [] for way in ways}
 
     async def push(way: str) -> None:
-        stats = await ways[way].push(group, engines, engines[0].policy_version + 1)
+        stats = await ways[way].push(group.weights, engines, engines[0].policy_version + 1)
         assert stats.via == way
 
     for way in ways:  # 3 pushes each (both file sets written, then one in place)

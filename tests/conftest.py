@@ -12,6 +12,14 @@ from agentrl_sdk.models.tokenizers import build_qwen_tokenizer  # noqa: E402
 from agentrl_sdk.types import GenerateResult, SamplingParams  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files with slow tests run first, each file's tests in their own order: with two workers
+    (``make test``), each worker taking whole files, the many short files then fill the end of
+    the run instead of one worker finishing a long file alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: files stay together
+
+
 @pytest.fixture(scope="session")
 def qwen_tokenizer():
     """Qwen's real BPE vocabulary with the Hermes tool template."""

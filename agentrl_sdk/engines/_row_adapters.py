@@ -20,7 +20,7 @@ import torch.nn.functional as F
 if TYPE_CHECKING:
     from torch import nn
 
-    from agentrl_sdk.engines.lora_weights import AdapterWeights
+    from agentrl_sdk.weights.adapters import AdapterWeights
 
 __all__ = ["RowAdapters"]
 

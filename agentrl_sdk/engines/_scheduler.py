@@ -23,7 +23,7 @@ from agentrl_sdk.types import GenerateResult
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from agentrl_sdk.engines.lora_weights import AdapterWeights
+    from agentrl_sdk.weights.adapters import AdapterWeights
 
 __all__ = [
     "STOP", "AdapterUpdate", "Control", "ControlAction", "Request", "Scheduler", "TensorLayout",

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.engines._vllm_weights import WeightFiles
-from agentrl_sdk.engines.lora_weights import AdapterWeights
-from agentrl_sdk.engines.shared_weights import SharedWeights, host_id
-from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
+from agentrl_sdk.weights.adapters import AdapterWeights
+from agentrl_sdk.weights.push import WeightIntake, WeightPush
+from agentrl_sdk.weights.shared_files import SharedWeights, host_id
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines._loop_thread import LoopThread

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from agentrl_sdk.engines.collective_weights import CollectiveWeights
-from agentrl_sdk.engines.shared_weights import (
+from agentrl_sdk.weights.collective import CollectiveWeights
+from agentrl_sdk.weights.shared_files import (
     make_stage_folder,
     read_bucket_file,
     remove_stage_folder,

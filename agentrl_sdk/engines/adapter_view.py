@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentrl_sdk.engines.lora_weights import AdapterWeights
-from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
+from agentrl_sdk.weights.adapters import AdapterWeights
+from agentrl_sdk.weights.push import WeightIntake, WeightPush
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines.base import Engine

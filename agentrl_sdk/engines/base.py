@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
-    from agentrl_sdk.engines.weights import WeightIntake, WeightPush
+    from agentrl_sdk.weights.push import WeightIntake, WeightPush
 
 __all__ = ["CachesPrefixes", "Engine", "drop_prefix_caches"]
 

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from agentrl_sdk.engines.base import Engine, drop_prefix_caches
-from agentrl_sdk.engines.lora_weights import AdapterWeights
-from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
+from agentrl_sdk.weights.adapters import AdapterWeights
+from agentrl_sdk.weights.push import WeightIntake, WeightPush
 
 __all__ = ["EnginePool"]
 

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from agentrl_sdk.engines.base import drop_prefix_caches
-from agentrl_sdk.engines.weights import StateDict, WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import RAY_SUBMIT_LOCK
 from agentrl_sdk.types import GenerateResult, SamplingParams
+from agentrl_sdk.weights.push import StateDict, WeightIntake, WeightPush
 
 __all__ = ["RayEngine"]
 

@@ -24,12 +24,12 @@ from agentrl_sdk.engines._scheduler import (
     WeightUpdate,
 )
 from agentrl_sdk.engines._stop_strings import StopStrings
-from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
-from agentrl_sdk.engines.shared_weights import host_id
-from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import GenerateResult, SamplingParams
+from agentrl_sdk.weights.adapters import AdapterWeights, merged_weight
+from agentrl_sdk.weights.push import WeightIntake, WeightPush
+from agentrl_sdk.weights.shared_files import host_id
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

@@ -25,13 +25,13 @@ from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
 from agentrl_sdk.engines._vllm_cpu_env import cpu_engine_args, vllm_cpu_env
 from agentrl_sdk.engines._vllm_weights import RECEIVE_METHOD, RPC_METHOD, WORKER_EXTENSION
-from agentrl_sdk.engines.collective_weights import CollectiveWeights
-from agentrl_sdk.engines.lora_weights import AdapterWeights, write_adapter_folder
-from agentrl_sdk.engines.shared_weights import shm_root
-from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, SamplingParams
+from agentrl_sdk.weights.adapters import AdapterWeights, write_adapter_folder
+from agentrl_sdk.weights.collective import CollectiveWeights
+from agentrl_sdk.weights.push import WeightIntake, WeightPush
+from agentrl_sdk.weights.shared_files import shm_root
 
 __all__ = ["DEFAULT_MAX_LORAS", "VLLMEngine", "default_eos", "to_vllm_sampling"]
 

@@ -93,7 +93,7 @@ async def maybe_resume(job: Job, console: Console) -> tuple[int, Path | None]:
                 f"{latest / MANIFEST} says step {manifest.step}: its parts disagree"
             )
         extra = loaded if policy.name == DEFAULT_POLICY else extra
-        await policy.weight_sync.push(policy.group, [policy.engine], manifest.step)
+        await policy.weight_sync.push(policy.group.weights, [policy.engine], manifest.step)
     for name, critic in job.critics.items():
         path = critic_checkpoint_dir(job.policies[name], checkpoint.dir) / latest.name
         loaded = await run_blocking(critic.load_checkpoint, path)

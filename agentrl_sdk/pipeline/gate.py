@@ -11,7 +11,7 @@ from agentrl_sdk.types import GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines import Engine
-    from agentrl_sdk.engines.weights import WeightIntake, WeightPush
+    from agentrl_sdk.weights.push import WeightIntake, WeightPush
 
 __all__ = ["WeightGate", "held"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from rich.console import Console
 
-from agentrl_sdk.data import RowLoader
 from agentrl_sdk.chat.recorder import SharedEngine
+from agentrl_sdk.data import RowLoader
 from agentrl_sdk.engines import Engine
 from agentrl_sdk.pipeline.checkpoints import checkpoint_run_id, note_run
 from agentrl_sdk.pipeline.config import TrainConfig
@@ -34,8 +34,8 @@ from agentrl_sdk.rollout import default_input, row_id_of
 from agentrl_sdk.rollout.credit import credit_policies, flat_groups
 from agentrl_sdk.rollout.overlong import add_overlong_penalties, truncated
 from agentrl_sdk.rollout.rewards import RewardFn, check_reward_fn, score
-from agentrl_sdk.rollout.tree import check_forkable
 from agentrl_sdk.rollout.samples import build_samples
+from agentrl_sdk.rollout.tree import check_forkable
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.tracing import TrainingRun, rollout_credit
 from agentrl_sdk.trainer.critic import CriticGroup
@@ -270,7 +270,7 @@ async def push_weights(job: Job, version: int) -> dict[str, float]:
     started = time.perf_counter()
     metrics: dict[str, float] = {}
     for policy in job.trained:
-        stats = await policy.weight_sync.push(policy.group, [policy.engine], version)
+        stats = await policy.weight_sync.push(policy.group.weights, [policy.engine], version)
         metrics[policy.prefix("policy_version").rstrip("/")] = float(stats.version)
         metrics[f"{policy.prefix('weight_sync')}bytes"] = float(stats.bytes)
     metrics["time/weight_sync_s"] = time.perf_counter() - started

@@ -20,8 +20,8 @@ from agentrl_sdk.pipeline.config import ModelConfig, TrainConfig
 from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer import TrainerConfig, TrainerGroup, WeightSync, init_ray
-from agentrl_sdk.trainer.ray_cluster import ray_if_started
 from agentrl_sdk.trainer.adapter_group import AdapterGroup
+from agentrl_sdk.trainer.ray_cluster import ray_if_started
 
 DEFAULT_POLICY = "default"
 """The policy ``model`` configures; ``@trainable`` nodes use it unless they name another."""
@@ -205,7 +205,7 @@ async def _adapter_policies(
             policy = Policy(name, base.path, view, WeightGate(view), owns_ray=base.owns_ray)
             if adapter is not None:
                 policy.group = AdapterGroup(group, adapter)
-                await policy.weight_sync.push(policy.group, [policy.engine], version=0)
+                await policy.weight_sync.push(policy.group.weights, [policy.engine], version=0)
             policies[name] = policy
     except BaseException:
         if group is not None:

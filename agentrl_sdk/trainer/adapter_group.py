@@ -7,15 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentrl_sdk.engines.lora_weights import AdapterWeights
-from agentrl_sdk.engines.weights import WeightIntake, WeightKind, WeightPush
 from agentrl_sdk.trainer.group import TrainerError, TrainerGroup
 from agentrl_sdk.types import Batch
+from agentrl_sdk.weights.adapters import AdapterWeights
+from agentrl_sdk.weights.push import WeightIntake, WeightKind, WeightPush
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["AdapterGroup"]
+__all__ = ["AdapterExports", "AdapterGroup"]
 
 
 class AdapterGroup:
@@ -41,6 +41,8 @@ class AdapterGroup:
                              f"not {adapter!r}")  # fmt: skip
         self.group = group
         self.adapter = adapter
+        self.weights = AdapterExports(group, adapter)
+        """This adapter's weights as pushes (`AdapterExports`)."""
 
     @property
     def info(self) -> dict[str, Any]:
@@ -61,44 +63,6 @@ class AdapterGroup:
         """Logprobs of ``batch``'s response tokens under base + this adapter."""
         with self.group.lock:
             return self.group.compute_logprobs(batch, adapter=self.adapter)
-
-    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
-        """This adapter's full LoRA tensors, by PEFT's file keys."""
-        with self.group.lock:
-            return self.group.adapter_state_dict(self.adapter)
-
-    def adapter_weights(self) -> AdapterWeights:
-        """This adapter as a push carries it: named, whatever ``lora.sync`` says."""
-        with self.group.lock:
-            adapter = self.group.adapter_weights(self.adapter)
-        assert adapter is not None  # a named adapter of a LoRA group
-        return adapter
-
-    @property
-    def weight_offer(self) -> WeightIntake:
-        """Its named adapter only: the shared base never moves (`WeightSource`)."""
-        return WeightIntake(frozenset({"adapter"}))
-
-    def export_weights(
-        self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = (),
-        dtype: str | None = None, changed_only: bool = False,
-    ) -> WeightPush:  # fmt: skip
-        """This adapter, named (``kind`` must be 'adapter': see `full_state_dict`)."""
-        if kind != "adapter":
-            self.full_state_dict()
-        return self.adapter_weights()
-
-    def send_weights(self, push: WeightPush) -> None:
-        """Nothing: an adapter travels whole in its push."""
-
-    def full_state_dict(
-        self, bucket_bytes: int = 0
-    ) -> Iterator[dict[str, torch.Tensor]]:
-        """Refused: the shared base never moves; the engine must take named adapters."""
-        raise TrainerError(
-            f"policy adapter {self.adapter!r} pushes its adapter only; its engine must take "
-            "named adapters (TorchEngine, or vLLM with enable_lora)"
-        )
 
     def save_checkpoint(
         self, path: str | os.PathLike[str], extra: dict[str, Any] | None = None
@@ -125,3 +89,49 @@ class AdapterGroup:
         """Shut the shared group down (idempotent: every view of it may)."""
         with self.group.lock:
             self.group.shutdown()
+
+
+class AdapterExports:
+    """One adapter of a shared group as pushes (a `WeightSource`): always the named adapter,
+    never merged weights; the shared base never moves."""
+
+    def __init__(self, group: TrainerGroup, adapter: str) -> None:
+        self.group = group
+        self.adapter = adapter
+
+    @property
+    def weight_offer(self) -> WeightIntake:
+        """Its named adapter only."""
+        return WeightIntake(frozenset({"adapter"}))
+
+    def export_weights(
+        self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = (),
+        dtype: str | None = None, changed_only: bool = False,
+    ) -> WeightPush:  # fmt: skip
+        """This adapter, named (``kind`` must be 'adapter': see `full_state_dict`)."""
+        if kind != "adapter":
+            self.full_state_dict()
+        return self.adapter_weights()
+
+    def send_weights(self, push: WeightPush) -> None:
+        """Nothing: an adapter travels whole in its push."""
+
+    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """This adapter's full LoRA tensors, by PEFT's file keys."""
+        with self.group.lock:
+            return self.group.weights.adapter_state_dict(self.adapter)
+
+    def adapter_weights(self) -> AdapterWeights:
+        """This adapter as a push carries it: named, whatever ``lora.sync`` says."""
+        with self.group.lock:
+            adapter = self.group.weights.adapter_weights(self.adapter)
+        assert adapter is not None  # a named adapter of a LoRA group
+        return adapter
+
+    def full_state_dict(self, bucket_bytes: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+        """Refused: the shared base never moves; the engine must take named adapters."""
+        raise TrainerError(
+            f"policy adapter {self.adapter!r} pushes its adapter only; its engine must take "
+            "named adapters (TorchEngine, or vLLM with enable_lora)"
+        )
+

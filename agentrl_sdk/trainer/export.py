@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from agentrl_sdk.engines.lora_weights import AdapterWeights, write_adapter_folder
+from agentrl_sdk.weights.adapters import AdapterWeights, write_adapter_folder
 
 if TYPE_CHECKING:
     from agentrl_sdk.trainer.sharded_model import ShardedModel

@@ -1,6 +1,6 @@
 """LoRA on the trainer's model: PEFT adapters injected before FSDP2 shards the model, and the
 pieces that name them for the engines and for PEFT's adapter files (merging itself is
-`agentrl_sdk.engines.lora_weights.merged_weight`, shared with the engines).
+`agentrl_sdk.weights.adapters.merged_weight`, shared with the engines).
 
 PEFT's LoRA layers are plain modules holding ``nn.Linear`` children (``base_layer``,
 ``lora_A.default``, ``lora_B.default``), so FSDP2 shards them with their decoder layer like any

@@ -1,11 +1,24 @@
-"""`Ranks`: what a `TrainerGroup` needs from wherever its ranks run (Ray actors, `RayRanks`;
-or this process, `InProcessRank`)."""
+"""A trainer group's ranks: where they run (`Ranks`: Ray actors, `RayRanks`, or this process,
+`InProcessRank`) and `RankSet`, which starts them, broadcasts calls to them, and rebuilds them
+when one dies."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["Ranks"]
+from agentrl_sdk.trainer.config import TrainerConfig
+from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
+from agentrl_sdk.trainer.in_process import InProcessRank
+from agentrl_sdk.trainer.ray_cluster import RayRanks, ray_if_started
+from agentrl_sdk.trainer.replay import ReplayLog
+
+__all__ = ["RankSet", "Ranks"]
+
+_T = TypeVar("_T")
+
+logger = logging.getLogger(__name__)
 
 
 class Ranks(Protocol):
@@ -24,3 +37,117 @@ class Ranks(Protocol):
     def stop(self, graceful: bool = True) -> None:
         """Ends the ranks (``graceful``: their ``close`` first, within a bound)."""
         ...
+
+
+class RankSet:
+    """``config.world_size`` ranks of ``worker_cls`` driven in lockstep: every call is broadcast
+    to all of them (their collectives need each other) and waits at most ``call_timeout_s``.
+
+    A call made through `recovering` survives a rank's death: the ranks are rebuilt in the state
+    before it (the last checkpoint, then every update since replayed from `replay_log`), at most
+    ``max_restarts`` times in all, and the call is made again.
+
+    Args:
+        worker_cls: The rank class, built as ``worker_cls(rank, world_size, *args)``.
+        config: The trainer options (placement, timeouts, restarts).
+        args: The rest of each rank's constructor arguments.
+        replay_log: The updates made since the last checkpoint, for a rebuild.
+    """
+
+    def __init__(
+        self, worker_cls: type, config: TrainerConfig, args: tuple[Any, ...], replay_log: ReplayLog
+    ) -> None:
+        self.worker_cls = worker_cls
+        self.config = config
+        self.args = args
+        self.replay_log = replay_log
+        self.restarts = 0
+        self._ranks: Ranks | None = None
+        self.info: dict[str, Any] = {}
+        """Rank 0's setup info (device, dtype, host, parameters ...)."""
+        self.node_ids: list[str | None] = []
+        """The Ray node of each rank."""
+        self.pids: list[int] = []
+        """The process of each rank."""
+
+    def start(self) -> None:
+        """Start the ranks, rendezvous, and load the model in each."""
+        cfg = self.config
+        if cfg.placement == "in_process":
+            self._ranks = InProcessRank(self.worker_cls, self.args)
+        else:
+            self._ranks = RayRanks(self.worker_cls, cfg, self.args)
+        try:
+            address = self.submit("rendezvous_address", first_only=True)
+            ip, port = self.wait(address, "start", cfg.init_timeout_s)[0]
+            if ip == _node_ip():
+                ip = "127.0.0.1"  # rank 0 shares the driver's node: stay on loopback
+            ranks = self.call("setup", ip, port, timeout=cfg.init_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.info = ranks[0]
+        self.node_ids = [r["node_id"] for r in ranks]
+        self.pids = [r["pid"] for r in ranks]
+
+    def stop(self, graceful: bool = True) -> None:
+        """End the ranks (idempotent)."""
+        ranks, self._ranks = self._ranks, None
+        if ranks is not None:
+            ranks.stop(graceful)
+
+    def submit(self, method: str, *args: Any, first_only: bool = False) -> list[Any]:
+        """Starts ``method(*args)`` on every rank (rank 0 alone with ``first_only``); returns
+        one handle per rank, for `wait`."""
+        if self._ranks is None:
+            raise TrainerError(f"{method}: the trainer group is shut down")
+        return self._ranks.submit(method, *args, first_only=first_only)
+
+    def wait(self, handles: list[Any], method: str, timeout: float | None = None) -> list[Any]:
+        """The results of `submit`'s ``handles`` in rank order, within ``timeout`` (default
+        ``call_timeout_s``); a failure raises `TrainerError` (`RankDiedError` for a dead rank)."""
+        if self._ranks is None:
+            raise TrainerError(f"{method}: the trainer group is shut down")
+        return self._ranks.wait(handles, method, timeout or self.config.call_timeout_s)
+
+    def call(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
+        """Runs ``method(*args)`` on every rank; returns the results in rank order."""
+        return self.wait(self.submit(method, *args), method, timeout)
+
+    def recovering(self, call: Callable[[], _T]) -> _T:
+        """``call()``; when a rank dies, rebuild the ranks in the state before it (at most
+        ``max_restarts`` times in all) and call again."""
+        while True:
+            try:
+                return call()
+            except RankDiedError as exc:
+                self.replay_log.check(exc)
+                if self.restarts >= self.config.max_restarts:
+                    raise TrainerError(
+                        f"{exc}; the group was already rebuilt {self.restarts} time(s) "
+                        f"(trainer.max_restarts): resume from the last checkpoint"
+                    ) from exc
+                logger.warning("%s: rebuilding the trainer group (restart %d of %d)", exc,
+                               self.restarts + 1, self.config.max_restarts)
+                self.rebuild()
+
+    def rebuild(self) -> None:
+        """New ranks in the state of the old ones: the last checkpoint (or the model), then
+        every update made since, replayed on the same batches."""
+        self.restarts += 1
+        self.stop(graceful=False)  # survivors may be stuck in a collective
+        self.start()
+        self.replay_log.replay(lambda adapter, *call: self.call(*on_adapter(adapter, *call)))
+
+
+def on_adapter(adapter: str | None, method: str, *args: Any) -> tuple[Any, ...]:
+    """`RankSet.call` arguments of ``method(*args)``, for LoRA ``adapter`` if named."""
+    if adapter is None:
+        return (method, *args)
+    return ("for_adapter", adapter, method, *args)
+
+
+def _node_ip() -> str | None:
+    """This node's IP in Ray's eyes (None without Ray)."""
+    ray = ray_if_started()
+    return ray.util.get_node_ip_address() if ray else None

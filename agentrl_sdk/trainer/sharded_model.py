@@ -19,10 +19,6 @@ import torch
 import torch.distributed as dist
 
 from agentrl_sdk.allocator import keep_memory_lean
-from agentrl_sdk.engines.lora_weights import merged_weight
-from agentrl_sdk.engines.shared_weights import host_id
-from agentrl_sdk.engines.tensor_transport import PackedTensors
-from agentrl_sdk.engines.weights import cast_floating
 from agentrl_sdk.hardware import resolve_dtype
 from agentrl_sdk.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl_sdk.trainer.config import TrainerConfig
@@ -42,7 +38,10 @@ from agentrl_sdk.trainer.lora import (
     inject_lora,
 )
 from agentrl_sdk.trainer.ray_cluster import ray_node_id, rendezvous_address
-from agentrl_sdk.trainer.weight_export import release_staged
+from agentrl_sdk.weights.adapters import merged_weight
+from agentrl_sdk.weights.push import cast_floating
+from agentrl_sdk.weights.shared_files import StagedFileSet, host_id
+from agentrl_sdk.weights.tensor_transport import PackedTensors
 
 if TYPE_CHECKING:
     from torch import nn
@@ -109,6 +108,7 @@ class ShardedModel:
         self._freeze = freeze or freeze_all_but_last
         self._reference = reference
         self.step = 0  # optimizer steps taken
+        self.staged = StagedFileSet()  # rank 0's staged weight files (`rank_weights`)
         self.updates = 0  # updates (of the objective) made
         self.device = torch.device("cpu")
         self.model: nn.Module | None = None
@@ -383,7 +383,7 @@ class ShardedModel:
 
     def run(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(self, *args)`` on this rank: the group's calls of functions that work on a rank
-        (the weight exporters of `weight_export`) without being its methods."""
+        (the weight exporters of `rank_weights`) without being its methods."""
         return fn(self, *args)
 
     # ---------------------------------------------------------------- checkpoints
@@ -412,7 +412,7 @@ class ShardedModel:
 
     def close(self) -> None:
         """Deletes the staged weights and leaves the process group."""
-        release_staged()
+        self.staged.release()
         if dist.is_initialized():
             dist.destroy_process_group()
 

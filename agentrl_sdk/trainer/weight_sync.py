@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from agentrl_sdk.engines.base import Engine
-from agentrl_sdk.engines.weights import (
+from agentrl_sdk.errors import AgentRLError
+from agentrl_sdk.threads import run_blocking
+from agentrl_sdk.trainer.config import WEIGHT_SYNC_TIMEOUT_S
+from agentrl_sdk.weights.push import (
     StateDict,
     WeightIntake,
     WeightKind,
@@ -18,9 +21,6 @@ from agentrl_sdk.engines.weights import (
     cast_floating,
     size_of,
 )
-from agentrl_sdk.errors import AgentRLError
-from agentrl_sdk.trainer.config import WEIGHT_SYNC_TIMEOUT_S
-from agentrl_sdk.threads import run_blocking
 
 if TYPE_CHECKING:
     import torch

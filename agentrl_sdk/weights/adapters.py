@@ -49,7 +49,7 @@ class AdapterWeights:
     name: str | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        from agentrl_sdk.engines.tensor_transport import PackedTensors
+        from agentrl_sdk.weights.tensor_transport import PackedTensors
 
         packed = PackedTensors.pack(self.tensors)
         return _unpacked_adapter, (packed, self.scaling, self.fan_in_fan_out, self.name)

@@ -4,11 +4,11 @@
 A push is one typed value, whatever the transport:
 
 - `StateDict`: the tensors themselves (through the caller; packed as arrays for Ray).
-- `SharedWeights` (`shared_weights`): safetensors files in one host's shared memory.
-- `RayWeights` (`ray_weights`): one object-store reference per bucket, owned by trainer rank 0.
-- `CollectiveWeights` (`collective_weights`): a push group and the buckets' layouts; the
+- `SharedWeights` (`shared_files`): safetensors files in one host's shared memory.
+- `RayWeights` (`object_refs`): one object-store reference per bucket, owned by trainer rank 0.
+- `CollectiveWeights` (`collective`): a push group and the buckets' layouts; the
   tensors arrive by broadcast while the engines load.
-- `AdapterWeights` (`lora_weights`): LoRA tensors by name, merged or served per request.
+- `AdapterWeights` (`adapters`): LoRA tensors by name, merged or served per request.
 
 A full-weights push is ``partial`` when it carries only the tensors that may differ from the
 engines' model folder (those the trainer trains; `WeightSync`'s ``changed_only``): the others
@@ -30,10 +30,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
-from agentrl_sdk.engines.collective_weights import CollectiveWeights
-from agentrl_sdk.engines.lora_weights import AdapterWeights
-from agentrl_sdk.engines.ray_weights import RayWeights
-from agentrl_sdk.engines.shared_weights import SharedWeights
+from agentrl_sdk.weights.adapters import AdapterWeights
+from agentrl_sdk.weights.collective import CollectiveWeights
+from agentrl_sdk.weights.object_refs import RayWeights
+from agentrl_sdk.weights.shared_files import SharedWeights
 
 if TYPE_CHECKING:
     import torch
@@ -69,7 +69,7 @@ class StateDict:
         return self.tensors
 
     def __reduce__(self) -> tuple[Any, ...]:
-        from agentrl_sdk.engines.tensor_transport import PackedTensors
+        from agentrl_sdk.weights.tensor_transport import PackedTensors
 
         packed = PackedTensors.pack(self.tensors)
         return _unpacked_state_dict, (packed, self.buckets, self.partial)

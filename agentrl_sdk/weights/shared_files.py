@@ -31,6 +31,7 @@ import torch
 __all__ = [
     "SharedWeights",
     "StagedFile",
+    "StagedFileSet",
     "host_id",
     "make_stage_folder",
     "read_bucket_file",
@@ -142,6 +143,34 @@ class StagedFile:
             if key not in self._aliases:
                 self._views[key].copy_(tensor)
         return self.nbytes
+
+
+class StagedFileSet:
+    """A writer's staged bucket files (trainer rank 0's), kept for its process's life: the
+    first push to a name writes the file, later pushes overwrite its tensors in place
+    (`StagedFile`). The folder is made on the first write and deleted by `release`."""
+
+    def __init__(self) -> None:
+        self.folder: str | None = None
+        self.files: dict[str, StagedFile] = {}
+
+    def write(self, bucket: Mapping[str, torch.Tensor], name: str) -> tuple[str, int, int]:
+        """Write ``bucket`` as file ``name``; returns its path, tensor count and bytes."""
+        if self.folder is None:
+            self.folder = make_stage_folder()
+        path = f"{self.folder}/{name}"
+        staged = self.files.get(path)
+        if staged is None:
+            staged = self.files[path] = StagedFile(path, bucket)
+            return path, len(bucket), staged.nbytes
+        return path, len(bucket), staged.overwrite(bucket)
+
+    def release(self) -> None:
+        """Delete the files and their folder."""
+        if self.folder is not None:
+            self.files.clear()
+            remove_stage_folder(self.folder)
+            self.folder = None
 
 
 class _ReadMappings:

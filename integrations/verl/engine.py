@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl_sdk.engines.weights import WeightIntake, WeightPush
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
+from agentrl_sdk.weights import WeightIntake, WeightPush
 
 
 class VerlServerEngine:

@@ -14,10 +14,10 @@ from transformers import AutoModelForCausalLM
 
 from agentrl_sdk.engines import EnginePool, TorchEngine
 from agentrl_sdk.engines import Engine
-from agentrl_sdk.engines.lora_weights import AdapterWeights, merged_weight
-from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
+from agentrl_sdk.weights.adapters import AdapterWeights, merged_weight
+from agentrl_sdk.weights.push import StateDict
 from tests.engines._tiny import hf_greedy, id_model, tiny_model_dir
 
 PROMPT = [5, 17, 301, 42, 9]

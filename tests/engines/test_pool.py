@@ -10,10 +10,10 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from agentrl_sdk.engines import Engine, EnginePool, TorchEngine
-from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.trainer.weight_sync import StateDictSource, WeightSync
 from agentrl_sdk.types import SamplingParams
+from agentrl_sdk.weights.push import StateDict, WeightIntake
 from tests.engines._tiny import ID_VOCAB, hf_greedy, id_model
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)

@@ -10,8 +10,8 @@ import torch
 
 from agentrl_sdk.engines import TorchEngine
 from agentrl_sdk.engines._prefix_cache import BLOCK_TOKENS, PrefixCache
-from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.types import SamplingParams
+from agentrl_sdk.weights.push import StateDict
 from tests.engines._tiny import ID_VOCAB, hf_greedy, id_model
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)

@@ -14,10 +14,10 @@ from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 
 from agentrl_sdk.engines import TorchEngine
 from agentrl_sdk.engines.adapter_view import AdapterView
-from agentrl_sdk.engines.lora_weights import AdapterWeights
-from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
+from agentrl_sdk.weights.adapters import AdapterWeights
+from agentrl_sdk.weights.push import StateDict
 from tests.engines._tiny import hf_greedy, id_model
 
 PROMPTS = [[5, 17, 301, 42, 9], [7, 7, 100], [400, 3, 3, 8, 12, 250, 31]]

@@ -15,9 +15,9 @@ from transformers import PreTrainedModel
 import agentrl_sdk.engines as engines
 from agentrl_sdk.engines import Engine, TorchEngine
 from agentrl_sdk.engines._sampling import sample_next
-from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
+from agentrl_sdk.weights.push import StateDict, WeightIntake
 from tests.engines._tiny import ID_VOCAB, hf_greedy, id_model
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
@@ -217,7 +217,7 @@ async def test_cancelled_request_leaves_the_batch(model, prompts) -> None:
 
 
 def test_torch_engine_takes_tensors_staged_files_and_adapters(engine) -> None:
-    from agentrl_sdk.engines.shared_weights import host_id
+    from agentrl_sdk.weights.shared_files import host_id
 
     assert engine.weight_intake == WeightIntake(
         frozenset({"state_dict", "shared_files", "adapter"}), host_id(), "float32"

@@ -9,8 +9,8 @@ import pytest
 from transformers import PreTrainedModel
 
 from agentrl_sdk.engines import TorchEngine
-from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.types import GenerateResult, SamplingParams
+from agentrl_sdk.weights.push import StateDict
 from tests.engines._tiny import hf_greedy, id_model
 
 LONG = SamplingParams(temperature=0.0, max_tokens=120)

@@ -14,9 +14,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentrl_sdk.engines import EnginePool, TorchEngine
-from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.trainer.weight_sync import StateDictSource, WeightSync
 from agentrl_sdk.types import SamplingParams
+from agentrl_sdk.weights.push import StateDict, WeightIntake
 from tests.engines._long_prompts import assert_seeded_long_prompts_served
 from tests.engines._pausing import pause_midway
 from tests.engines._tiny import tiny_model_dir
@@ -207,7 +207,7 @@ async def test_weight_updates_change_outputs_to_the_new_weights(
 async def test_shared_weights_staged_in_place_reach_the_workers(vllm_engine, models, prompts):
     """Files a trainer stages in /dev/shm (written once, then overwritten in place) are what
     vLLM's workers load: the greedy ids follow each overwrite."""
-    from agentrl_sdk.engines.shared_weights import (
+    from agentrl_sdk.weights.shared_files import (
         SharedWeights,
         StagedFile,
         host_id,
@@ -245,7 +245,7 @@ async def test_a_push_group_broadcasts_weights_into_the_vllm_worker(vllm_engine,
     broadcasts."""
     import socket
 
-    from agentrl_sdk.engines.collective_weights import (
+    from agentrl_sdk.weights.collective import (
         BucketLayout,
         CollectiveWeights,
         WeightGroup,

@@ -15,10 +15,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentrl_sdk.engines import TorchEngine
-from agentrl_sdk.engines.lora_weights import AdapterWeights
-from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
+from agentrl_sdk.weights.adapters import AdapterWeights
+from agentrl_sdk.weights.push import StateDict
 from tests.engines._tiny import tiny_model_dir
 from tests.engines.test_lora_weights import peft_adapter
 from tests.engines.test_row_adapters import peft_adapter as named_peft_adapter

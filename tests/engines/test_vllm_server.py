@@ -13,9 +13,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentrl_sdk.engines import TorchEngine, create_engine
-from agentrl_sdk.engines.weights import StateDict
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
+from agentrl_sdk.weights.push import StateDict
 from tests.engines._long_prompts import assert_seeded_long_prompts_served
 from tests.engines._pausing import pause_midway
 from tests.engines._tiny import tiny_model_dir

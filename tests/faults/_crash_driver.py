@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 
+from agentrl_sdk.pipeline import TrainConfig
 import agentrl_sdk.pipeline.checkpoints as checkpoints
+from agentrl_sdk.pipeline.gate import WeightGate
 import agentrl_sdk.pipeline.job as job_module
 import agentrl_sdk.pipeline.loop as loop_module
-from agentrl_sdk.pipeline import TrainConfig
-from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.rollout import row_id_of
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer import TrainerGroup
@@ -50,7 +50,7 @@ state, before the manifest, after the manifest (the checkpoint complete, not yet
 def weights_digest(group: TrainerGroup) -> str:
     """sha256 of the trainer's full weights (names and bytes, in name order)."""
     tensors: dict[str, Any] = {}
-    for bucket in group.full_state_dict():
+    for bucket in group.weights.full_state_dict():
         tensors |= {name: t.detach().cpu().contiguous() for name, t in bucket.items()}
     digest = hashlib.sha256()
     for name in sorted(tensors):

@@ -43,18 +43,18 @@ def test_a_killed_trainer_rank_is_rebuilt_and_nothing_is_lost_or_doubled(tmp_pat
 def test_a_rank_killed_during_a_weight_push_is_rebuilt_and_the_push_completes(
     tmp_path, monkeypatch
 ):
-    from agentrl_sdk.trainer.group import TrainerGroup
+    from agentrl_sdk.trainer.exports import WeightExports
 
-    stage, pushes, killed = TrainerGroup.stage_weights, [], []
+    stage, pushes, killed = WeightExports.stage, [], []
 
     def kill_rank_1_then_stage(self, *args, **kwargs):
         pushes.append(len(pushes))
         if len(pushes) == 2:  # the second push: its gather meets a dead rank
-            killed.append(self.pids[1])
+            killed.append(self._ranks.pids[1])
             os.kill(killed[0], signal.SIGKILL)
         return stage(self, *args, **kwargs)
 
-    monkeypatch.setattr(TrainerGroup, "stage_weights", kill_rank_1_then_stage)
+    monkeypatch.setattr(WeightExports, "stage", kill_rank_1_then_stage)
     config = demo_config(3)
     config.checkpoint.dir = str(tmp_path / "ckpt")
     config.checkpoint.every = 1

@@ -14,7 +14,7 @@ from itertools import groupby
 
 import pytest
 
-from agentrl_sdk.engines.weights import StateDict
+from agentrl_sdk.weights.push import StateDict
 
 # `make test` installs verl's agent-loop set; CI sets AGENTRL_REQUIRE_VERL so a missing module
 # fails the run instead of skipping this test.

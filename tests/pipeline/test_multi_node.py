@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agentrl_sdk.engines.ray_engine import RayEngine
+from agentrl_sdk.trainer.exports import WeightExports
 from agentrl_sdk.trainer.group import TrainerGroup
 from tests.pipeline._demo import demo_config, train_demo
 
@@ -46,13 +47,13 @@ def _spy_on(monkeypatch, cls) -> list:
 def test_trainer_and_engines_on_their_own_nodes(two_nodes, monkeypatch):
     address, trainer_node, engine_node = two_nodes
     groups, engines = _spy_on(monkeypatch, TrainerGroup), _spy_on(monkeypatch, RayEngine)
-    put, puts = TrainerGroup.put_weights, []
+    put, puts = WeightExports.put, []
 
     def counted_put(self, *args, **kwargs):
         puts.append(self)
         return put(self, *args, **kwargs)
 
-    monkeypatch.setattr(TrainerGroup, "put_weights", counted_put)
+    monkeypatch.setattr(WeightExports, "put", counted_put)
     config = demo_config(2)
     # The two nodes share this machine's /dev/shm: as between machines, the pushes go node to
     # node through Ray's object stores.

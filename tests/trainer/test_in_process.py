@@ -44,7 +44,7 @@ def test_updates_equal_the_reference_in_this_process(group, model_path):
     assert group.pids == [os.getpid()]
     # The rank's torch threads are its own thread's: this (the engine's) thread keeps its own.
     assert group.info["threads"] == 1 and torch.get_num_threads() == len(os.sched_getaffinity(0))
-    assert group.weight_offer.kinds == {"state_dict", "shared_files"}
+    assert group.weights.weight_offer.kinds == {"state_dict", "shared_files"}
     reference = Reference(model_path, IN_PROCESS, LOSS_C)
     from agentrl_sdk.trainer.layers import freeze_all_but_last
 
@@ -62,7 +62,7 @@ async def test_a_push_gives_an_engine_of_this_process_the_trainers_weights(group
     greedy = SamplingParams(temperature=0.0, max_tokens=4, stop_token_ids=())
     try:
         sync = WeightSync(bucket_bytes=64 << 10, changed_only=True)
-        await sync.push(group, [engine], 1)
+        await sync.push(group.weights, [engine], 1)
         assert sync.last_stats.via == "shared_memory"
         trained, served = full_state(group), engine.model.state_dict()
         assert all(torch.equal(served[k], trained[k]) for k in trained)
@@ -76,10 +76,10 @@ def test_failures_and_timeouts_name_the_rank_and_the_call(group, tmp_path):
     with pytest.raises(TrainerError, match=r"rank 0 failed in load_checkpoint: FileNotFoundError"):
         group.load_checkpoint(tmp_path / "missing")
     release = threading.Event()
-    group._ranks._worker.stall = lambda: release.wait(30)  # a call that does not return
+    group.ranks._ranks._worker.stall = lambda: release.wait(30)  # a call that does not return
     try:
         with pytest.raises(TrainerError, match=r"stall timed out after 0s waiting for ranks \[0\]"):
-            group._call("stall", timeout=0.2)
+            group.ranks.call("stall", timeout=0.2)
     finally:
         release.set()
     assert group.compute_logprobs(Batch(samples=BATCHES[0].samples[:1]))  # still usable
@@ -120,10 +120,10 @@ def test_a_job_without_ray_never_loads_it_and_a_stuck_call_does_not_hold_it_open
         f"group = TrainerGroup({str(model_path)!r}, IN_PROCESS, LOSS_C)\n"
         "group.update(BATCHES[0])\n"
         f"engine = TorchEngine.from_pretrained({str(model_path)!r})\n"
-        "import asyncio; asyncio.run(WeightSync().push(group, [engine], 1))\n"
+        "import asyncio; asyncio.run(WeightSync().push(group.weights, [engine], 1))\n"
         "print('ray loaded', 'ray' in sys.modules, flush=True)\n"
-        "group._ranks._worker.stall = threading.Event().wait\n"
-        "group._submit('stall')\n"
+        "group.ranks._ranks._worker.stall = threading.Event().wait\n"
+        "group.ranks.submit('stall')\n"
         "print('stuck', flush=True)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -84,7 +84,7 @@ def scenario_l(ray_session, model_path, tmp_path_factory):
             if i == 2:
                 group.save_checkpoint(ckpt, extra={"next_row": 12})
             metrics.append(group.update(batch))
-            adapters.append(group.adapter_state_dict())
+            adapters.append(group.weights.adapter_state_dict())
             merged.append(full_state(group))
         yield {"group": group, "adapters": adapters, "merged": merged, "metrics": metrics,
                "ckpt": ckpt}  # fmt: skip
@@ -122,11 +122,11 @@ async def test_one_rank_matches_peft_reference_and_adapter_push_equals_merged(
             for step in range(2):
                 got = group.update(BATCHES[step])
                 expected = reference.update(BATCHES[step].samples)
-                assert max_diff(group.adapter_state_dict(), reference.adapter()) < TOL
+                assert max_diff(group.weights.adapter_state_dict(), reference.adapter()) < TOL
                 assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
             assert got["optimizer_steps"] == 4
             sync = WeightSync()
-            await sync.push(group, [engine], 1)
+            await sync.push(group.weights, [engine], 1)
             assert engine.policy_version == 1
             merged = full_state(group)
             engine_logp, trainer_logp = await sampled_logprobs(engine, group, CONFIG_L1)
@@ -152,9 +152,9 @@ def test_checkpoint_holds_adapters_only_and_resume_is_exact(scenario_l, model_pa
     assert any(k.startswith("optimizer.state.") and ".lora_" in k for k in saved)
     with TrainerGroup(model_path, CONFIG_L, LOSS_A) as fresh:
         assert fresh.load_checkpoint(scenario_l["ckpt"]) == {"next_row": 12}
-        assert max_diff(fresh.adapter_state_dict(), scenario_l["adapters"][1]) == 0.0
+        assert max_diff(fresh.weights.adapter_state_dict(), scenario_l["adapters"][1]) == 0.0
         metrics = fresh.update(BATCHES[2])
-        adapter = fresh.adapter_state_dict()
+        adapter = fresh.weights.adapter_state_dict()
     expected = scenario_l["metrics"][2]
     machine = ("time_s", "peak_rss_gb")
     assert {k: v for k, v in metrics.items() if k not in machine} == {
@@ -175,7 +175,7 @@ async def test_merged_sync_keeps_engine_logprobs_exact_and_exports_agree(
         before = (await engine.generate(prompt, greedy, "before")).token_ids
         teach(group, prompt, target, updates=10)
         sync = WeightSync(bucket_bytes=64 << 10)
-        await sync.push(group, [engine], 1)
+        await sync.push(group.weights, [engine], 1)
         assert engine.policy_version == 1
         after = (await engine.generate(prompt, greedy, "after")).token_ids
         assert after[0] == target and after != before

@@ -31,7 +31,7 @@ def scenario_m(ray_session, model_path, tmp_path_factory):
     ckpt = tmp_path_factory.mktemp("multi_lora_ckpt")
     group = TrainerGroup(model_path, CONFIG_L1, LOSS_C, adapters=NAMES)
     views = {name: AdapterGroup(group, name) for name in NAMES}
-    initial = {name: views[name].adapter_state_dict() for name in NAMES}
+    initial = {name: views[name].weights.adapter_state_dict() for name in NAMES}
     metrics, states = [], []
     try:
         for i, (name, batch) in enumerate(STEPS):
@@ -39,7 +39,7 @@ def scenario_m(ray_session, model_path, tmp_path_factory):
                 for other in NAMES:
                     views[other].save_checkpoint(ckpt / other, extra={"adapter": other})
             metrics.append(views[name].update(BATCHES[batch]))
-            states.append({n: views[n].adapter_state_dict() for n in NAMES})
+            states.append({n: views[n].weights.adapter_state_dict() for n in NAMES})
         yield {"group": group, "views": views, "initial": initial, "metrics": metrics,
                "states": states, "ckpt": ckpt}  # fmt: skip
     finally:
@@ -75,7 +75,7 @@ async def test_each_push_serves_its_adapter_with_the_trainers_logprobs(
         served = {name: AdapterView(engine, name) for name in NAMES}
         syncs = {name: WeightSync() for name in NAMES}
         for version, name in enumerate(NAMES, 1):  # versions the driver picks, per push
-            await syncs[name].push(views[name], [served[name]], version)
+            await syncs[name].push(views[name].weights, [served[name]], version)
             assert syncs[name].last_stats.adapter
         assert [served[n].policy_version for n in NAMES] == [1, 2]
         prompt = [5, 99, 310, 7]
@@ -104,12 +104,12 @@ def test_checkpoints_of_several_adapters_resume_exactly(scenario_m, model_path):
             assert views[name].load_checkpoint(ckpt / name) == {"adapter": name}
             assert (
                 max_diff(
-                    views[name].adapter_state_dict(), scenario_m["states"][1][name]
+                    views[name].weights.adapter_state_dict(), scenario_m["states"][1][name]
                 )
                 == 0
             )
         metrics = views["b"].update(BATCHES[1])
-        state = {n: views[n].adapter_state_dict() for n in NAMES}
+        state = {n: views[n].weights.adapter_state_dict() for n in NAMES}
     expected = scenario_m["metrics"][2]
     machine = ("time_s", "peak_rss_gb")
     assert {k: v for k, v in metrics.items() if k not in machine} == {
@@ -125,7 +125,7 @@ def test_views_refuse_what_a_shared_base_cannot_do(scenario_m):
     with pytest.raises(ValueError, match="holds adapters"):
         AdapterGroup(group, "nope")
     with pytest.raises(Exception, match="pushes its adapter only"):
-        scenario_m["views"]["b"].full_state_dict()
+        scenario_m["views"]["b"].weights.full_state_dict()
 
 
 def test_two_ranks_train_one_adapter_while_the_other_idles(ray_session, model_path):
@@ -136,13 +136,13 @@ def test_two_ranks_train_one_adapter_while_the_other_idles(ray_session, model_pa
 
     with TrainerGroup(model_path, CONFIG_L, LOSS_A, adapters=NAMES) as group:
         views = {name: AdapterGroup(group, name) for name in NAMES}
-        initial = views["default"].adapter_state_dict()
+        initial = views["default"].weights.adapter_state_dict()
         references = {name: PeftReference(model_path, CONFIG_L, LOSS_A) for name in NAMES}
         got = views["b"].update(BATCHES[0])
         expected = references["b"].update(BATCHES[0].samples)
-        assert max_diff(views["b"].adapter_state_dict(), references["b"].adapter()) < TOL
+        assert max_diff(views["b"].weights.adapter_state_dict(), references["b"].adapter()) < TOL
         assert got["loss"] == pytest.approx(expected["loss"], abs=TOL)
-        assert max_diff(views["default"].adapter_state_dict(), initial) == 0.0
+        assert max_diff(views["default"].weights.adapter_state_dict(), initial) == 0.0
         views["default"].update(BATCHES[1])
         references["default"].update(BATCHES[1].samples)
-        assert max_diff(views["default"].adapter_state_dict(), references["default"].adapter()) < TOL
+        assert max_diff(views["default"].weights.adapter_state_dict(), references["default"].adapter()) < TOL

@@ -5,17 +5,16 @@ from __future__ import annotations
 import pytest
 
 from agentrl_sdk.trainer import TrainerConfig
-from agentrl_sdk.trainer.group import RankDiedError, TrainerError, TrainerGroup
+from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
+from agentrl_sdk.trainer.ranks import RankSet
 from agentrl_sdk.trainer.replay import ReplayLog
+from agentrl_sdk.trainer.worker import PolicyWorker
 
 
-def bookkeeping(max_replay_updates: int) -> TrainerGroup:
-    """The group's replay bookkeeping alone (no workers: only its log and `_recovering`)."""
-    group = object.__new__(TrainerGroup)
-    group.config = TrainerConfig(max_replay_updates=max_replay_updates)
-    group.replay_log = ReplayLog(max_replay_updates)
-    group.restarts = 0
-    return group
+def bookkeeping(max_replay_updates: int) -> RankSet:
+    """A group's ranks, never started: only their replay log and `recovering`."""
+    config = TrainerConfig(max_replay_updates=max_replay_updates)
+    return RankSet(PolicyWorker, config, (), ReplayLog(max_replay_updates))
 
 
 def dies() -> None:
@@ -33,7 +32,7 @@ def test_the_replay_log_is_bounded_and_a_death_beyond_it_ends_the_run():
     log.remember("b", "batch-4")
     assert log.updates == []
     with pytest.raises(TrainerError, match="max_replay_updates=3"):
-        group._recovering(dies)
+        group.recovering(dies)
     log.checkpointed("a", "/ckpt/a")
     assert log.unreplayable == {"b"}  # b's dropped updates are still missing
     log.checkpointed("b", "/ckpt/b")

@@ -27,7 +27,6 @@ from agentrl_sdk.algorithms import (
     ppo_policy_loss,
 )
 from agentrl_sdk.engines.torch_engine import TorchEngine
-from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.trainer import (
     FlatSamples,
     TrainerConfig,
@@ -38,6 +37,7 @@ from agentrl_sdk.trainer import (
 from agentrl_sdk.trainer.layers import freeze_all_but_last
 from agentrl_sdk.trainer.packing import shard_plan
 from agentrl_sdk.types import Batch, Sample, SamplingParams
+from agentrl_sdk.weights.push import StateDict, WeightIntake
 
 pytestmark = pytest.mark.slow
 
@@ -185,7 +185,7 @@ def reference_logprobs(model, samples: list[Sample], temperature: float):
 
 def full_state(group: TrainerGroup, bucket_bytes: int = 64 << 10) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
-    for bucket in group.full_state_dict(bucket_bytes):
+    for bucket in group.weights.full_state_dict(bucket_bytes):
         unique = {id(t): t for t in bucket.values()}.values()
         assert sum(t.numel() * t.element_size() for t in unique) <= bucket_bytes or len(unique) == 1
         state.update(bucket)
@@ -350,7 +350,7 @@ async def test_weight_sync_to_engines_and_export(scenario_a, model_path, tmp_pat
         teach(group, prompt, target, updates=TEACH_UPDATES)
         trained = full_state(group)
         sync = WeightSync(bucket_bytes=64 << 10)
-        await sync.push(group, engines, 1)
+        await sync.push(group.weights, engines, 1)
         assert [e.policy_version for e in engines] == [1, 1]
         stats = sync.last_stats
         print(f"\nweight sync: {stats.bytes / 1e3:.0f} kB, {stats.buckets} buckets, "
@@ -395,7 +395,7 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
     scenario_a, model_path
 ):
     from agentrl_sdk.engines.ray_engine import RayEngine
-    from agentrl_sdk.engines.shared_weights import shm_root
+    from agentrl_sdk.weights.shared_files import shm_root
 
     group = scenario_a["group"]
     trained = full_state(group)
@@ -405,12 +405,12 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
     by_driver, fresh = TorchEngine.from_pretrained(model_path), TorchEngine.from_pretrained(model_path)
     try:
         shared = WeightSync(bucket_bytes=64 << 10)
-        assert (await shared.push(group, [actor], 1)).version == actor.policy_version == 1
+        assert (await shared.push(group.weights, [actor], 1)).version == actor.policy_version == 1
         assert shared.last_stats.via == "shared_memory" and shared.last_stats.buckets > 1
         staged = Path(shm_root() or tempfile.gettempdir()).glob(f"agentrl-weights-{group.pids[0]}-*")
         assert len(list(staged)) == 1  # rank 0's files, overwritten in place by later pushes
         driver = WeightSync(bucket_bytes=64 << 10, transport="driver")
-        await driver.push(group, [by_driver], 1)
+        await driver.push(group.weights, [by_driver], 1)
         assert driver.last_stats.via == "driver"
         assert driver.last_stats.bytes == shared.last_stats.bytes
         assert all(torch.equal(by_driver.model.state_dict()[k], trained[k]) for k in trained)
@@ -428,7 +428,7 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
         try:
             remote.weight_intake = WeightIntake(remote.weight_intake.kinds, "another-machine/0")
             stored = WeightSync(bucket_bytes=64 << 10)
-            await stored.push(group, [remote], 1)
+            await stored.push(group.weights, [remote], 1)
             assert stored.last_stats.via == "object_store" and stored.last_stats.buckets > 1
             got = await remote.generate(prompt, greedy, "remote")
             assert got.token_ids == want.token_ids  # (logprobs: as above, to the last bit)
@@ -437,7 +437,7 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
             remote.close()
         # Asked for, the object store even to an actor on this machine.
         asked = WeightSync(bucket_bytes=64 << 10, transport="object_store")
-        await asked.push(group, [actor], 2)
+        await asked.push(group.weights, [actor], 2)
         assert actor.policy_version == 2
         assert asked.last_stats.via == "object_store"
         got = await actor.generate(prompt, greedy, "asked")
@@ -448,7 +448,7 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
         try:
             collective = WeightSync(bucket_bytes=64 << 10, transport="collective")
             for version in (1, 2):  # the second push reuses the group
-                await collective.push(group, actors, version)
+                await collective.push(group.weights, actors, version)
                 assert [e.policy_version for e in actors] == [version, version]
                 assert collective.last_stats.via == "collective"
                 assert collective.last_stats.buckets > 1
@@ -470,12 +470,12 @@ async def test_engines_serve_staged_weights_without_a_copy_and_never_write_them(
     group = scenario_a["group"]
     engine = TorchEngine.from_pretrained(model_path)
     try:
-        first = group.stage_weights(64 << 10)
+        first = group.weights.stage(64 << 10)
         await engine.load_weights(first, 1)
         staged = first.state_dict()
         served = engine.model.state_dict()
         assert all(served[k].data_ptr() == staged[k].data_ptr() for k in staged)  # no copy
-        second = group.stage_weights(64 << 10)  # the next push writes the other file set
+        second = group.weights.stage(64 << 10)  # the next push writes the other file set
         assert set(second.paths).isdisjoint(first.paths)
         before = {k: v.clone() for k, v in staged.items()}
         zeros = {k: torch.zeros_like(v) for k, v in served.items()}
@@ -489,9 +489,9 @@ async def test_engines_serve_staged_weights_without_a_copy_and_never_write_them(
     engine = TorchEngine.from_pretrained(model_path, dtype="bfloat16")
     try:
         assert engine.weight_intake.dtype == "bfloat16"
-        full = group.stage_weights(64 << 10)
+        full = group.weights.stage(64 << 10)
         fp32 = {k: v.clone() for k, v in full.state_dict().items()}
-        half = group.stage_weights(64 << 10, "bfloat16")
+        half = group.weights.stage(64 << 10, "bfloat16")
         assert half.nbytes * 2 == full.nbytes
         await engine.load_weights(half, 3)
         served = engine.model.state_dict()
@@ -559,7 +559,7 @@ async def test_pushes_of_the_changed_tensors_give_engines_the_trainers_weights(
         group.update(BATCHES[0])
         trained = full_state(group)
         sync = WeightSync(bucket_bytes=64 << 10, changed_only=True)
-        await sync.push(group, [engine], 1)
+        await sync.push(group.weights, [engine], 1)
         moved = {k for k in trained if k.startswith(("model.layers.1.", "model.norm."))}
         assert sync.last_stats.tensors == len(moved) and sync.last_stats.via == "shared_memory"
         unique = {id(t): t for t in trained.values()}.values()
@@ -573,14 +573,14 @@ async def test_pushes_of_the_changed_tensors_give_engines_the_trainers_weights(
     engine.close()
     with TrainerGroup(model_path, config, LOSS_C) as resumed:
         resumed.load_checkpoint(tmp_path / "ckpt")
-        push = resumed.export_weights("state_dict", 64 << 10, changed_only=True)
+        push = resumed.weights.export_weights("state_dict", 64 << 10, changed_only=True)
         assert push.partial and push.tensors.keys() == moved
         state_file = tmp_path / "ckpt" / "trainer_state.json"
         state = json.loads(state_file.read_text())
         del state["changed_keys"]  # as written before the record existed
         state_file.write_text(json.dumps(state))
         resumed.load_checkpoint(tmp_path / "ckpt")
-        push = resumed.export_weights("state_dict", 64 << 10, changed_only=True)
+        push = resumed.weights.export_weights("state_dict", 64 << 10, changed_only=True)
         assert push.tensors.keys() == trained.keys()
 
 

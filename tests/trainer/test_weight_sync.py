@@ -9,9 +9,9 @@ import os
 import pytest
 import torch
 
-from agentrl_sdk.engines.lora_weights import AdapterWeights
-from agentrl_sdk.engines.weights import StateDict, WeightIntake
 from agentrl_sdk.trainer import StateDictSource, WeightSync, WeightSyncError
+from agentrl_sdk.weights.adapters import AdapterWeights
+from agentrl_sdk.weights.push import StateDict, WeightIntake
 
 
 class FakeSource:
@@ -206,7 +206,7 @@ def test_pushes_pickle_their_tensors_as_arrays():
 def test_shared_weights_round_trip_with_tied_tensors(tmp_path):
     from safetensors import safe_open
 
-    from agentrl_sdk.engines.shared_weights import (
+    from agentrl_sdk.weights.shared_files import (
         SharedWeights,
         host_id,
         make_stage_folder,
@@ -238,7 +238,7 @@ def test_shared_weights_round_trip_with_tied_tensors(tmp_path):
 
 
 def test_staged_file_is_overwritten_in_place_and_read_afresh():
-    from agentrl_sdk.engines.shared_weights import (
+    from agentrl_sdk.weights.shared_files import (
         SharedWeights,
         StagedFile,
         host_id,
@@ -273,7 +273,7 @@ def test_stage_folders_of_dead_processes_are_swept():
     import subprocess
     from pathlib import Path
 
-    from agentrl_sdk.engines.shared_weights import make_stage_folder, remove_stage_folder, shm_root
+    from agentrl_sdk.weights.shared_files import make_stage_folder, remove_stage_folder, shm_root
 
     exited = subprocess.Popen(["true"])
     exited.wait()

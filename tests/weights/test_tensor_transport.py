@@ -6,7 +6,7 @@ import pickle
 
 import torch
 
-from agentrl_sdk.engines.tensor_transport import PackedTensors
+from agentrl_sdk.weights.tensor_transport import PackedTensors
 
 
 def _state() -> dict[str, torch.Tensor]:

@@ -1,0 +1,36 @@
+"""The weight handoff between trainer and engines: what one push carries and how it travels.
+
+Below both engines and trainer: an engine says which kinds it takes (`WeightIntake`) and loads
+a `WeightPush`; the trainer makes them (``TrainerGroup.weights``). Kinds: `StateDict` (tensors
+through the caller), `SharedWeights` (files in one host's shared memory, `shared_files`),
+`RayWeights` (object-store references, `object_refs`), `CollectiveWeights` (a broadcast,
+`collective`) and `AdapterWeights` (LoRA tensors, `adapters`).
+"""
+
+from agentrl_sdk.weights.adapters import AdapterWeights
+from agentrl_sdk.weights.collective import CollectiveWeights
+from agentrl_sdk.weights.object_refs import RayWeights
+from agentrl_sdk.weights.push import (
+    PushSize,
+    StateDict,
+    WeightIntake,
+    WeightKind,
+    WeightPush,
+    cast_floating,
+    size_of,
+)
+from agentrl_sdk.weights.shared_files import SharedWeights
+
+__all__ = [
+    "AdapterWeights",
+    "CollectiveWeights",
+    "PushSize",
+    "RayWeights",
+    "SharedWeights",
+    "StateDict",
+    "WeightIntake",
+    "WeightKind",
+    "WeightPush",
+    "cast_floating",
+    "size_of",
+]
