@@ -23,6 +23,14 @@ MOVED: dict[str, str] = {
     "agentrl_sdk.engines.lora_weights": "agentrl_sdk.weights.adapters",
     "agentrl_sdk.engines.tensor_transport": "agentrl_sdk.weights.tensor_transport",
     "agentrl_sdk.trainer.weight_export": "agentrl_sdk.trainer.exports",
+    "agentrl_sdk.engines.torch_engine": "agentrl_sdk.engines.torch.engine",
+    "agentrl_sdk.engines.vllm_engine": "agentrl_sdk.engines.vllm.engine",
+    "agentrl_sdk.engines.vllm_server": "agentrl_sdk.engines.vllm.server",
+    "agentrl_sdk.engines.ray_engine": "agentrl_sdk.engines.ray",
+    # named in `vllm serve --worker-extension-cls` commands users wrote
+    "agentrl_sdk.engines._vllm_weights": "agentrl_sdk.engines.vllm.weights",
+    "agentrl_sdk.pipeline.gate": "agentrl_sdk.engines.gate",
+    "agentrl_sdk.chat.user_engines": "agentrl_sdk.engines.user_engines",
 }
 """Former module name -> where it lives now."""
 

@@ -69,7 +69,7 @@ def time_sync(engine, state_dict, repeats: int = 3) -> float:
 
 
 def start_vllm(path: Path, batch: int):
-    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
 
     return VLLMEngine(path, eos_token_ids=(), max_batch_size=batch, max_model_len=1024)
 

@@ -215,7 +215,7 @@ def _replicas(folder: Path, ray_actors: bool) -> tuple[Callable[[int], Engine], 
         # The weights only: loading the tokenizer again (~2 s of Python) would stall the loop.
         return (lambda _: TorchEngine(AutoModelForCausalLM.from_pretrained(folder)),
                 lambda engine: engine.close())  # fmt: skip
-    from agentrl_sdk.engines.ray_engine import RayEngine
+    from agentrl_sdk.engines.ray import RayEngine
     from agentrl_sdk.trainer import TrainerConfig, init_ray
 
     init_ray(TrainerConfig())

@@ -53,7 +53,7 @@ from _results import write_result  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from agentrl_sdk.engines.ray_engine import RayEngine  # noqa: E402
+from agentrl_sdk.engines.ray import RayEngine  # noqa: E402
 from agentrl_sdk.models import build_small_tokenizer, build_tiny_model, save_pretrained_pair  # noqa: E402
 from agentrl_sdk.trainer import TrainerConfig, TrainerGroup, WeightSync, init_ray  # noqa: E402
 

@@ -16,7 +16,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl_sdk"
 
 REMAINING: set[frozenset[str]] = {
     frozenset({"chat.attribution", "chat.context", "chat.ledger", "chat.recorder"}),
-    frozenset({"engines.factory", "engines.ray_engine"}),
     frozenset({"pipeline.checkpoints", "pipeline.critic", "pipeline.job"}),
     frozenset({"tools.lifecycle", "tools.session"}),
 }

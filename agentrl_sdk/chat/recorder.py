@@ -17,8 +17,8 @@ from agentrl_sdk.chat.context import NodeTag
 from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.ledger import PromptPlan, TokenLedger
 from agentrl_sdk.chat.template import ChatTemplate
-from agentrl_sdk.chat.user_engines import fit_engine, fit_engines
 from agentrl_sdk.config import ChatConfig, NodeRule, RolloutConfig
+from agentrl_sdk.engines.user_engines import fit_engine, fit_engines
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
 from agentrl_sdk.types import (
     GenerateResult,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agentrl_sdk.engines.base import ForwardingEngine
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult, SamplingParams
 from agentrl_sdk.weights.adapters import AdapterWeights
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["AdapterView"]
 
 
-class AdapterView:
+class AdapterView(ForwardingEngine):
     """An `Engine` serving one named adapter (or the bare base) of a shared engine.
 
     Every request goes to the shared engine with ``SamplingParams.adapter`` set to
@@ -41,7 +42,7 @@ class AdapterView:
                 f"{type(engine).__name__} takes no adapter pushes, so it cannot serve several "
                 "policies as adapters of one base (vLLM: set engine_args.enable_lora)"
             )
-        self.engine = engine
+        super().__init__(engine)
         self.adapter = adapter
         self._version = engine.policy_version
 
@@ -87,19 +88,3 @@ class AdapterView:
             )
         await self.engine.load_weights(push, version)
         self._version = version
-
-    async def pause(self) -> None:
-        """Pause the shared engine (every view's requests hold)."""
-        await self.engine.pause()
-
-    async def resume(self) -> None:
-        """Resume the shared engine."""
-        await self.engine.resume()
-
-    async def health(self) -> bool:
-        """The shared engine's health."""
-        return await self.engine.health()
-
-    def close(self) -> None:
-        """Close the shared engine."""
-        self.engine.close()

@@ -12,7 +12,7 @@ from agentrl_sdk.types import GenerateResult, SamplingParams
 if TYPE_CHECKING:
     from agentrl_sdk.weights.push import WeightIntake, WeightPush
 
-__all__ = ["CachesPrefixes", "Engine", "drop_prefix_caches"]
+__all__ = ["CachesPrefixes", "Engine", "ForwardingEngine", "drop_prefix_caches"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,61 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the engine (threads, processes); later requests fail with `EngineError`."""
         ...
+
+
+class ForwardingEngine:
+    """An `Engine` that hands each member of the protocol to ``engine``: a wrapper subclasses it
+    and overrides only what it changes (`WeightGate` holds ``generate``, `AdapterView` names
+    its adapter). Optional controls (`CachesPrefixes`) are not forwarded: a wrapper that
+    passes them on says so itself.
+
+    Args:
+        engine: The wrapped engine.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @property
+    def policy_version(self) -> int:
+        """The wrapped engine's."""
+        return self.engine.policy_version
+
+    @property
+    def weight_intake(self) -> WeightIntake:
+        """The wrapped engine's."""
+        return self.engine.weight_intake
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        *,
+        session_id: str | None = None,
+    ) -> GenerateResult:
+        """The wrapped engine's."""
+        return await self.engine.generate(prompt_ids, sampling, request_id, session_id=session_id)
+
+    async def load_weights(self, push: WeightPush, version: int) -> None:
+        """The wrapped engine's."""
+        await self.engine.load_weights(push, version)
+
+    async def pause(self) -> None:
+        """The wrapped engine's."""
+        await self.engine.pause()
+
+    async def resume(self) -> None:
+        """The wrapped engine's."""
+        await self.engine.resume()
+
+    async def health(self) -> bool:
+        """The wrapped engine's."""
+        return await self.engine.health()
+
+    def close(self) -> None:
+        """Close the wrapped engine."""
+        self.engine.close()
 
 
 @runtime_checkable

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
 from agentrl_sdk.config import ConfigSection
 from agentrl_sdk.engines.options import (
     BACKEND_OPTIONS,
+    BACKENDS,
+    BackendName,
     EngineOptions,
     TorchOptions,
     VLLMOptions,
@@ -22,9 +24,9 @@ __all__ = ["EngineConfig"]
 class EngineConfig(ConfigSection):
     """The inference engine rollouts sample from."""
 
-    backend: Literal["torch", "vllm", "vllm-server"] = Field(
-        "torch", description="Engine implementation: embedded torch, in-process vLLM, or a "
-        "vLLM OpenAI-compatible server (started here, or at `url`)."
+    backend: BackendName = Field(
+        "torch", description="Engine implementation: " + "; ".join(
+            f"{name}: {backend.summary}" for name, backend in BACKENDS.items()) + ".",
     )
     max_batch_size: int = Field(
         64, ge=1, description="Most requests decoded together, for every backend (vLLM's "

@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrl_sdk.engines.base import Engine
-from agentrl_sdk.hardware import resolve_dtype
-
-BACKENDS = ("torch", "vllm", "vllm-server")
+from agentrl_sdk.engines.options import backend_named, build_engine
 
 
 def create_engine(
@@ -38,13 +36,9 @@ def create_engine(
             ``max_model_len``, ``engine_args`` for ``vllm``; ``url``, ``server_args`` for
             ``vllm-server``.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown engine backend {backend!r}; available: {BACKENDS}")
-    if "dtype" in options:  # 'prefer-bfloat16' -> what the engine's device computes fast
-        # The TorchEngine runs on the CPU; vLLM on a GPU when there is one (whose host CPU
-        # may well lack native bf16).
-        device = "cpu" if backend == "torch" else None
-        options["dtype"] = resolve_dtype(options["dtype"], device)
+    backend_named(backend)  # an unknown name fails before any pool or actor is built
+    # 'prefer-bfloat16' is resolved where each engine is built (`build_engine`): in a Ray
+    # actor, by the CPU of the node it runs on.
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     if replicas > 1 or (ray_actors and max_restarts > 0):
@@ -52,20 +46,10 @@ def create_engine(
         return _pool(backend, model_path, replicas, ray_actors, max_restarts, options,
                      {k: v for k, v in timeouts.items() if v is not None})
     if ray_actors:
-        from agentrl_sdk.engines.ray_engine import RayEngine
+        from agentrl_sdk.engines.ray import RayEngine
 
         return RayEngine(backend, model_path, **options)
-    if backend == "torch":
-        from agentrl_sdk.engines.torch_engine import TorchEngine
-
-        return TorchEngine.from_pretrained(model_path, **options)
-    if backend == "vllm":
-        from agentrl_sdk.engines.vllm_engine import VLLMEngine
-
-        return VLLMEngine(model_path, **options)
-    from agentrl_sdk.engines.vllm_server import VLLMServerEngine
-
-    return VLLMServerEngine(model_path, **options)
+    return build_engine(backend, model_path, **options)
 
 
 def _pool(

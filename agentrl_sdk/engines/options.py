@@ -1,4 +1,6 @@
-"""Typed options of each engine backend (``engine.options`` in a training config).
+"""The engine backends: each one's name, typed options (``engine.options`` in a training
+config) and constructor, written once here (`BACKENDS`); `create_engine` and
+`EngineConfig.backend` read them from this registry.
 
 A field left unset (None) keeps the engine constructor's default, so defaults live in one place: the
 engine. The vLLM engine and the vLLM server share every field but the server's own two.
@@ -6,13 +8,28 @@ engine. The vLLM engine and the vLLM server share every field but the server's o
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import Field
 
 from agentrl_sdk.config import ConfigSection
+from agentrl_sdk.hardware import resolve_dtype
 
-__all__ = ["BACKEND_OPTIONS", "EngineOptions", "TorchOptions", "VLLMOptions", "VLLMServerOptions"]
+__all__ = [
+    "BACKENDS",
+    "BACKEND_OPTIONS",
+    "Backend",
+    "BackendName",
+    "EngineOptions",
+    "TorchOptions",
+    "VLLMOptions",
+    "VLLMServerOptions",
+    "backend_named",
+    "build_engine",
+]
 
 
 class EngineOptions(ConfigSection):
@@ -82,9 +99,71 @@ class VLLMServerOptions(VLLMOptions):
     model_name: str | None = Field(None, description="The served model's name.")
 
 
-BACKEND_OPTIONS: dict[str, type[EngineOptions]] = {
-    "torch": TorchOptions,
-    "vllm": VLLMOptions,
-    "vllm-server": VLLMServerOptions,
-}
-"""The options model of each `create_engine` backend."""
+@dataclass(frozen=True)
+class Backend:
+    """One engine backend.
+
+    Attributes:
+        options: Its options model.
+        constructor: ``module:callable`` building it as ``callable(model_path, **options)``,
+            imported only when one is built (vLLM is an optional dependency).
+        on_cpu: It always computes on the CPU (so 'prefer-bfloat16' asks this CPU; vLLM may
+            run on a GPU whose host CPU lacks native bf16).
+        summary: What it is, for the config reference.
+    """
+
+    options: type[EngineOptions]
+    constructor: str
+    on_cpu: bool
+    summary: str
+
+    def build(self) -> Callable[..., Any]:
+        """The constructor, imported."""
+        module, _, name = self.constructor.partition(":")
+        target: Any = importlib.import_module(module)
+        for part in name.split("."):
+            target = getattr(target, part)
+        return target
+
+
+BACKENDS: dict[str, Backend] = {
+    "torch": Backend(TorchOptions, "agentrl_sdk.engines.torch.engine:TorchEngine.from_pretrained",
+                     on_cpu=True, summary="the embedded torch engine"),
+    "vllm": Backend(VLLMOptions, "agentrl_sdk.engines.vllm.engine:VLLMEngine", on_cpu=False,
+                    summary="vLLM in this process (AsyncLLM)"),
+    "vllm-server": Backend(VLLMServerOptions, "agentrl_sdk.engines.vllm.server:VLLMServerEngine",
+                           on_cpu=False, summary="vLLM's OpenAI-compatible server, started here "
+                           "or reached at `url`"),
+}  # fmt: skip
+"""Every engine backend by name: the one place a backend is named."""
+
+BackendName = Literal[tuple(BACKENDS)]  # type: ignore[valid-type]
+"""A backend's name (`EngineConfig.backend`), from `BACKENDS`."""
+
+BACKEND_OPTIONS: dict[str, type[EngineOptions]] = {name: b.options for name, b in BACKENDS.items()}
+"""The options model of each backend."""
+
+
+def build_engine(backend: str, model_path: str, **options: Any) -> Any:
+    """One engine of ``backend`` in this process (`create_engine` adds pools and Ray actors;
+    a Ray actor builds its engine with this).
+
+    Raises:
+        ValueError: ``backend`` is not in `BACKENDS`.
+    """
+    named = backend_named(backend)
+    if "dtype" in options:  # 'prefer-bfloat16' -> what the engine's device computes fast
+        options["dtype"] = resolve_dtype(options["dtype"], "cpu" if named.on_cpu else None)
+    return named.build()(model_path, **options)
+
+
+def backend_named(name: str) -> Backend:
+    """The backend called ``name``.
+
+    Raises:
+        ValueError: No backend is, naming the available ones.
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"unknown engine backend {name!r}; available: {tuple(BACKENDS)}")
+    return BACKENDS[name]
+

@@ -9,7 +9,7 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
-from agentrl_sdk.pipeline.gate import held
+from agentrl_sdk.engines.gate import held
 from agentrl_sdk.pipeline.job import Job, JobSpec, open_job, score_rollouts
 from agentrl_sdk.pipeline.metrics import eval_metrics
 from agentrl_sdk.pipeline.progress import log_console

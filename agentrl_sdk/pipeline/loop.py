@@ -19,10 +19,10 @@ from typing import Any
 from rich.console import Console
 
 from agentrl_sdk.engines.base import drop_prefix_caches
+from agentrl_sdk.engines.gate import held
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.pipeline.checkpoints import PIPELINE_STATE, finish, maybe_resume, save_checkpoint
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
-from agentrl_sdk.pipeline.gate import held
 from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
 from agentrl_sdk.pipeline.job import (
     Job,

@@ -16,8 +16,8 @@ from typing import Any
 
 from agentrl_sdk.engines import Engine, EnginePool, create_engine
 from agentrl_sdk.engines.adapter_view import AdapterView
+from agentrl_sdk.engines.gate import WeightGate
 from agentrl_sdk.pipeline.config import ModelConfig, TrainConfig
-from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer import TrainerConfig, TrainerGroup, WeightSync, init_ray
 from agentrl_sdk.trainer.adapter_group import AdapterGroup

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentrl_sdk.chat.template import ChatTemplate
-from agentrl_sdk.chat.user_engines import fit_engines
 from agentrl_sdk.config import RolloutConfig
+from agentrl_sdk.engines.user_engines import fit_engines
 from agentrl_sdk.rollout.agents import (
     build_gateway,
     check_targets,

@@ -18,7 +18,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from agentrl_sdk.engines.torch_engine import TorchEngine
+from agentrl_sdk.engines.torch.engine import TorchEngine
 from agentrl_sdk.trainer.layers import freeze_all_but_last
 from agentrl_sdk.types import SamplingParams
 

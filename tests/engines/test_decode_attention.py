@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from agentrl_sdk.engines import TorchEngine
-from agentrl_sdk.engines._decode_attention import NAME, grouped_decode_attention
-from agentrl_sdk.engines._kv_cache import (
+from agentrl_sdk.engines.torch.decode_attention import NAME, grouped_decode_attention
+from agentrl_sdk.engines.torch.kv_cache import (
     DECODE_ROOM,
     RoomyLayer,
     append_rows,

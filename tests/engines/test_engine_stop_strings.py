@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentrl_sdk.engines import TorchEngine
-from agentrl_sdk.engines._resumable import PartialOutput
-from agentrl_sdk.engines._stop_strings import StopStrings
+from agentrl_sdk.engines.stop_strings import StopStrings
+from agentrl_sdk.engines.vllm.resumable import PartialOutput
 from agentrl_sdk.models import build_small_tokenizer
 from agentrl_sdk.types import SamplingParams
 from tests.engines._tiny import ID_VOCAB, id_model, tiny_model_dir

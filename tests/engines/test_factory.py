@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agentrl_sdk.engines import EnginePool, TorchEngine, create_engine
-from agentrl_sdk.engines._vllm_weights import write_buckets
+from agentrl_sdk.engines.vllm.weights import write_buckets
 from agentrl_sdk.pipeline.config import EngineConfig, TrainConfig
 from agentrl_sdk.types import GenerateResult
 from tests.engines._tiny import tiny_model_dir
@@ -15,6 +15,23 @@ from tests.engines._tiny import tiny_model_dir
 def test_unknown_backend_names_the_available_ones() -> None:
     with pytest.raises(ValueError, match="'torch', 'vllm', 'vllm-server'"):
         create_engine("tgi", "/nowhere")
+
+
+def test_the_config_choices_are_the_registrys_backends() -> None:
+    from typing import get_args
+
+    from agentrl_sdk.engines.options import BACKENDS
+    from agentrl_sdk.engines.torch.engine import TorchEngine as Torch
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
+    from agentrl_sdk.engines.vllm.server import VLLMServerEngine
+
+    assert get_args(EngineConfig.model_fields["backend"].annotation) == tuple(BACKENDS)
+    built = {name: backend.build() for name, backend in BACKENDS.items()}
+    assert built == {"torch": Torch.from_pretrained, "vllm": VLLMEngine,
+                     "vllm-server": VLLMServerEngine}  # fmt: skip
+    for name in BACKENDS:  # each name's options model is the one its section takes
+        section = EngineConfig(backend=name)
+        assert type(section.options) is BACKENDS[name].options
 
 
 def test_replicas_build_a_pool_of_engines() -> None:
@@ -97,9 +114,9 @@ def test_every_engine_option_is_a_parameter_of_its_engine() -> None:
     import inspect
 
     from agentrl_sdk.engines.options import BACKEND_OPTIONS
-    from agentrl_sdk.engines.ray_engine import RayEngine
-    from agentrl_sdk.engines.vllm_engine import VLLMEngine
-    from agentrl_sdk.engines.vllm_server import VLLMServerEngine
+    from agentrl_sdk.engines.ray import RayEngine
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
+    from agentrl_sdk.engines.vllm.server import VLLMServerEngine
 
     constructors = {"torch": TorchEngine.from_pretrained, "vllm": VLLMEngine.__init__,
                     "vllm-server": VLLMServerEngine.__init__}  # fmt: skip

@@ -191,7 +191,7 @@ def llama_vllm(llama_dir):
         import vllm  # noqa: F401
     else:
         pytest.importorskip("vllm")
-    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
 
     engine = VLLMEngine(llama_dir, max_batch_size=8, max_model_len=1024)
     yield engine

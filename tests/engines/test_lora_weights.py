@@ -123,7 +123,7 @@ async def test_pool_pushes_the_adapter_to_every_replica_as_one_version(base):
 async def test_ray_engine_forwards_adapter_pushes():
     import ray
 
-    from agentrl_sdk.engines.ray_engine import RayEngine
+    from agentrl_sdk.engines.ray import RayEngine
     from agentrl_sdk.trainer import TrainerConfig, init_ray
 
     started = init_ray(TrainerConfig())

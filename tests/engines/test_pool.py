@@ -218,7 +218,7 @@ def ray_started():
 @pytest.mark.slow
 async def test_pool_over_an_in_process_and_a_ray_actor_replica(ray_started) -> None:
     from agentrl_sdk.engines import create_engine
-    from agentrl_sdk.engines.ray_engine import RayEngine
+    from agentrl_sdk.engines.ray import RayEngine
     from tests.engines._tiny import tiny_model_dir
 
     path = str(tiny_model_dir(0))

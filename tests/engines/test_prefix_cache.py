@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrl_sdk.engines import TorchEngine
-from agentrl_sdk.engines._prefix_cache import BLOCK_TOKENS, PrefixCache
+from agentrl_sdk.engines.torch.prefix_cache import BLOCK_TOKENS, PrefixCache
 from agentrl_sdk.types import SamplingParams
 from agentrl_sdk.weights.push import StateDict
 from tests.engines._tiny import ID_VOCAB, hf_greedy, id_model
@@ -130,7 +130,7 @@ async def test_max_prefill_tokens_bounds_every_prefill_and_changes_no_token(mode
                                                                              prefix_cache_mb):
     """Prefills are split to fit the budget (padding counted; a group's shared prompt once);
     the greedy tokens are those of one unbounded prefill."""
-    from agentrl_sdk.engines._scheduler import Scheduler
+    from agentrl_sdk.engines.torch.scheduler import Scheduler
 
     widths: list[int] = []
     forward = Scheduler._forward

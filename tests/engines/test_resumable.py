@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
+from agentrl_sdk.engines.vllm.resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.types import SamplingParams
 
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from agentrl_sdk.engines._running_batch import RunningBatch, SequenceState
+from agentrl_sdk.engines.torch.running_batch import RunningBatch, SequenceState
 from agentrl_sdk.types import SamplingParams
 
 

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 
 import agentrl_sdk.engines as engines
 from agentrl_sdk.engines import Engine, TorchEngine
-from agentrl_sdk.engines._sampling import sample_next
+from agentrl_sdk.engines.torch.sampling import sample_next
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
 from agentrl_sdk.weights.push import StateDict, WeightIntake
@@ -110,7 +110,7 @@ async def test_seeded_sampling_is_batch_invariant(engine, prompts) -> None:
 
 
 async def test_a_groups_shared_prompt_is_prefilled_once(model, prompts, monkeypatch) -> None:
-    from agentrl_sdk.engines._scheduler import Scheduler
+    from agentrl_sdk.engines.torch.scheduler import Scheduler
 
     prefilled: list[int] = []  # rows of each prefill forward
     forward = Scheduler._forward
@@ -412,7 +412,7 @@ async def test_busy_seconds_count_forward_time_not_idle_time(model, prompts) -> 
 
 
 async def test_cpu_threads_limit_the_engine_thread_only(model, prompts, monkeypatch) -> None:
-    from agentrl_sdk.engines._scheduler import Scheduler
+    from agentrl_sdk.engines.torch.scheduler import Scheduler
 
     seen: list[int] = []
     decode = Scheduler._decode

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from agentrl_sdk.engines._vllm_cpu_env import DEFAULT_KV_CACHE_GIB, vllm_cpu_env
+from agentrl_sdk.engines.vllm.cpu_env import DEFAULT_KV_CACHE_GIB, vllm_cpu_env
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def _config_folder(tmp_path, head_dim=64):
 
 
 def test_an_unreadable_model_config_is_an_error_not_vllms_defaults(tmp_path):
-    from agentrl_sdk.engines._vllm_cpu_env import cpu_engine_args
+    from agentrl_sdk.engines.vllm.cpu_env import cpu_engine_args
     from agentrl_sdk.errors import EngineError
 
     with pytest.raises(EngineError, match="cannot read the model config"):
@@ -58,7 +58,7 @@ def test_an_unreadable_model_config_is_an_error_not_vllms_defaults(tmp_path):
 def test_whole_prefills_even_where_vllm_cannot_list_its_head_sizes(tmp_path, monkeypatch, caplog):
     import sys
 
-    from agentrl_sdk.engines._vllm_cpu_env import cpu_engine_args
+    from agentrl_sdk.engines.vllm.cpu_env import cpu_engine_args
 
     # Another vLLM layout: the module that lists the head sizes does not import.
     monkeypatch.setitem(sys.modules, "vllm.v1.attention.backends.cpu_attn", None)
@@ -71,7 +71,7 @@ def test_whole_prefills_even_where_vllm_cannot_list_its_head_sizes(tmp_path, mon
 def test_the_vllm_backend_without_vllm_says_what_to_install(tmp_path, monkeypatch):
     import importlib.util
 
-    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
     from agentrl_sdk.errors import EngineError
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)

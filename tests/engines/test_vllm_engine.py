@@ -44,7 +44,7 @@ def models():
 
 @pytest.fixture(scope="module")
 def vllm_engine():
-    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
 
     engine = VLLMEngine(tiny_model_dir(0), max_batch_size=32, max_model_len=1024)
     yield engine

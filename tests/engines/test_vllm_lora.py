@@ -54,7 +54,7 @@ def base():
 
 @pytest.fixture(scope="module")
 def engine():
-    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
 
     engine = VLLMEngine(
         tiny_model_dir(0), max_batch_size=8, max_model_len=512, eos_token_ids=[],

@@ -88,7 +88,7 @@ async def test_pause_update_resume_over_http(server, prompts) -> None:
 
 
 def test_a_server_that_exits_at_start_reports_its_log() -> None:
-    from agentrl_sdk.engines.vllm_server import VLLMServerEngine
+    from agentrl_sdk.engines.vllm.server import VLLMServerEngine
 
     with pytest.raises(EngineError, match="exited with code") as info:
         VLLMServerEngine(tiny_model_dir(0), server_args=["--max-num-batched-tokens", "many"],

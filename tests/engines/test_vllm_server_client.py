@@ -11,8 +11,8 @@ import httpx
 import pytest
 from transformers import LlamaConfig
 
-from agentrl_sdk.engines._resumable import ResumableRequests
-from agentrl_sdk.engines.vllm_server import VLLMServerEngine, _free_port
+from agentrl_sdk.engines.vllm.resumable import ResumableRequests
+from agentrl_sdk.engines.vllm.server import VLLMServerEngine, _free_port
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
 

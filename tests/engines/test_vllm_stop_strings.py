@@ -23,7 +23,7 @@ PROMPT = [5, 17, 42, 99, 3, 250, 7]
 
 
 async def test_vllm_and_torch_stop_at_the_same_token():
-    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
 
     torch_engine = TorchEngine.from_pretrained(tiny_model_dir(0), dtype=torch.float32)
     vllm_engine = VLLMEngine(tiny_model_dir(0), max_batch_size=4, max_model_len=256)

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from agentrl_sdk.engines.gate import WeightGate
 from agentrl_sdk.pipeline import TrainConfig
 import agentrl_sdk.pipeline.checkpoints as checkpoints
-from agentrl_sdk.pipeline.gate import WeightGate
 import agentrl_sdk.pipeline.job as job_module
 import agentrl_sdk.pipeline.loop as loop_module
 from agentrl_sdk.rollout import row_id_of
@@ -204,7 +204,7 @@ def _import_ahead() -> None:
     import ray  # noqa: F401
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
-    import agentrl_sdk.engines.torch_engine  # noqa: F401
+    import agentrl_sdk.engines.torch.engine  # noqa: F401
     import examples.tool_selection.model  # noqa: F401
 
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from agentrl_sdk.engines.ray import RayEngine
 import agentrl_sdk.pipeline.job as job_module
-from agentrl_sdk.engines.ray_engine import RayEngine
 from tests.pipeline._demo import demo_config, train_demo
 
 pytestmark = pytest.mark.slow

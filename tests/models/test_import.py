@@ -162,7 +162,7 @@ def test_smollm2_folder_splits_digits_and_stops_at_im_end(smollm2_folder) -> Non
 
 @pytest.mark.slow
 async def test_smollm2_greedy_ids_equal_on_the_torch_engine_and_vllm(smollm2_folder, vllm_env) -> None:
-    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_folder, local_files_only=True)
     questions = ["What is 12 + 30?", "Name a colour of the sky."]

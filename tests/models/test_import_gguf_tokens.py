@@ -91,7 +91,7 @@ def test_end_of_turn_and_end_of_message_are_stop_ids(imported) -> None:
 async def test_the_engines_stop_after_the_end_of_turn_token(imported, engine, request) -> None:
     if engine == "vllm":
         request.getfixturevalue("vllm_env")
-        from agentrl_sdk.engines.vllm_engine import VLLMEngine
+        from agentrl_sdk.engines.vllm.engine import VLLMEngine
 
         served = VLLMEngine(imported, max_batch_size=2, max_model_len=256, cpu_threads=1)
     else:

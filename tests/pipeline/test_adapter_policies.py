@@ -7,8 +7,8 @@ import pytest
 
 from agentrl_sdk.engines import EnginePool, TorchEngine
 from agentrl_sdk.engines.adapter_view import AdapterView
+from agentrl_sdk.engines.gate import WeightGate
 from agentrl_sdk.pipeline import TrainConfig
-from agentrl_sdk.pipeline.gate import WeightGate
 from agentrl_sdk.pipeline.policies import Policy
 from tests.engines._tiny import id_model
 

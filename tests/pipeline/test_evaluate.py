@@ -84,7 +84,7 @@ def test_evaluating_no_rows_says_so(tmp_path):
 @pytest.mark.parametrize("pipeline", ["sync", "fully_async"])
 def test_training_evaluates_held_out_rows_on_schedule(tmp_path, pipeline, monkeypatch):
     from agentrl_sdk.pipeline import evaluate
-    from agentrl_sdk.pipeline.gate import WeightGate
+    from agentrl_sdk.engines.gate import WeightGate
     from examples.tool_selection.model import model_path
 
     # Whether a training rollout's call got past its gate while an evaluation ran.

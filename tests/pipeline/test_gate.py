@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentrl_sdk.pipeline.gate import WeightGate
+from agentrl_sdk.engines.gate import WeightGate
 from agentrl_sdk.types import GenerateResult, SamplingParams
 from agentrl_sdk.weights.push import StateDict
 

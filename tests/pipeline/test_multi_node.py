@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl_sdk.engines.ray_engine import RayEngine
+from agentrl_sdk.engines.ray import RayEngine
 from agentrl_sdk.trainer.exports import WeightExports
 from agentrl_sdk.trainer.group import TrainerGroup
 from tests.pipeline._demo import demo_config, train_demo

@@ -142,7 +142,7 @@ def test_two_adapter_policies_on_one_vllm_engine(tmp_path):
 def test_a_head_size_vllm_cpu_cannot_serve_is_refused_before_it_starts(tmp_path):
     from transformers import AutoConfig
 
-    from agentrl_sdk.engines.vllm_engine import VLLMEngine
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
 
     folder = tmp_path / "model"
     for name in os.listdir(tiny_model_dir(0)):

@@ -11,7 +11,7 @@ import threading
 import pytest
 import torch
 
-from agentrl_sdk.engines.torch_engine import TorchEngine
+from agentrl_sdk.engines.torch.engine import TorchEngine
 from agentrl_sdk.pipeline.config import TrainConfig
 from agentrl_sdk.trainer import TrainerConfig, TrainerError, TrainerGroup, WeightSync
 from agentrl_sdk.types import Batch, SamplingParams
@@ -115,7 +115,7 @@ def test_a_job_without_ray_never_loads_it_and_a_stuck_call_does_not_hold_it_open
     script = (
         "import sys, threading\n"
         "from agentrl_sdk.trainer import TrainerGroup, WeightSync\n"
-        "from agentrl_sdk.engines.torch_engine import TorchEngine\n"
+        "from agentrl_sdk.engines.torch.engine import TorchEngine\n"
         "from tests.trainer.test_in_process import BATCHES, IN_PROCESS, LOSS_C\n"
         f"group = TrainerGroup({str(model_path)!r}, IN_PROCESS, LOSS_C)\n"
         "group.update(BATCHES[0])\n"

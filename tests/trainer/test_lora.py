@@ -14,7 +14,7 @@ import pytest
 import torch
 from peft import PeftModel, get_peft_model, get_peft_model_state_dict
 
-from agentrl_sdk.engines.torch_engine import TorchEngine
+from agentrl_sdk.engines.torch.engine import TorchEngine
 from agentrl_sdk.trainer import LoraConfig, TrainerGroup, WeightSync
 from agentrl_sdk.trainer.lora import peft_config
 from agentrl_sdk.types import Batch, Sample, SamplingParams

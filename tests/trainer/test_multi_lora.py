@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from agentrl_sdk.engines.adapter_view import AdapterView
-from agentrl_sdk.engines.torch_engine import TorchEngine
+from agentrl_sdk.engines.torch.engine import TorchEngine
 from agentrl_sdk.trainer import TrainerGroup, WeightSync
 from agentrl_sdk.trainer.adapter_group import AdapterGroup
 from agentrl_sdk.types import Batch, Sample, SamplingParams

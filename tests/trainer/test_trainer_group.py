@@ -26,7 +26,7 @@ from agentrl_sdk.algorithms import (
     kl_loss,
     ppo_policy_loss,
 )
-from agentrl_sdk.engines.torch_engine import TorchEngine
+from agentrl_sdk.engines.torch.engine import TorchEngine
 from agentrl_sdk.trainer import (
     FlatSamples,
     TrainerConfig,
@@ -394,7 +394,7 @@ async def test_weight_sync_to_engines_and_export(scenario_a, model_path, tmp_pat
 async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_path(
     scenario_a, model_path
 ):
-    from agentrl_sdk.engines.ray_engine import RayEngine
+    from agentrl_sdk.engines.ray import RayEngine
     from agentrl_sdk.weights.shared_files import shm_root
 
     group = scenario_a["group"]

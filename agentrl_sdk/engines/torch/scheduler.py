@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
-from agentrl_sdk.engines._kv_cache import RoomyCache
-from agentrl_sdk.engines._prefix_cache import PrefixCache, common_prefix, inputs_after_prefixes
-from agentrl_sdk.engines._row_adapters import RowAdapters
-from agentrl_sdk.engines._running_batch import RunningBatch, SequenceState
-from agentrl_sdk.engines._sampling import sample_next
+from agentrl_sdk.engines.torch.kv_cache import RoomyCache
+from agentrl_sdk.engines.torch.prefix_cache import PrefixCache, common_prefix, inputs_after_prefixes
+from agentrl_sdk.engines.torch.row_adapters import RowAdapters
+from agentrl_sdk.engines.torch.running_batch import RunningBatch, SequenceState
+from agentrl_sdk.engines.torch.sampling import sample_next
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult
 

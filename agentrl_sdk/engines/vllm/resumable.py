@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from agentrl_sdk.engines._stop_strings import StopStrings
+from agentrl_sdk.engines.stop_strings import StopStrings
 from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
 
 __all__ = ["PartialOutput", "ResumableRequests"]

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
-from agentrl_sdk.engines._stop_strings import StopStrings
-from agentrl_sdk.engines._vllm_weights import WeightFiles
+from agentrl_sdk.engines.stop_strings import StopStrings
+from agentrl_sdk.engines.vllm.resumable import PartialOutput, ResumableRequests
+from agentrl_sdk.engines.vllm.weights import WeightFiles
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, GenerateResult, SamplingParams
@@ -24,7 +24,7 @@ from agentrl_sdk.weights.push import WeightIntake, WeightPush
 from agentrl_sdk.weights.shared_files import SharedWeights, host_id
 
 if TYPE_CHECKING:
-    from agentrl_sdk.engines._loop_thread import LoopThread
+    from agentrl_sdk.engines.vllm.loop_thread import LoopThread
 
 __all__ = ["VLLMBackend", "checked_finish"]
 

@@ -13,8 +13,9 @@ import torch
 from transformers import DynamicCache
 
 from agentrl_sdk.allocator import keep_memory_lean
-from agentrl_sdk.engines._decode_attention import use_decode_attention
-from agentrl_sdk.engines._scheduler import (
+from agentrl_sdk.engines.stop_strings import StopStrings
+from agentrl_sdk.engines.torch.decode_attention import use_decode_attention
+from agentrl_sdk.engines.torch.scheduler import (
     STOP,
     AdapterUpdate,
     Control,
@@ -23,7 +24,6 @@ from agentrl_sdk.engines._scheduler import (
     Scheduler,
     WeightUpdate,
 )
-from agentrl_sdk.engines._stop_strings import StopStrings
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import GenerateResult, SamplingParams
@@ -73,7 +73,7 @@ class TorchEngine:
             ``sampling.stop`` are refused without one).
         prefix_cache_mb: Budget of the prefix cache (0: none): keys and values of finished
             requests, and of the prompt prefix the requests admitted together share, so a
-            prompt that starts with them prefills only the rest (`_prefix_cache`). Cleared by
+            prompt that starts with them prefills only the rest (`prefix_cache`). Cleared by
             every weight update.
         max_prefill_tokens: Most tokens (padding included) one prefill forward takes; the
             requests beyond join the running batch an iteration later (as vLLM's

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from agentrl_sdk.engines._kv_cache import DECODE_ROOM, append_rows, fill_order, fits, keep_rows
-from agentrl_sdk.engines._stop_strings import StopStrings
+from agentrl_sdk.engines.stop_strings import StopStrings
+from agentrl_sdk.engines.torch.kv_cache import DECODE_ROOM, append_rows, fill_order, fits, keep_rows
 from agentrl_sdk.types import FinishReason, SamplingParams
 
 __all__ = ["RunningBatch", "SequenceState"]

@@ -7,17 +7,18 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from agentrl_sdk.engines.base import ForwardingEngine
 from agentrl_sdk.types import GenerateResult, SamplingParams
 
 if TYPE_CHECKING:
-    from agentrl_sdk.engines import Engine
-    from agentrl_sdk.weights.push import WeightIntake, WeightPush
+    from agentrl_sdk.engines.base import Engine
 
 __all__ = ["WeightGate", "held"]
 
 
-class WeightGate:
-    """An `Engine` that forwards to ``engine`` but holds every ``generate`` while closed.
+class WeightGate(ForwardingEngine):
+    """An `Engine` that forwards to ``engine`` but holds every ``generate`` while closed (a
+    held gate does not hold ``load_weights``).
 
     The on-policy schedule (``sync`` with ``prefetch_rollouts``) holds the gate, starts the
     next step's rollouts (LangGraph start-up, prompt rendering and tokenisation run on the
@@ -27,15 +28,10 @@ class WeightGate:
     """
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        super().__init__(engine)
         self._open = asyncio.Event()
         self._open.set()
         self._holds = 0  # the step's hold and an evaluation's may nest
-
-    @property
-    def policy_version(self) -> int:
-        """The wrapped engine's policy version."""
-        return self.engine.policy_version
 
     def hold(self) -> None:
         """Hold new ``generate`` calls until the matching `release` (calls already inside the
@@ -62,31 +58,6 @@ class WeightGate:
         return await self.engine.generate(
             prompt_ids, sampling, request_id, session_id=session_id
         )
-
-    @property
-    def weight_intake(self) -> WeightIntake:
-        """The engine's."""
-        return self.engine.weight_intake
-
-    async def load_weights(self, push: WeightPush, version: int) -> None:
-        """The engine's ``load_weights``; a held gate does not hold it."""
-        await self.engine.load_weights(push, version)
-
-    async def pause(self) -> None:
-        """The engine's ``pause`` (requests already inside keep their partial output)."""
-        await self.engine.pause()
-
-    async def resume(self) -> None:
-        """The engine's ``resume``."""
-        await self.engine.resume()
-
-    async def health(self) -> bool:
-        """The engine's health."""
-        return await self.engine.health()
-
-    def close(self) -> None:
-        """Close the engine."""
-        self.engine.close()
 
 
 @contextlib.contextmanager

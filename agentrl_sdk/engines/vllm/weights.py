@@ -26,7 +26,7 @@ from agentrl_sdk.weights.shared_files import (
 
 __all__ = ["WeightFiles", "WorkerWeightLoader", "write_buckets"]
 
-WORKER_EXTENSION = "agentrl_sdk.engines._vllm_weights.WorkerWeightLoader"
+WORKER_EXTENSION = "agentrl_sdk.engines.vllm.weights.WorkerWeightLoader"
 """The ``worker_extension_cls`` our vLLM engines start with."""
 
 RPC_METHOD = "agentrl_load_weights"

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-from agentrl_sdk.engines._kv_cache import room_of
+from agentrl_sdk.engines.torch.kv_cache import room_of
 
 __all__ = ["NAME", "grouped_decode_attention", "use_decode_attention"]
 

@@ -20,11 +20,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentrl_sdk.engines._loop_thread import LoopThread
-from agentrl_sdk.engines._resumable import PartialOutput, ResumableRequests
-from agentrl_sdk.engines._vllm_backend import VLLMBackend, checked_finish
-from agentrl_sdk.engines._vllm_cpu_env import cpu_engine_args, vllm_cpu_env
-from agentrl_sdk.engines._vllm_weights import RECEIVE_METHOD, RPC_METHOD, WORKER_EXTENSION
+from agentrl_sdk.engines.vllm.backend import VLLMBackend, checked_finish
+from agentrl_sdk.engines.vllm.cpu_env import cpu_engine_args, vllm_cpu_env
+from agentrl_sdk.engines.vllm.loop_thread import LoopThread
+from agentrl_sdk.engines.vllm.resumable import PartialOutput, ResumableRequests
+from agentrl_sdk.engines.vllm.weights import RECEIVE_METHOD, RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.types import FinishReason, SamplingParams

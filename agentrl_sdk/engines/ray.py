@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from agentrl_sdk.engines.base import drop_prefix_caches
+from agentrl_sdk.engines.options import build_engine
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import RAY_SUBMIT_LOCK
 from agentrl_sdk.types import GenerateResult, SamplingParams
@@ -30,9 +31,7 @@ class _EngineActor:
     """Runs inside the actor process: builds the engine there and forwards calls to it."""
 
     def __init__(self, backend: str, model_path: str, options: dict[str, Any]) -> None:
-        from agentrl_sdk.engines.factory import create_engine
-
-        self.engine = create_engine(backend, model_path, **options)
+        self.engine = build_engine(backend, model_path, **options)
 
     async def generate(self, prompt: np.ndarray, sampling: dict, request_id: str) -> dict:
         result = await self.engine.generate(
