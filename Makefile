@@ -59,9 +59,8 @@ demo-real: setup-real
 rollout-demo: setup
 	$(PY) -m examples.calculator.rollout_demo
 
-# Two pytest workers (pytest-xdist): a single one left a third of two cores idle while tests
-# waited on engines, servers and subprocesses. Each test file stays on one worker (loadfile), so
-# its module fixtures are built once; models are shared through the locked cache.
+# Two pytest workers (pytest-xdist; TEST_WORKERS=1 for one). Each test file stays on one worker
+# (loadfile), so its module fixtures are built once; models are shared through the locked cache.
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed-verl $(VENV)/.installed-real $(VENV)/.installed-docs
 	$(VENV)/bin/lint-imports
