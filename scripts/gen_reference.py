@@ -58,12 +58,12 @@ def render_metrics() -> str:
 
 
 def render_config() -> str:
-    from agentrl_sdk.engines.options import BACKEND_OPTIONS
+    from agentrl_sdk.engines.options import BACKENDS
     from agentrl_sdk.gateway import GatewayConfig
     from agentrl_sdk.pipeline import TrainConfig
 
     # engine.options is a union of option models, one per engine.backend.
-    backends = {model: f"`backend: {name}`" for name, model in BACKEND_OPTIONS.items()}
+    backends = {b.options: f"`backend: {name}`" for name, b in BACKENDS.items()}
     return _ref_config.render(TrainConfig, GatewayConfig, backends)
 
 

@@ -8,7 +8,6 @@ from pydantic import Field, ValidationError, model_validator
 
 from agentrl_sdk.config import ConfigSection
 from agentrl_sdk.engines.options import (
-    BACKEND_OPTIONS,
     BACKENDS,
     BackendName,
     EngineOptions,
@@ -65,8 +64,8 @@ class EngineConfig(ConfigSection):
     def _options_of_the_backend(cls, data: Any) -> Any:
         if isinstance(data, dict) and not isinstance(data.get("options"), EngineOptions):
             backend = data.get("backend", "torch")
-            if backend in BACKEND_OPTIONS:  # else the backend field reports the error
-                model = BACKEND_OPTIONS[backend]
+            if backend in BACKENDS:  # else the backend field reports the error
+                model = BACKENDS[backend].options
                 try:
                     options = model.model_validate(data.get("options") or {})
                 except ValidationError as exc:
@@ -81,9 +80,9 @@ class EngineConfig(ConfigSection):
     def _url_for_server(self) -> EngineConfig:
         if self.url is not None and self.backend != "vllm-server":
             raise ValueError(f"engine.url is for backend 'vllm-server', not {self.backend!r}")
-        if not isinstance(self.options, BACKEND_OPTIONS[self.backend]):
+        if not isinstance(self.options, BACKENDS[self.backend].options):
             raise ValueError(f"engine.options are {type(self.options).__name__}, not the "
-                             f"{BACKEND_OPTIONS[self.backend].__name__} of {self.backend!r}")
+                             f"{BACKENDS[self.backend].options.__name__} of {self.backend!r}")
         own = getattr(self.options, "max_batch_size", None)
         if own is not None and "max_batch_size" in self.model_fields_set and own != self.max_batch_size:
             raise ValueError(

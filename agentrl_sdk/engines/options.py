@@ -20,7 +20,6 @@ from agentrl_sdk.hardware import resolve_dtype
 
 __all__ = [
     "BACKENDS",
-    "BACKEND_OPTIONS",
     "Backend",
     "BackendName",
     "EngineOptions",
@@ -139,9 +138,6 @@ BACKENDS: dict[str, Backend] = {
 
 BackendName = Literal[tuple(BACKENDS)]  # type: ignore[valid-type]
 """A backend's name (`EngineConfig.backend`), from `BACKENDS`."""
-
-BACKEND_OPTIONS: dict[str, type[EngineOptions]] = {name: b.options for name, b in BACKENDS.items()}
-"""The options model of each backend."""
 
 
 def build_engine(backend: str, model_path: str, **options: Any) -> Any:

@@ -113,7 +113,7 @@ def test_engine_options_are_typed_per_backend() -> None:
 def test_every_engine_option_is_a_parameter_of_its_engine() -> None:
     import inspect
 
-    from agentrl_sdk.engines.options import BACKEND_OPTIONS
+    from agentrl_sdk.engines.options import BACKENDS
     from agentrl_sdk.engines.ray import RayEngine
     from agentrl_sdk.engines.vllm.engine import VLLMEngine
     from agentrl_sdk.engines.vllm.server import VLLMServerEngine
@@ -121,7 +121,7 @@ def test_every_engine_option_is_a_parameter_of_its_engine() -> None:
     constructors = {"torch": TorchEngine.from_pretrained, "vllm": VLLMEngine.__init__,
                     "vllm-server": VLLMServerEngine.__init__}  # fmt: skip
     ray_parameters = set(inspect.signature(RayEngine.__init__).parameters)
-    for backend, options in BACKEND_OPTIONS.items():
+    for backend, options in ((n, b.options) for n, b in BACKENDS.items()):
         parameters = set(inspect.signature(constructors[backend]).parameters) | ray_parameters
         engine_args_refused = backend == "vllm-server"
         fields = set(options.model_fields) - ({"engine_args"} if engine_args_refused else set())
