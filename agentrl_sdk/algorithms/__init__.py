@@ -3,7 +3,6 @@ and KL losses, aggregation, and off-policy corrections."""
 
 from agentrl_sdk.algorithms.advantages import (
     AdvantageEstimator,
-    EstimatorName,
     compute_grpo_advantages,
     compute_rloo_advantages,
 )
@@ -16,7 +15,14 @@ from agentrl_sdk.algorithms.aggregation import (
     token_share,
 )
 from agentrl_sdk.algorithms.corrections import OffPolicyCorrection, importance_weights
-from agentrl_sdk.algorithms.estimators import ESTIMATORS, Estimator, Sequences, make_estimator
+from agentrl_sdk.algorithms.estimators import (
+    ESTIMATORS,
+    Estimator,
+    EstimatorName,
+    Sequences,
+    estimator_options,
+    make_estimator,
+)
 from agentrl_sdk.algorithms.kl import KLKind, kl_loss, kl_penalty
 from agentrl_sdk.algorithms.losses import PolicyLossConfig, entropy_from_logits, ppo_policy_loss
 from agentrl_sdk.algorithms.value import (
@@ -43,6 +49,7 @@ __all__ = [
     "compute_grpo_advantages",
     "compute_rloo_advantages",
     "entropy_from_logits",
+    "estimator_options",
     "explained_variance",
     "importance_weights",
     "kl_loss",

@@ -9,12 +9,8 @@ import torch
 from torch import Tensor
 
 AdvantageEstimator = Literal["grpo", "drgrpo", "rloo"]
-"""The group baselines: GRPO, Dr.GRPO (GRPO without std division) and RLOO."""
-
-EstimatorName = Literal["grpo", "drgrpo", "rloo", "tree", "gae"]
-"""Every ``algorithm.advantage_estimator``: the group baselines above, ``tree`` (Tree-GRPO, for
-``rollout.tree``) and ``gae`` (PPO with a critic); each names an entry of
-`agentrl_sdk.algorithms.estimators.ESTIMATORS`."""
+"""The group baselines: GRPO, Dr.GRPO (GRPO without std division) and RLOO; each is also an
+entry of `agentrl_sdk.algorithms.estimators.ESTIMATORS`, which is built from these names."""
 
 GroupIds = Sequence[Hashable] | Tensor
 """One group key per rollout (e.g. ``(row_id, policy)``), or a 1-D tensor of keys."""

@@ -4,7 +4,7 @@ step-level credit)."""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -96,12 +96,17 @@ class AlgorithmConfig(PolicyLossConfig):
     )
     gae: GAEEstimator = Field(
         default_factory=GAEEstimator, description="Options of advantage_estimator: gae (PPO "
-        "with the critic's values)."
+        "with the critic's values); set with another estimator, they are refused."
     )
     tree_levels: Literal["tree", "branch"] = Field(
         "tree", description="advantage_estimator tree: baseline a leaf within its tree (tree), "
-        "or also within the leaves under each deeper branch point it passed (branch)."
+        "or also within the leaves under each deeper branch point it passed (branch); branch "
+        "with another estimator is refused."
     )
+
+    _OPTIONS_OF: ClassVar[dict[str, str]] = {"gae": "gae", "tree_levels": "tree"}
+    """The fields holding one estimator's options, with that estimator's name: only it reads
+    them."""
 
     @model_validator(mode="after")
     def _step_baseline(self) -> AlgorithmConfig:
@@ -111,16 +116,43 @@ class AlgorithmConfig(PolicyLossConfig):
                              f"{baselines}, not {self.advantage_estimator!r}")
         return self
 
+    @model_validator(mode="after")
+    def _options_of_the_chosen_estimator(self) -> AlgorithmConfig:
+        # A value other than the default is taken as set by the user: a set-fields check
+        # would refuse a dumped and reloaded config, whose every field is set.
+        for field, owner in self._OPTIONS_OF.items():
+            default = type(self).model_fields[field].get_default(call_default_factory=True)
+            if owner != self._chosen and getattr(self, field) != default:
+                chosen = (f"step-level credit over {self.advantage_estimator!r}"
+                          if self.step_level.enabled else repr(self.advantage_estimator))
+                raise ValueError(
+                    f"algorithm.{field} holds options of advantage_estimator {owner!r} alone, "
+                    f"but the estimator chosen is {chosen}: leave {field} unset or choose "
+                    f"advantage_estimator: {owner}"
+                )
+        return self
+
+    @property
+    def _chosen(self) -> str:
+        """The name of the estimator in use (``step`` with ``step_level``)."""
+        return "step" if self.step_level.enabled else self.advantage_estimator
+
+    def _options_by_estimator(self) -> dict[str, dict[str, Any]]:
+        """The options this section holds for each estimator that takes some, by its name."""
+        step = self.step_level
+        return {
+            "step": {"baseline": self.advantage_estimator, "gamma": step.gamma,
+                     "omega": step.anchor_weight},
+            "tree": {"levels": self.tree_levels},
+            "gae": self.gae.model_dump(),
+        }  # fmt: skip
+
     @property
     def estimator(self) -> Estimator:
         """The advantage estimator: step-level credit over the ``advantage_estimator`` baseline
-        when ``step_level`` is enabled, else ``advantage_estimator`` with the ``gae`` options."""
-        step = self.step_level
-        if step.enabled:
-            return make_estimator("step", baseline=self.advantage_estimator, gamma=step.gamma,
-                                  omega=step.anchor_weight)  # fmt: skip
-        return make_estimator(self.advantage_estimator, **self.gae.model_dump(),
-                              levels=self.tree_levels)  # fmt: skip
+        when ``step_level`` is enabled, else ``advantage_estimator`` with its own options (the
+        ``gae`` section, ``tree_levels``) and no other's."""
+        return make_estimator(self._chosen, **self._options_by_estimator().get(self._chosen, {}))
 
     @property
     def loss(self) -> PolicyLossConfig:

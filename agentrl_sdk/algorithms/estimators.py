@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol, get_args
 
 import torch
 from pydantic import Field
@@ -277,28 +277,55 @@ class TreeEstimator(ConfigSection, frozen=True):
 
 
 ESTIMATORS: dict[str, Callable[..., Estimator]] = {
-    "grpo": partial(GroupEstimator, baseline="grpo"),
-    "drgrpo": partial(GroupEstimator, baseline="drgrpo"),
-    "rloo": partial(GroupEstimator, baseline="rloo"),
+    **{baseline: partial(GroupEstimator, baseline=baseline)
+       for baseline in get_args(AdvantageEstimator)},
     "step": StepEstimator,
     "tree": TreeEstimator,
     "gae": GAEEstimator,
-}
+}  # fmt: skip
 """Every advantage estimator by name; the one place names map to estimators."""
 
 
-def make_estimator(name: str, **options: object) -> Estimator:
-    """The estimator called ``name`` with the ``options`` it takes; those it does not take are
-    left out, so a config can offer all its sections' options.
+def _model(factory: Callable[..., Estimator]) -> Any:
+    """The estimator class an `ESTIMATORS` entry builds (a partial's function)."""
+    return getattr(factory, "func", factory)
+
+
+EstimatorName = Literal[  # type: ignore[valid-type]
+    tuple(name for name, factory in ESTIMATORS.items() if not _model(factory).per_call)
+]
+"""Every ``algorithm.advantage_estimator``, from `ESTIMATORS`: the group baselines, ``tree``
+(Tree-GRPO, for ``rollout.tree``) and ``gae`` (PPO with a critic). A per-call estimator
+(``step``) is not among them: ``algorithm.step_level`` chooses it, over one of the baselines."""
+
+
+def estimator_options(name: str) -> tuple[str, ...]:
+    """The options `make_estimator` takes for ``name``: its model's fields, less those its
+    `ESTIMATORS` entry fixes (``grpo`` is `GroupEstimator` with its ``baseline`` set).
 
     Raises:
-        ValueError: ``name`` is not in `ESTIMATORS`, or an option is out of range.
+        ValueError: ``name`` is not in `ESTIMATORS`, naming the ones that are.
     """
     if name not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {name!r}; choose one of "
                          f"{sorted(ESTIMATORS)}")
     factory = ESTIMATORS[name]
-    # An entry's own options (a partial's keywords) are not the caller's to change.
     fixed = getattr(factory, "keywords", {})
-    taken = set(getattr(factory, "func", factory).model_fields) - set(fixed)
-    return factory(**{k: v for k, v in options.items() if k in taken})
+    return tuple(field for field in _model(factory).model_fields if field not in fixed)
+
+
+def make_estimator(name: str, **options: object) -> Estimator:
+    """The estimator called ``name`` with ``options``.
+
+    Raises:
+        ValueError: ``name`` is not in `ESTIMATORS`, an option is not one it takes (naming
+            the ones it does, `estimator_options`), or an option is out of range.
+    """
+    accepted = estimator_options(name)
+    # Refused rather than dropped: an option meant for another estimator would otherwise
+    # change nothing without a word.
+    if unknown := [option for option in options if option not in accepted]:
+        raise ValueError(f"advantage estimator {name!r} takes no option "
+                         f"{', '.join(map(repr, unknown))}; its options: "
+                         f"{', '.join(accepted) if accepted else 'none'}")
+    return ESTIMATORS[name](**options)

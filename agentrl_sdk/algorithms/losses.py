@@ -6,9 +6,9 @@ import torch
 from pydantic import Field, model_validator
 from torch import Tensor
 
-from agentrl_sdk.algorithms.advantages import EstimatorName
 from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate
 from agentrl_sdk.algorithms.corrections import OffPolicyCorrection
+from agentrl_sdk.algorithms.estimators import EstimatorName
 from agentrl_sdk.algorithms.kl import MAX_LOG_RATIO, KLKind
 from agentrl_sdk.config import ConfigSection
 

@@ -10,7 +10,15 @@ from typing import get_args
 import pytest
 import torch
 
-from agentrl_sdk.algorithms import ESTIMATORS, EstimatorName, Sequences, make_estimator
+from agentrl_sdk.algorithms import (
+    ESTIMATORS,
+    AdvantageEstimator,
+    EstimatorName,
+    Sequences,
+    estimator_options,
+    make_estimator,
+)
+from agentrl_sdk.algorithms.config import AlgorithmConfig
 from agentrl_sdk.types import Sample
 
 # Rollouts 0 and 1 (group "g", rewards 1 and 0), rollout 2 alone (group "h"). Rollout 0 has
@@ -28,8 +36,12 @@ def close(t: torch.Tensor, want: list) -> None:
     torch.testing.assert_close(t, torch.tensor(want, dtype=t.dtype), atol=1e-6, rtol=1e-6)
 
 
-def test_every_config_name_is_registered():
-    assert set(get_args(EstimatorName)) <= set(ESTIMATORS)
+def test_the_config_choices_are_the_registry_names():
+    choices = get_args(AlgorithmConfig.model_fields["advantage_estimator"].annotation)
+    assert choices == get_args(EstimatorName) == ("grpo", "drgrpo", "rloo", "tree", "gae")
+    # algorithm.step_level chooses the one per-call estimator; advantage_estimator the others.
+    assert set(choices) | {"step"} == set(ESTIMATORS) and "step" not in choices
+    assert set(get_args(AdvantageEstimator)) < set(ESTIMATORS)
 
 
 def test_an_unknown_name_is_refused_with_the_known_ones():
@@ -43,10 +55,17 @@ def test_only_gae_needs_values_and_only_step_reads_calls():
     assert [n for n in sorted(ESTIMATORS) if make_estimator(n).per_call] == ["step"]
 
 
-def test_options_an_estimator_does_not_take_are_left_out():
-    assert make_estimator("grpo", gamma=0.5, lam=0.9) == make_estimator("grpo")
+def test_an_option_an_estimator_does_not_take_is_refused_with_the_ones_it_takes():
+    with pytest.raises(ValueError, match=r"'grpo' takes no option 'gamma', 'lam'; its options: "
+                       r"none"):
+        make_estimator("grpo", gamma=0.5, lam=0.9)
+    with pytest.raises(ValueError, match=r"'tree' takes no option 'whiten'; its options: "
+                       r"baseline, levels"):
+        make_estimator("tree", whiten=False)
+    with pytest.raises(ValueError, match=r"'rloo' takes no option 'baseline'"):
+        make_estimator("rloo", baseline="grpo")  # the entry fixes its own
     assert make_estimator("gae", gamma=0.5, whiten=False).gamma == 0.5
-    assert make_estimator("rloo", baseline="grpo").baseline == "rloo"  # the entry's own
+    assert estimator_options("step") == ("baseline", "gamma", "omega", "eps")
 
 
 @pytest.mark.parametrize(("name", "a"), [
