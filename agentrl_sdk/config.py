@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -10,6 +11,40 @@ from agentrl_sdk.types import SamplingParams
 
 ToolPromptMode = Literal["auto", "native", "hermes"]
 """How tools reach the prompt; see ``ChatConfig.tool_prompt``."""
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """A tool-call format that ``rollout.chat.tool_parser`` names.
+
+    Attributes:
+        parser: ``module:Class`` of its parser, imported by `agentrl_sdk.chat.tool_parsers`:
+            the config sits below the chat layer, so it names the class without importing it.
+        summary: How its calls look, for the config reference.
+    """
+
+    parser: str
+    summary: str
+
+
+TOOL_FORMATS: dict[str, ToolFormat] = {
+    "hermes": ToolFormat("agentrl_sdk.chat.tool_parsers.hermes:HermesToolParser",
+                         "<tool_call>{json}</tool_call>"),
+    "llama3_json": ToolFormat("agentrl_sdk.chat.tool_parsers.llama3_json:Llama3JsonToolParser",
+                              '{"name": ..., "parameters": ...} calls, optionally after '
+                              "<|python_tag|>, separated by ';'"),
+    "mistral": ToolFormat("agentrl_sdk.chat.tool_parsers.mistral:MistralToolParser",
+                          "[TOOL_CALLS][{...}, ...]"),
+}  # fmt: skip
+"""Every tool-call format by name: the one place a tool parser is named."""
+
+ToolParserName = Literal[tuple(TOOL_FORMATS)]  # type: ignore[valid-type]
+"""A tool parser's name (``ChatConfig.tool_parser``), from `TOOL_FORMATS`."""
+
+
+def _either(names: list[str]) -> str:
+    """``a, b or c``."""
+    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
 
 
 class ConfigSection(BaseModel):
@@ -29,11 +64,9 @@ class ChatConfig(ConfigSection):
     max_observation_tokens: int | None = Field(
         None, ge=1, description="Tool outputs longer than this many tokens are cut (by tokens)."
     )
-    tool_parser: Literal["hermes", "llama3_json", "mistral"] = Field(
-        "hermes", description="How tool calls are read from generated text: hermes "
-        "(<tool_call>{json}</tool_call>), llama3_json ({\"name\": ..., \"parameters\": ...} "
-        "calls, optionally after <|python_tag|>, separated by ';') or mistral "
-        "([TOOL_CALLS][{...}, ...])."
+    tool_parser: ToolParserName = Field(
+        "hermes", description="How tool calls are read from generated text: " + _either(
+            [f"{name} ({form.summary})" for name, form in TOOL_FORMATS.items()]) + ".",
     )
     tool_prompt: ToolPromptMode = Field(
         "auto", description="How tools reach the prompt: native (the model's chat template "

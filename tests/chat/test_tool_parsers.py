@@ -15,17 +15,21 @@ from agentrl_sdk.chat.tool_parsers import (
     ParsedResponse,
     ParsedToolCall,
 )
-from agentrl_sdk.config import ChatConfig
+from agentrl_sdk.config import TOOL_FORMATS, ChatConfig
 
 
 def call(name: str, **args) -> ParsedToolCall:
     return ParsedToolCall(name=name, args=args)
 
 
-def test_every_configurable_parser_is_registered():
+def test_the_config_choices_are_the_registry_names():
     names = get_args(ChatConfig.model_fields["tool_parser"].annotation)
-    assert set(names) == set(TOOL_PARSERS)
+    assert names == tuple(TOOL_FORMATS) == tuple(TOOL_PARSERS)
+    assert TOOL_PARSERS == {"hermes": HermesToolParser, "llama3_json": Llama3JsonToolParser,
+                            "mistral": MistralToolParser}
     assert ChatConfig(tool_parser="mistral").tool_parser == "mistral"
+    for name, form in TOOL_FORMATS.items():  # each name's summary reaches the reference
+        assert f"{name} ({form.summary})" in ChatConfig.model_fields["tool_parser"].description
 
 
 # --- hermes -----------------------------------------------------------------------------------
