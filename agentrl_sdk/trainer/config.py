@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from agentrl_sdk.algorithms.value import ValueLossConfig
 from agentrl_sdk.config import ConfigSection
+from agentrl_sdk.weights.transports import TRANSPORTS, TransportName
 
 __all__ = ["WEIGHT_SYNC_TIMEOUT_S", "CriticConfig", "LoraConfig", "TrainerConfig"]
 
@@ -186,13 +187,9 @@ class TrainerConfig(ConfigSection, frozen=True):
     collective_timeout_s: float = Field(
         1800.0, gt=0, description="Timeout of a torch.distributed collective inside the workers."
     )
-    weight_transport: Literal["auto", "collective", "object_store", "driver"] = Field(
-        "auto", description="How pushed weights reach the engines (`WeightSync`). 'auto': "
-        "files in rank 0's shared memory when the engines share its machine, else rank 0's "
-        "Ray object store, never through the driver; 'collective': a broadcast group of rank 0 "
-        "and the engines (NCCL on GPUs, gloo on CPU; Ray-actor and vLLM engines, not pools); "
-        "'object_store': rank 0's object store even on one machine (Ray-actor engines); "
-        "'driver': assembled in the driver (the way before these)."
+    weight_transport: TransportName = Field(
+        "auto", description="How pushed weights reach the engines (`WeightSync`). " + "; ".join(
+            f"'{name}': {transport.summary}" for name, transport in TRANSPORTS.items()) + ".",
     )
     weight_sync_timeout_s: float = Field(
         WEIGHT_SYNC_TIMEOUT_S, gt=0, description="Longest wait for one weight push to reach "
@@ -219,7 +216,7 @@ class TrainerConfig(ConfigSection, frozen=True):
                 "ray_address": self.ray_address is not None,
                 "resources": bool(self.resources),
                 f"weight_transport {self.weight_transport!r}":
-                    self.weight_transport in ("collective", "object_store"),
+                    TRANSPORTS[self.weight_transport].needs_ray,
             }  # fmt: skip
             if wrong := [name for name, is_set in ray_only.items() if is_set]:
                 raise ValueError(

@@ -21,6 +21,7 @@ from agentrl_sdk.weights.push import (
     cast_floating,
     size_of,
 )
+from agentrl_sdk.weights.transports import TRANSPORTS, TransportName
 
 if TYPE_CHECKING:
     import torch
@@ -35,17 +36,6 @@ VIA: dict[WeightKind, Via] = {
     "object_refs": "object_store", "state_dict": "driver",
 }  # fmt: skip
 """The way each push kind takes."""
-
-Transport = Literal["auto", "collective", "object_store", "driver"]
-
-PREFERENCE: dict[Transport, tuple[WeightKind, ...]] = {
-    "auto": ("shared_files", "object_refs", "state_dict"),
-    "collective": ("collective", "shared_files", "object_refs", "state_dict"),
-    "object_store": ("object_refs", "shared_files", "state_dict"),
-    "driver": ("state_dict",),
-}
-"""The full-weights kinds each ``transport`` tries, in order (an adapter, when the source
-offers one, comes first)."""
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +161,7 @@ class WeightSync:
         bucket_bytes: int = 256 << 20,
         timeout_s: float = WEIGHT_SYNC_TIMEOUT_S,
         *,
-        transport: Transport = "auto",
+        transport: TransportName = "auto",
         changed_only: bool = False,
     ) -> None:
         if bucket_bytes < 1:
@@ -249,7 +239,7 @@ class WeightSync:
                 return "adapter"
             self._warn("adapter", "the source pushes adapters but some engines take none "
                        "(vLLM: set engine_args.enable_lora): pushing merged weights")  # fmt: skip
-        wanted = PREFERENCE[self.transport]
+        wanted = TRANSPORTS[self.transport].kinds
         for kind in wanted:
             if offer.takes(kind, offer.shared_host) and intake.takes(kind, offer.shared_host):
                 if kind != wanted[0] and self.transport != "auto":
