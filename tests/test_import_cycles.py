@@ -15,7 +15,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "agentrl_sdk"
 
 REMAINING: set[frozenset[str]] = {
-    frozenset({"chat.attribution", "chat.context", "chat.ledger", "chat.recorder"}),
     frozenset({"pipeline.checkpoints", "pipeline.critic", "pipeline.job"}),
     frozenset({"tools.lifecycle", "tools.session"}),
 }
