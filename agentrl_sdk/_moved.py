@@ -31,6 +31,7 @@ MOVED: dict[str, str] = {
     "agentrl_sdk.engines._vllm_weights": "agentrl_sdk.engines.vllm.weights",
     "agentrl_sdk.pipeline.gate": "agentrl_sdk.engines.gate",
     "agentrl_sdk.chat.user_engines": "agentrl_sdk.engines.user_engines",
+    "agentrl_sdk.tools.session": "agentrl_sdk.tools.lifecycle",
 }
 """Former module name -> where it lives now."""
 

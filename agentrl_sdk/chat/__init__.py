@@ -1,6 +1,7 @@
 """Token-exact chat: the LangChain chat model, its token ledger, templates and tool parsers."""
 
-from agentrl_sdk.chat.context import NodeTag, current_node, current_recorder
+from agentrl_sdk.chat.attribution import NodeTag
+from agentrl_sdk.chat.context import current_node, current_recorder
 from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.ledger import PromptPlan, TokenLedger
 from agentrl_sdk.chat.model import TokenChatModel

@@ -8,11 +8,21 @@ apart the same prebuilt node placed in two workers, which the innermost node nam
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from agentrl_sdk.chat.context import NodeTag
 from agentrl_sdk.config import NodeRule
+
+
+@dataclass(frozen=True)
+class NodeTag:
+    """Attribution of the LLM calls made inside one graph node."""
+
+    name: str
+    policy: str = "default"
+    trained: bool = True
+
 
 UNNAMED_CALL = "llm"
 """The node name of a call made outside any graph node."""

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+# NodeTag lives with the rest of attribution; importing it here also keeps it importable from
+# this module, where it used to be defined.
+from agentrl_sdk.chat.attribution import NodeTag
 
 if TYPE_CHECKING:
     from agentrl_sdk.chat.recorder import RolloutRecorder
 
-
-@dataclass(frozen=True)
-class NodeTag:
-    """Attribution of the LLM calls made inside one graph node."""
-
-    name: str
-    policy: str = "default"
-    trained: bool = True
-
+__all__ = ["NodeTag", "current_node", "current_recorder"]
 
 current_node: ContextVar[NodeTag | None] = ContextVar("agentrl_node", default=None)
 """Set by ``@trainable`` / ``@frozen`` while the node runs."""

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.attribution import NodeTag
 from agentrl_sdk.chat.delta import HistoryCheck
 from agentrl_sdk.chat.messages import tools_key
 from agentrl_sdk.chat.template import ChatTemplate

@@ -12,8 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentrl_sdk.chat.attribution import attribute
-from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.attribution import NodeTag, attribute
 from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.ledger import PromptPlan, TokenLedger
 from agentrl_sdk.chat.template import ChatTemplate

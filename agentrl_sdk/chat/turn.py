@@ -15,7 +15,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.tool import invalid_tool_call, tool_call
 
-from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.attribution import NodeTag
 from agentrl_sdk.chat.messages import to_template_message, with_format_instruction
 from agentrl_sdk.chat.recorder import PendingCall, RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate

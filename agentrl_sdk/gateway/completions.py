@@ -17,7 +17,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 
-from agentrl_sdk.chat.context import NodeTag
+from agentrl_sdk.chat.attribution import NodeTag
 from agentrl_sdk.chat.turn import failure_status, record_turn, split_stops
 from agentrl_sdk.errors import ContextBudgetExceeded, EngineError
 from agentrl_sdk.gateway.errors import GatewayError

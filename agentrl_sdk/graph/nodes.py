@@ -7,7 +7,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from agentrl_sdk.chat.context import NodeTag, current_node
+from agentrl_sdk.chat.attribution import NodeTag
+from agentrl_sdk.chat.context import current_node
 from agentrl_sdk.config import NodeRule
 
 F = TypeVar("F", bound=Callable[..., Any])
