@@ -16,7 +16,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl_sdk"
 
 REMAINING: set[frozenset[str]] = {
     frozenset({"chat.attribution", "chat.context", "chat.ledger", "chat.recorder"}),
-    frozenset({"pipeline.checkpoints", "pipeline.critic", "pipeline.job"}),
     frozenset({"tools.lifecycle", "tools.session"}),
 }
 """Circles left for the rooms still to be rebuilt (each is closed only by a ``TYPE_CHECKING`` or

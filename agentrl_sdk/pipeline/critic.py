@@ -3,11 +3,10 @@ from its values before an update, and its own update after the policy's."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from agentrl_sdk.algorithms import Sequences
+from agentrl_sdk.algorithms import Estimator, Sequences
 from agentrl_sdk.algorithms.estimators import padded
 from agentrl_sdk.pipeline.config import TrainConfig
 from agentrl_sdk.pipeline.policies import DEFAULT_POLICY, Policy, trainer_options
@@ -15,9 +14,6 @@ from agentrl_sdk.rollout.samples import with_advantages
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer.critic import CriticGroup
 from agentrl_sdk.types import Batch, Sample
-
-if TYPE_CHECKING:
-    from agentrl_sdk.pipeline.job import Job
 
 __all__ = [
     "critic_checkpoint_dir",
@@ -67,19 +63,20 @@ async def stop_critics(critics: dict[str, CriticGroup]) -> None:
         await run_blocking(group.shutdown)
 
 
-async def score_values(job: Job, samples: list[Sample]) -> tuple[list[Sample], dict[str, float]]:
+async def score_values(
+    critics: Mapping[str, CriticGroup], estimator: Estimator, samples: list[Sample]
+) -> tuple[list[Sample], dict[str, float]]:
     """Each sample with its critic's values, and the estimator's token advantages and
     returns from them (per policy, as it reads a critic's values: ``needs_values``).
 
     Metrics per policy: the estimator's under ``critic/`` (GAE: ``values_mean``,
     ``returns_mean``, ``explained_variance``, ``advantages_mean`` before whitening).
     """
-    if not job.critics:
+    if not critics:
         return samples, {}
-    estimator = job.config.algorithm.estimator
     out: list[Sample] = list(samples)
     metrics: dict[str, float] = {}
-    for name, critic in job.critics.items():
+    for name, critic in critics.items():
         mine = [i for i, s in enumerate(samples) if s.policy == name]
         if not mine:
             continue

@@ -24,22 +24,17 @@ from agentrl_sdk.errors import EngineError
 from agentrl_sdk.pipeline.checkpoints import PIPELINE_STATE, finish, maybe_resume, save_checkpoint
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
 from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
-from agentrl_sdk.pipeline.job import (
-    Job,
-    JobSpec,
-    batch_samples,
-    open_job,
-    push_weights,
-    rows_with_signal,
-    trace_step,
-    update_policies,
-)
-from agentrl_sdk.pipeline.progress import log_console, step_log
+from agentrl_sdk.pipeline.batch import batch_samples, rows_with_signal
+from agentrl_sdk.pipeline.job import Job, JobSpec
+from agentrl_sdk.pipeline.progress import log_console, step_log, trace_step
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.pipeline.rollouter import Rollouter
 from agentrl_sdk.pipeline.rules import Schedule, dynamic_sampling_metrics, staleness_metrics
+from agentrl_sdk.pipeline.session import open_job
 from agentrl_sdk.pipeline.trajectory_queue import FinishedGroup, GroupQueue, PipelineState
+from agentrl_sdk.pipeline.update import push_weights, update_policies
 from agentrl_sdk.rollout import row_id_of
+from agentrl_sdk.types import Sample, Trajectory
 
 __all__ = ["run_fully_async", "run_pipeline", "run_sync"]
 
@@ -141,8 +136,10 @@ class _Trainer:
         # Groups without signal are logged and counted; build_samples drops them.
         taken = sorted(groups + flat, key=lambda g: g.index)
         trajectories = [t for g in taken for t in g.trajectories]
-        samples, metrics = await batch_samples(job, trajectories, rollout_s)
-        metrics |= trace_step(job, step, trajectories, samples)
+        config = job.config
+        samples, metrics = await self._batch(trajectories, rollout_s)
+        metrics |= trace_step(job.run, config.tracking, step, trajectories, samples,
+                              agg=config.algorithm.agg, tokenizer=job.tokenizer)
         for group in taken:
             for key, value in group.counts.items():
                 metrics[key] = metrics.get(key, 0.0) + value
@@ -157,7 +154,8 @@ class _Trainer:
             if schedule.idle_until_push(step):  # the cached keys would add to the update's peak
                 await self._each_engine("drop their prefix caches",
                                         [drop_prefix_caches(p.engine for p in job.trained)])
-            metrics |= await update_policies(job, step, samples)
+            metrics |= await update_policies(job.trained, job.critics, step, samples,
+                                             warmup_updates=config.critic.warmup_updates)
             if schedule.pushes_after(step):
                 metrics |= await self._push(step + 1, serve=more)
             else:
@@ -165,6 +163,13 @@ class _Trainer:
             await evaluate()
         self.served_at = time.perf_counter()
         return metrics
+
+    async def _batch(
+        self, trajectories: list[Trajectory], rollout_s: float
+    ) -> tuple[list[Sample], dict[str, float]]:
+        job = self.job
+        return await batch_samples(trajectories, rollout_s, [p.name for p in job.trained],
+                                   job.config.algorithm, job.critics)
 
     def _pipeline_metrics(self, wait_s: float, groups: list[FinishedGroup]) -> dict[str, float]:
         rollouter = self.rollouter
@@ -209,7 +214,7 @@ class _Trainer:
                     later.append(group)
                     continue
                 rows.add(row)
-                if schedule.flat_budget and not rows_with_signal(self.job, group.trajectories):
+                if schedule.flat_budget and not self._with_signal(group):
                     # It does not count toward the batch; the slot it frees admits another row.
                     await self.rollouter.discard(group, retry=False, stale=False)
                     flat.append(group)
@@ -220,6 +225,11 @@ class _Trainer:
         finally:
             self.queue.put_back(later)
         return groups, flat
+
+    def _with_signal(self, group: FinishedGroup) -> bool:
+        algorithm = self.job.config.algorithm
+        return bool(rows_with_signal(group.trajectories, [p.name for p in self.job.trained],
+                                     algorithm))
 
     async def _next_group(self, step: int) -> FinishedGroup:
         """The queue's next group; raises the rollouter's failure instead of waiting forever.
@@ -256,7 +266,7 @@ class _Trainer:
         trained = self.job.trained
         await self._each_engine("pause", [p.engine.pause() for p in trained])
         try:
-            metrics = await push_weights(self.job, step)
+            metrics = await push_weights(trained, step)
         finally:
             await self._each_engine("resume", [p.engine.resume() for p in trained])
         if serve:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from typing import Any
 
-from agentrl_sdk.pipeline.job import Job, score_rollouts, shape_rewards
+from agentrl_sdk.pipeline.config import OverlongConfig, RewardConfig
+from agentrl_sdk.pipeline.job import Job
 from agentrl_sdk.pipeline.rules import (
     Schedule,
     rollout_config,
@@ -21,12 +23,14 @@ from agentrl_sdk.pipeline.trajectory_queue import (
     PendingRow,
     PipelineState,
 )
-from agentrl_sdk.rollout import arollout_batch
+from agentrl_sdk.rollout import arollout_batch, row_id_of
+from agentrl_sdk.rollout.overlong import add_overlong_penalties
+from agentrl_sdk.rollout.rewards import RewardFn, score
 from agentrl_sdk.types import Trajectory
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Rollouter"]
+__all__ = ["Rollouter", "score_rollouts", "shape_rewards"]
 
 
 class Rollouter:
@@ -190,9 +194,10 @@ class Rollouter:
         self, pending: PendingRow, trajectories: list[Trajectory], admitted_step: int
     ) -> FinishedGroup:
         """A row's rollouts, scored, as the group the trainer takes."""
-        job = self.job
-        counts = await score_rollouts(job, trajectories, [pending.row])
-        counts |= shape_rewards(job, trajectories)
+        job, config = self.job, self.job.config
+        counts = await score_rollouts(trajectories, [pending.row], job.reward_fn, config.reward)
+        counts |= shape_rewards(trajectories, config.algorithm.overlong,
+                                max_tokens=config.rollout.sampling.max_tokens)
         trained = [p.name for p in job.trained]
         steps = sampled_steps(trajectories, trained)
         return FinishedGroup(
@@ -223,3 +228,31 @@ class Rollouter:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def score_rollouts(
+    trajectories: list[Trajectory],
+    rows: list[dict[str, Any]],
+    reward_fn: RewardFn | None,
+    reward: RewardConfig,
+) -> dict[str, float]:
+    """Reward every trajectory in place; returns the ``count/...`` metrics of the outcomes."""
+    counts = await score(
+        trajectories, {row_id_of(r): r for r in rows}, reward_fn,
+        on_error=reward.on_error, failed_rollout_reward=reward.failed_rollout_reward,
+    )  # fmt: skip
+    return {f"count/{k}": float(v) for k, v in counts.items()}
+
+
+def shape_rewards(
+    trajectories: list[Trajectory], overlong: OverlongConfig, *, max_tokens: int
+) -> dict[str, float]:
+    """Training's reward shaping, in place: the over-long penalty of responses near
+    ``max_tokens`` when configured (evaluations score without it). Returns the ``count/...``
+    metrics."""
+    if not overlong.buffer:
+        return {}
+    penalised = add_overlong_penalties(
+        trajectories, max_length=max_tokens, buffer=overlong.buffer, penalty=overlong.penalty
+    )
+    return {"count/overlong_penalised_calls": float(penalised)}

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 
@@ -55,11 +54,11 @@ def _sample(policy: str, mask: list[int], reward: float) -> Sample:
 def test_score_values_gives_gae_token_advantages_per_policy():
     config = TrainConfig.model_validate({"algorithm": {
         "advantage_estimator": "gae", "gae": {"gamma": 1.0, "lam": 1.0, "whiten": False}}})
-    job = SimpleNamespace(config=config, critics={"default": _FakeCritic()})
+    critics = {"default": _FakeCritic()}
     samples = [_sample("default", [1, 0, 1], 1.0), _sample("other", [1, 1], 1.0),
                _sample("default", [1, 1], 0.0)]
 
-    scored, metrics = asyncio.run(score_values(job, samples))
+    scored, metrics = asyncio.run(score_values(critics, config.algorithm.estimator, samples))
 
     # gamma = lambda = 1: R_t = reward at every sampled token, A_t = R_t - V_t.
     assert scored[0].values == pytest.approx([0.1, 0.0, 0.3])
@@ -75,9 +74,9 @@ def test_score_values_gives_gae_token_advantages_per_policy():
 
 def test_score_values_whitens_over_the_policys_sampled_tokens():
     config = TrainConfig.model_validate({"algorithm": {"advantage_estimator": "gae"}})
-    job = SimpleNamespace(config=config, critics={"default": _FakeCritic()})
     samples = [_sample("default", [1, 0, 1], 1.0), _sample("default", [1, 1], 0.0)]
-    scored, _ = asyncio.run(score_values(job, samples))
+    scored, _ = asyncio.run(score_values({"default": _FakeCritic()},
+                                         config.algorithm.estimator, samples))
     trained = [a for s in scored for a, m in zip(s.token_advantages, s.response_mask,
                                                  strict=True) if m]
     assert sum(trained) == pytest.approx(0.0, abs=1e-6)
