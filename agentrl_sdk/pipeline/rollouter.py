@@ -8,7 +8,7 @@ import logging
 from collections import deque
 from typing import Any
 
-from agentrl_sdk.pipeline.config import OverlongConfig, RewardConfig
+from agentrl_sdk.pipeline.config import RewardConfig
 from agentrl_sdk.pipeline.job import Job
 from agentrl_sdk.pipeline.rules import (
     Schedule,
@@ -30,7 +30,7 @@ from agentrl_sdk.types import Trajectory
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Rollouter", "score_rollouts", "shape_rewards"]
+__all__ = ["Rollouter", "score_rollouts"]
 
 
 class Rollouter:
@@ -193,11 +193,17 @@ class Rollouter:
     async def _finished(
         self, pending: PendingRow, trajectories: list[Trajectory], admitted_step: int
     ) -> FinishedGroup:
-        """A row's rollouts, scored, as the group the trainer takes."""
+        """A row's rollouts, scored (and over-long ones penalised, when configured), as the
+        group the trainer takes."""
         job, config = self.job, self.job.config
         counts = await score_rollouts(trajectories, [pending.row], job.reward_fn, config.reward)
-        counts |= shape_rewards(trajectories, config.algorithm.overlong,
-                                max_tokens=config.rollout.sampling.max_tokens)
+        overlong = config.algorithm.overlong
+        if overlong.buffer:  # training's reward shaping (evaluations score without it)
+            penalised = add_overlong_penalties(
+                trajectories, max_length=config.rollout.sampling.max_tokens,
+                buffer=overlong.buffer, penalty=overlong.penalty,
+            )  # fmt: skip
+            counts["count/overlong_penalised_calls"] = float(penalised)
         trained = [p.name for p in job.trained]
         steps = sampled_steps(trajectories, trained)
         return FinishedGroup(
@@ -242,17 +248,3 @@ async def score_rollouts(
         on_error=reward.on_error, failed_rollout_reward=reward.failed_rollout_reward,
     )  # fmt: skip
     return {f"count/{k}": float(v) for k, v in counts.items()}
-
-
-def shape_rewards(
-    trajectories: list[Trajectory], overlong: OverlongConfig, *, max_tokens: int
-) -> dict[str, float]:
-    """Training's reward shaping, in place: the over-long penalty of responses near
-    ``max_tokens`` when configured (evaluations score without it). Returns the ``count/...``
-    metrics."""
-    if not overlong.buffer:
-        return {}
-    penalised = add_overlong_penalties(
-        trajectories, max_length=max_tokens, buffer=overlong.buffer, penalty=overlong.penalty
-    )
-    return {"count/overlong_penalised_calls": float(penalised)}

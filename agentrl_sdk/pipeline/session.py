@@ -1,5 +1,4 @@
-"""A job's session: its MLflow run, engines and trainers, opened before its first step and
-closed after its last, whatever happens."""
+"""A job's session: its MLflow run, engines and trainers, opened around its steps."""
 
 from __future__ import annotations
 
@@ -13,16 +12,22 @@ from rich.console import Console
 from agentrl_sdk.data import RowLoader
 from agentrl_sdk.pipeline.checkpoints import checkpoint_run_id, note_run
 from agentrl_sdk.pipeline.config import TrainConfig
-from agentrl_sdk.pipeline.critic import start_critics, stop_critics
 from agentrl_sdk.pipeline.job import Job, JobSpec
 from agentrl_sdk.pipeline.leftovers import forget_processes, note_processes, stop_leftovers
-from agentrl_sdk.pipeline.policies import Policy, model_path, start_policies, stop_policies
+from agentrl_sdk.pipeline.policies import (
+    Policy,
+    model_path,
+    start_critics,
+    start_policies,
+    stop_critics,
+    stop_policies,
+)
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.tracing import TrainingRun
 from agentrl_sdk.trainer.critic import CriticGroup
 
-__all__ = ["end_run", "open_job", "open_run", "start_run"]
+__all__ = ["open_job", "open_run", "start_run"]
 
 
 @contextlib.asynccontextmanager
@@ -78,15 +83,11 @@ async def open_job(
                 timeout_s = config.tracking.end_timeout_s
                 if status == "KILLED" and not result.stopped:  # a second Ctrl-C: stop now
                     timeout_s = min(timeout_s, 5.0)
-                end_run(run, status, result, timeout_s)
-
-
-def end_run(run: TrainingRun, status: str, result: TrainResult, timeout_s: float) -> None:
-    """End the run (never raises) and record in ``result`` what tracking could not write."""
-    run.end(status, timeout=timeout_s)
-    health = run.health()
-    result.tracking_failed_writes = int(health["tracking/failed_writes"])
-    result.tracking_dropped_writes = int(health["tracking/dropped_writes"])
+                run.end(status, timeout=timeout_s)  # never raises
+                # What tracking could not write is in the result.
+                health = run.health()
+                result.tracking_failed_writes = int(health["tracking/failed_writes"])
+                result.tracking_dropped_writes = int(health["tracking/dropped_writes"])
 
 
 def open_run(config: TrainConfig) -> TrainingRun | None:

@@ -1,4 +1,4 @@
-"""The trainers' part of a step: each trained policy's update, then its critic's; the push."""
+"""The trainers' part of a step: critics' values, each policy's then critic's update, the push."""
 
 from __future__ import annotations
 
@@ -6,13 +6,17 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 
-from agentrl_sdk.pipeline.critic import update_critic
-from agentrl_sdk.pipeline.policies import Policy
+from torch import Tensor
+
+from agentrl_sdk.algorithms.estimators import padded
+from agentrl_sdk.pipeline.policies import Policy, metric_prefix
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer.critic import CriticGroup
 from agentrl_sdk.types import Batch, Sample
 
-__all__ = ["push_weights", "update_policies", "update_policy"]
+__all__ = ["critic_values", "push_weights", "update_policies", "update_policy"]
+
+_CRITIC_METRICS = ("value_loss", "clip_fraction", "grad_norm", "lr", "time_s", "restarts")
 
 
 async def update_policies(
@@ -36,7 +40,11 @@ async def update_policies(
         update_policy(policy, step, own[policy.name]) for policy in trained if not warmup
     ))  # fmt: skip
     for name, critic in critics.items():
-        updates.append(await update_critic(critic, name, step, own.get(name, [])))
+        if own.get(name):
+            update = await run_blocking(critic.update, Batch(step=step, policy=name,
+                                                             samples=own[name]))
+            prefix = metric_prefix("critic", name)
+            updates.append({f"{prefix}{k}": update[k] for k in _CRITIC_METRICS if k in update})
     metrics: dict[str, float] = {}
     for update in updates:
         metrics.update(update)
@@ -74,3 +82,16 @@ async def update_policy(policy: Policy, step: int, samples: list[Sample]) -> dic
         return {f"{prefix}skipped_no_signal": 1.0, f"{prefix}optimizer_steps": 0.0}
     update = await run_blocking(policy.group.update, Batch(step=step, samples=samples))
     return {f"{prefix}{k}": v for k, v in update.items()} | {f"{prefix}skipped_no_signal": 0.0}
+
+
+async def critic_values(
+    critics: Mapping[str, CriticGroup], samples: list[Sample]
+) -> dict[str, Tensor]:
+    """Each critic's ``(M, T)`` values of its policy's samples, in order (a policy without
+    samples: none); the estimator reads them (`batch.advantages`)."""
+    values: dict[str, Tensor] = {}
+    for name, critic in critics.items():
+        own = [s for s in samples if s.policy == name]
+        if own:
+            values[name] = padded(await run_blocking(critic.compute_values, Batch(samples=own)))
+    return values
