@@ -87,8 +87,8 @@ def _train(arm: str, budget_s: float, max_steps: int) -> Run:
             timer.start()
         return await generate(self, *args, **kwargs)
 
-    async def timed_update(job, step, samples):
-        metrics = await update(job, step, samples)
+    async def timed_update(*args, **kwargs):
+        metrics = await update(*args, **kwargs)
         run.ends.append(time.perf_counter() - started[0])
         return metrics
 

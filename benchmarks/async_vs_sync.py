@@ -54,7 +54,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import agentrl_sdk as sdk  # noqa: E402
-import agentrl_sdk.pipeline.job as job_module  # noqa: E402
+import agentrl_sdk.pipeline.update as update_module  # noqa: E402
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
 from agentrl_sdk.pipeline import TrainConfig  # noqa: E402
 from agentrl_sdk.types import SamplingParams  # noqa: E402
@@ -112,7 +112,7 @@ class Timeline:
 def _train(config: TrainConfig, graph: Any, rows: list[dict], reward: Any,
            input_fn: Any) -> tuple[sdk.TrainResult, Timeline]:
     timeline = Timeline()
-    update, generate = job_module.update_policy, TorchEngine.generate
+    update, generate = update_module.update_policy, TorchEngine.generate
 
     async def timed_update(policy, step, samples):
         metrics = await update(policy, step, samples)
@@ -126,11 +126,11 @@ def _train(config: TrainConfig, graph: Any, rows: list[dict], reward: Any,
             timeline.busy_at_first_request = _busy_cpu_s()
         return await generate(self, *args, **kwargs)
 
-    job_module.update_policy, TorchEngine.generate = timed_update, first_request
+    update_module.update_policy, TorchEngine.generate = timed_update, first_request
     try:
         result = sdk.train(graph, rows, reward=reward, config=config, input_fn=input_fn)
     finally:
-        job_module.update_policy, TorchEngine.generate = update, generate
+        update_module.update_policy, TorchEngine.generate = update, generate
     return result, timeline
 
 

@@ -24,9 +24,9 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from agentrl_sdk.engines import create_engine  # noqa: E402
 from agentrl_sdk.pipeline import TrainConfig  # noqa: E402
+from agentrl_sdk.pipeline.batch import advantages, batch_samples, credit_rollouts  # noqa: E402
 from agentrl_sdk.rollout import arollout_batch, row_id_of  # noqa: E402
 from agentrl_sdk.rollout.rewards import score  # noqa: E402
-from agentrl_sdk.rollout.samples import build_samples  # noqa: E402
 from agentrl_sdk.tracing import (  # noqa: E402
     MlflowServer,
     TrainingRun,
@@ -55,7 +55,8 @@ async def _rollouts(tokenizer, path: str, rows):
     finally:
         engine.close()
     await score(trajectories, {row_id_of(r): r for r in rows}, right_tool_reward)
-    samples, _ = build_samples(trajectories)
+    samples, extra, _ = batch_samples([credit_rollouts(trajectories)], per_call=False)
+    samples, _ = advantages(samples, extra, config.algorithm.estimator)
     return trajectories, rollout_credit(samples, config.algorithm.agg)
 
 

@@ -15,8 +15,7 @@ from rich.console import Console
 
 from agentrl_sdk.data import LoaderPosition
 from agentrl_sdk.errors import CheckpointError
-from agentrl_sdk.pipeline.critic import critic_checkpoint_dir
-from agentrl_sdk.pipeline.policies import DEFAULT_POLICY
+from agentrl_sdk.pipeline.policies import DEFAULT_POLICY, critic_checkpoint_dir
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.tracing import TrainingRun

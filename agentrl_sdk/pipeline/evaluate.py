@@ -10,10 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from agentrl_sdk.engines.gate import held
-from agentrl_sdk.pipeline.job import Job, JobSpec, open_job, score_rollouts
+from agentrl_sdk.pipeline.job import Job, JobSpec
 from agentrl_sdk.pipeline.metrics import eval_metrics
 from agentrl_sdk.pipeline.progress import log_console
 from agentrl_sdk.pipeline.results import EvalResult, TrainResult
+from agentrl_sdk.pipeline.rollouter import score_rollouts
+from agentrl_sdk.pipeline.session import open_job
 from agentrl_sdk.rollout import arollout_batch
 
 __all__ = ["evaluate_job", "maybe_evaluate", "run_evaluation"]
@@ -38,7 +40,7 @@ async def evaluate_job(job: Job, updates: int) -> EvalResult:
             record_events=job.traced and settings.traces != "off",
         )  # fmt: skip
     seconds = time.perf_counter() - started
-    counts = await score_rollouts(job, trajectories, rows)
+    counts = await score_rollouts(trajectories, rows, job.reward_fn, job.config.reward)
     metrics = eval_metrics(trajectories, seconds, pass_threshold=settings.pass_threshold)
     metrics |= counts
     if job.run is not None:

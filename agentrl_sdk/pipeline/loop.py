@@ -24,22 +24,21 @@ from agentrl_sdk.errors import EngineError
 from agentrl_sdk.pipeline.checkpoints import PIPELINE_STATE, finish, maybe_resume, save_checkpoint
 from agentrl_sdk.pipeline.evaluate import maybe_evaluate
 from agentrl_sdk.pipeline.interrupts import Stopped, stop_on_interrupt, unless_stopped
-from agentrl_sdk.pipeline.job import (
-    Job,
-    JobSpec,
-    batch_samples,
-    open_job,
-    push_weights,
-    rows_with_signal,
-    trace_step,
-    update_policies,
-)
-from agentrl_sdk.pipeline.progress import log_console, step_log
+from agentrl_sdk.pipeline.batch import GroupCredit, advantages, batch_samples, credit_rollouts
+from agentrl_sdk.pipeline.job import Job, JobSpec
+from agentrl_sdk.pipeline.metrics import rollout_metrics
+from agentrl_sdk.pipeline.progress import log_console, step_log, trace_step
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.pipeline.rollouter import Rollouter
 from agentrl_sdk.pipeline.rules import Schedule, dynamic_sampling_metrics, staleness_metrics
+from agentrl_sdk.pipeline.session import open_job
 from agentrl_sdk.pipeline.trajectory_queue import FinishedGroup, GroupQueue, PipelineState
+from agentrl_sdk.pipeline.update import critic_values, push_weights, update_policies
 from agentrl_sdk.rollout import row_id_of
+from agentrl_sdk.types import Sample
+
+Taken = tuple[FinishedGroup, GroupCredit]
+"""A group the trainer took, with its rollouts' credit (made once, as it was taken)."""
 
 __all__ = ["run_fully_async", "run_pipeline", "run_sync"]
 
@@ -138,17 +137,20 @@ class _Trainer:
         # overlapped, the rollout stage delivers a batch per period.
         rollout_s = now - (self.served_at if schedule.max_staleness == 0 else self.last_batch_at)
         wait_s, self.last_batch_at = now - waited, now
-        # Groups without signal are logged and counted; build_samples drops them.
-        taken = sorted(groups + flat, key=lambda g: g.index)
-        trajectories = [t for g in taken for t in g.trajectories]
-        samples, metrics = await batch_samples(job, trajectories, rollout_s)
-        metrics |= trace_step(job, step, trajectories, samples)
-        for group in taken:
+        # Groups without signal are logged and counted; the batch leaves their samples out.
+        taken = sorted(groups + flat, key=lambda g: g[0].index)
+        trajectories = [t for g, _ in taken for t in g.trajectories]
+        config = job.config
+        samples, metrics = await self._batch([credit for _, credit in taken])
+        metrics = rollout_metrics(trajectories, rollout_s) | metrics
+        metrics |= trace_step(job.run, config.tracking, step, trajectories, samples,
+                              agg=config.algorithm.agg, tokenizer=job.tokenizer)
+        for group, _ in taken:
             for key, value in group.counts.items():
                 metrics[key] = metrics.get(key, 0.0) + value
-        metrics |= staleness_metrics([g.staleness(step) for g in groups])
+        metrics |= staleness_metrics([g.staleness(step) for g, _ in groups])
         metrics |= dynamic_sampling_metrics(schedule, len(groups), len(flat))
-        metrics |= self._pipeline_metrics(wait_s, groups)
+        metrics |= self._pipeline_metrics(wait_s, [g for g, _ in groups])
         more = step + 1 < job.config.max_steps  # another update follows this one
         prefetch = schedule.prefetch and more
         with held(p.gate for p in self.job.policies.values() if prefetch):
@@ -157,7 +159,8 @@ class _Trainer:
             if schedule.idle_until_push(step):  # the cached keys would add to the update's peak
                 await self._each_engine("drop their prefix caches",
                                         [drop_prefix_caches(p.engine for p in job.trained)])
-            metrics |= await update_policies(job, step, samples)
+            metrics |= await update_policies(job.trained, job.critics, step, samples,
+                                             warmup_updates=config.critic.warmup_updates)
             if schedule.pushes_after(step):
                 metrics |= await self._push(step + 1, serve=more)
             else:
@@ -165,6 +168,18 @@ class _Trainer:
             await evaluate()
         self.served_at = time.perf_counter()
         return metrics
+
+    async def _batch(self, credits: list[GroupCredit]) -> tuple[list[Sample], dict[str, float]]:
+        """The batch of the taken groups' credits: their samples, each critic's values of them
+        (with a critic), the advantages; and the metrics of those."""
+        algorithm = self.job.config.algorithm
+        estimator = algorithm.estimator
+        samples, extra, counts = batch_samples(
+            credits, per_call=estimator.per_call, drop_flat=algorithm.dynamic_sampling.enabled
+        )
+        values = await critic_values(self.job.critics, samples)
+        samples, metrics = advantages(samples, extra, estimator, values)
+        return samples, metrics | counts
 
     def _pipeline_metrics(self, wait_s: float, groups: list[FinishedGroup]) -> dict[str, float]:
         rollouter = self.rollouter
@@ -182,16 +197,17 @@ class _Trainer:
 
     async def _take_batch(
         self, step: int, stop: asyncio.Event
-    ) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
-        """``batch_size`` groups fresh enough at ``step``; older ones are dropped or rolled out
-        again, as configured. With dynamic sampling, groups without signal are taken out too
-        (returned second), up to the schedule's ``flat_budget``. Running ahead (``max_staleness``
-        >= 1), a second group of a row (the row again in the next epoch) waits for the next
-        batch: a batch's samples of a row are one group to the estimator. On-policy, a step's
-        rows are one loader batch, distinct, and the bound would leave no other row to wait for."""
+    ) -> tuple[list[Taken], list[Taken]]:
+        """``batch_size`` groups fresh enough at ``step``, each credited as it is taken; older
+        ones are dropped or rolled out again, as configured. With dynamic sampling, groups
+        without signal are taken out too (returned second), up to the schedule's
+        ``flat_budget``. Running ahead (``max_staleness`` >= 1), a second group of a row (the
+        row again in the next epoch) waits for the next batch: a batch's samples of a row are
+        one group to the estimator. On-policy, a step's rows are one loader batch, distinct,
+        and the bound would leave no other row to wait for."""
         schedule = self.schedule
-        groups: list[FinishedGroup] = []
-        flat: list[FinishedGroup] = []
+        groups: list[Taken] = []
+        flat: list[Taken] = []
         rows: set[str] = set()
         later: list[FinishedGroup] = []
         try:
@@ -199,7 +215,7 @@ class _Trainer:
                 try:
                     group = await unless_stopped(self._next_group(step), stop)
                 except Stopped:
-                    self.queue.put_back(groups)
+                    self.queue.put_back([g for g, _ in groups])
                     raise
                 if schedule.is_stale(group.staleness(step)):
                     await self.rollouter.discard(group, retry=schedule.retry_stale)
@@ -209,17 +225,26 @@ class _Trainer:
                     later.append(group)
                     continue
                 rows.add(row)
-                if schedule.flat_budget and not rows_with_signal(self.job, group.trajectories):
+                credit = self._credit(group)
+                if schedule.flat_budget and not credit.has_signal:
                     # It does not count toward the batch; the slot it frees admits another row.
                     await self.rollouter.discard(group, retry=False, stale=False)
-                    flat.append(group)
+                    flat.append((group, credit))
                     if len(flat) == schedule.flat_budget:
                         break  # the bound: train on the groups with signal there are
                     continue
-                groups.append(group)
+                groups.append((group, credit))
         finally:
             self.queue.put_back(later)
         return groups, flat
+
+    def _credit(self, group: FinishedGroup) -> GroupCredit:
+        algorithm = self.job.config.algorithm
+        return credit_rollouts(
+            group.trajectories, policies=[p.name for p in self.job.trained],
+            outcome_weight=algorithm.outcome_reward_weight,
+            drop_truncated=algorithm.overlong.drop_truncated,
+        )  # fmt: skip
 
     async def _next_group(self, step: int) -> FinishedGroup:
         """The queue's next group; raises the rollouter's failure instead of waiting forever.
@@ -256,7 +281,7 @@ class _Trainer:
         trained = self.job.trained
         await self._each_engine("pause", [p.engine.pause() for p in trained])
         try:
-            metrics = await push_weights(self.job, step)
+            metrics = await push_weights(trained, step)
         finally:
             await self._each_engine("resume", [p.engine.resume() for p in trained])
         if serve:

@@ -1,4 +1,4 @@
-"""The policies a job serves: per policy an engine behind a `WeightGate`, and a trainer if trained.
+"""The policies a job serves: per policy an engine behind a `WeightGate`, a trainer if trained.
 
 Policies with ``adapter_of`` are LoRA adapters of the default policy's base: they and the
 default policy share its engine and one trainer group, each through a view of its own
@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from agentrl_sdk.pipeline.config import ModelConfig, TrainConfig
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer import TrainerConfig, TrainerGroup, WeightSync, init_ray
 from agentrl_sdk.trainer.adapter_group import AdapterGroup
+from agentrl_sdk.trainer.critic import CriticGroup
 from agentrl_sdk.trainer.ray_cluster import ray_if_started
 
 DEFAULT_POLICY = "default"
@@ -43,7 +45,7 @@ class Policy:
 
     def prefix(self, section: str) -> str:
         """Metric prefix: ``train/`` for the default policy, ``train/<name>/`` for others."""
-        return f"{section}/" if self.name == DEFAULT_POLICY else f"{section}/{self.name}/"
+        return metric_prefix(section, self.name)
 
     def engine_metrics(self) -> dict[str, float]:
         """The engine pool's failure counts (``engine/reroutes``, ...); none for one engine."""
@@ -60,6 +62,16 @@ class Policy:
         """Where this policy's checkpoints live under the job's checkpoint root."""
         root = Path(root)
         return root if self.name == DEFAULT_POLICY else root / "policies" / self.name
+
+
+def metric_prefix(section: str, policy: str) -> str:
+    """A policy's metric prefix in ``section``: ``<section>/``, or ``<section>/<policy>/``."""
+    return f"{section}/" if policy == DEFAULT_POLICY else f"{section}/{policy}/"
+
+
+def critic_checkpoint_dir(policy: Policy, root: str | Path) -> Path:
+    """Where a policy's critic checkpoints live: ``critic/`` beside its own ``step_*`` ones."""
+    return policy.checkpoint_dir(root) / "critic"
 
 
 def model_path(model: ModelConfig, name: str = DEFAULT_POLICY) -> str:
@@ -232,3 +244,31 @@ def _shutdown_ray() -> None:
     ray = ray_if_started()
     if ray:
         ray.shutdown()
+
+
+async def start_critics(
+    config: TrainConfig, policies: Sequence[Policy]
+) -> dict[str, CriticGroup]:
+    """A `CriticGroup` per trained policy when the job uses GAE (else none); all shut down if
+    one fails to start."""
+    if not config.algorithm.estimator.needs_values:  # no value models to train
+        return {}
+    critic = config.critic
+    trainer, loss = critic.trainer_config(trainer_options(config)), critic.loss
+    critics: dict[str, CriticGroup] = {}
+    try:
+        for policy in policies:
+            if policy.group is not None:
+                critics[policy.name] = await run_blocking(
+                    CriticGroup, critic.path or policy.path, trainer, loss
+                )
+    except BaseException:
+        await stop_critics(critics)
+        raise
+    return critics
+
+
+async def stop_critics(critics: dict[str, CriticGroup]) -> None:
+    """Shut every critic down (before the policies' trainers: the first of those owns Ray)."""
+    for group in critics.values():
+        await run_blocking(group.shutdown)

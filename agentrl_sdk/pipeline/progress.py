@@ -1,20 +1,25 @@
-"""A job's progress: the progress bar, the step's record (history, MLflow, terminal line)."""
+"""A job's progress: the progress bar and each step's record (history, MLflow, line, traces)."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from agentrl_sdk.algorithms import LossAgg
 from agentrl_sdk.pipeline.results import TrainResult
+from agentrl_sdk.tracing import TrainingRun, rollout_credit
+from agentrl_sdk.tracing.config import TrackingConfig
+from agentrl_sdk.types import Sample, Trajectory
 
 if TYPE_CHECKING:
     from agentrl_sdk.pipeline.job import Job
 
-__all__ = ["log_console", "step_line", "step_log"]
+__all__ = ["log_console", "step_line", "step_log", "trace_step"]
 
 
 def log_console() -> Console:
@@ -75,3 +80,29 @@ def step_line(step: int, m: dict[str, float]) -> str:
         f"train {m['time/train_s']:.1f}s · sync {m['time/weight_sync_s']:.2f}s"
         f" · entropy {m.get('train/entropy', nan):.3f} · {learning}"
     )
+
+
+def trace_step(
+    run: TrainingRun | None,
+    tracking: TrackingConfig,
+    step: int,
+    trajectories: list[Trajectory],
+    samples: list[Sample],
+    *,
+    agg: LossAgg,
+    tokenizer: Any,
+) -> dict[str, float]:
+    """Trace the step's sampled rollouts when tracing is on (else nothing): built here, written
+    by the run's writer process while the trainer updates and the next rollouts run (off this
+    process's GIL). ``agg`` is the loss aggregation each rollout's share is computed with.
+    Returns the ``traces/...`` metrics."""
+    if run is None or tracking.traces == "off":
+        return {}
+    started = time.perf_counter()
+    ids = run.log_traces(
+        step, trajectories, sampling=tracking.traces, k=tracking.traces_k,
+        credit=rollout_credit(samples, agg), tokenizer=tokenizer, background=True,
+    )
+    return {"traces/logged": float(len(ids)), "traces/write_errors": float(run.trace_write_errors),
+            "traces/lost": float(run.traces_lost),
+            "time/traces_build_s": time.perf_counter() - started}

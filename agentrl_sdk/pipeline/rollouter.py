@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from typing import Any
 
-from agentrl_sdk.pipeline.job import Job, score_rollouts, shape_rewards
+from agentrl_sdk.pipeline.config import RewardConfig
+from agentrl_sdk.pipeline.job import Job
 from agentrl_sdk.pipeline.rules import (
     Schedule,
     rollout_config,
@@ -21,12 +23,14 @@ from agentrl_sdk.pipeline.trajectory_queue import (
     PendingRow,
     PipelineState,
 )
-from agentrl_sdk.rollout import arollout_batch
+from agentrl_sdk.rollout import arollout_batch, row_id_of
+from agentrl_sdk.rollout.overlong import add_overlong_penalties
+from agentrl_sdk.rollout.rewards import RewardFn, score
 from agentrl_sdk.types import Trajectory
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Rollouter"]
+__all__ = ["Rollouter", "score_rollouts"]
 
 
 class Rollouter:
@@ -189,10 +193,17 @@ class Rollouter:
     async def _finished(
         self, pending: PendingRow, trajectories: list[Trajectory], admitted_step: int
     ) -> FinishedGroup:
-        """A row's rollouts, scored, as the group the trainer takes."""
-        job = self.job
-        counts = await score_rollouts(job, trajectories, [pending.row])
-        counts |= shape_rewards(job, trajectories)
+        """A row's rollouts, scored (and over-long ones penalised, when configured), as the
+        group the trainer takes."""
+        job, config = self.job, self.job.config
+        counts = await score_rollouts(trajectories, [pending.row], job.reward_fn, config.reward)
+        overlong = config.algorithm.overlong
+        if overlong.buffer:  # training's reward shaping (evaluations score without it)
+            penalised = add_overlong_penalties(
+                trajectories, max_length=config.rollout.sampling.max_tokens,
+                buffer=overlong.buffer, penalty=overlong.penalty,
+            )  # fmt: skip
+            counts["count/overlong_penalised_calls"] = float(penalised)
         trained = [p.name for p in job.trained]
         steps = sampled_steps(trajectories, trained)
         return FinishedGroup(
@@ -223,3 +234,17 @@ class Rollouter:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def score_rollouts(
+    trajectories: list[Trajectory],
+    rows: list[dict[str, Any]],
+    reward_fn: RewardFn | None,
+    reward: RewardConfig,
+) -> dict[str, float]:
+    """Reward every trajectory in place; returns the ``count/...`` metrics of the outcomes."""
+    counts = await score(
+        trajectories, {row_id_of(r): r for r in rows}, reward_fn,
+        on_error=reward.on_error, failed_rollout_reward=reward.failed_rollout_reward,
+    )  # fmt: skip
+    return {f"count/{k}": float(v) for k, v in counts.items()}

@@ -72,19 +72,3 @@ def flat_groups(credits: Sequence[PolicyCredit]) -> set[GroupKey]:
         rewards.setdefault(credit.group, set()).add(credit.reward)
     return {group for group, values in rewards.items() if len(values) == 1}
 
-
-def trainable_credits(
-    trajectories: Sequence[Trajectory],
-    *,
-    policies: Sequence[str] | None = None,
-    outcome_weight: float = 1.0,
-    drop_flat_groups: bool = False,
-) -> tuple[list[PolicyCredit], dict[str, float]]:
-    """`credit_policies`, less the groups without signal when ``drop_flat_groups``; and the
-    counts ``rollouts_skipped`` (unscored) and ``groups_dropped_no_signal``."""
-    credits = credit_policies(trajectories, policies=policies, outcome_weight=outcome_weight)
-    dropped = flat_groups(credits) if drop_flat_groups else set()
-    return [c for c in credits if c.group not in dropped], {
-        "rollouts_skipped": float(sum(t.reward is None for t in trajectories)),
-        "groups_dropped_no_signal": float(len(dropped)),
-    }

@@ -1,11 +1,4 @@
-"""Trajectories -> training samples: sequences cut as the estimator reads them (trained
-segments, or LLM calls), each policy's credited reward, token advantages, per-rollout weights.
-
-A step-level (``per_call``) estimator gives the calls of one segment different advantages, so
-each trained call becomes its own sample: the exact prompt the engine saw and the exact tokens
-it sampled (their logprobs and policy versions sliced from the segment). A rollout's calls share
-its weight, as its segments do.
-"""
+"""Credited rollouts -> training samples, cut as the estimator reads them (segments or calls)."""
 
 from __future__ import annotations
 
@@ -14,55 +7,25 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from agentrl_sdk.algorithms import Estimator, Sequences, make_estimator
-from agentrl_sdk.rollout.credit import PolicyCredit, trainable_credits
+from agentrl_sdk.rollout.credit import PolicyCredit
 from agentrl_sdk.types import LLMCall, Sample, Trajectory
 
 
-def build_samples(
-    trajectories: Sequence[Trajectory],
-    *,
-    estimator: Estimator = make_estimator("grpo"),  # noqa: B008 (frozen)
-    policies: Sequence[str] | None = None,
-    outcome_weight: float = 1.0,
-    drop_flat_groups: bool = False,
-) -> tuple[list[Sample], dict[str, float]]:
-    """One sample per trained segment (or per trained LLM call, for a ``per_call`` estimator)
-    of every scored trajectory, with the estimator's token advantages.
+def samples_of(
+    credits: Sequence[PolicyCredit], *, per_call: bool = False
+) -> tuple[list[Sample], dict[str, object]]:
+    """One sample (zero advantages) per trained segment of every credit, or per trained LLM
+    call when ``per_call`` (a step-level estimator); and the `Sequences` fields they add
+    (`call_samples`, `tree_paths`).
 
-    Each policy's reward for a rollout is what `policy_reward` credits it: the components
-    crediting its nodes plus ``outcome_weight`` times the shared outcome. Groups are the
-    rollouts of the same dataset row and policy; every sample of a rollout gets a ``weight``
-    of ``1 / (its trained segments or calls for that policy)``, so each rollout counts once.
-    An estimator that ``needs_values`` leaves every advantage 0 for `with_advantages` to
-    replace once a critic has scored the samples.
-
-    Args:
-        trajectories: Rollouts with ``reward`` set; those with ``reward`` None are skipped.
-        estimator: From `agentrl_sdk.algorithms.make_estimator`.
-        policies: Policies to build samples for; all when None.
-        outcome_weight: Weight of the shared outcome in every policy's reward.
-        drop_flat_groups: Leave out groups whose rewards all agree (dynamic sampling).
-
-    Returns:
-        The samples and metrics (``samples``, ``rollouts_skipped``,
-        ``groups_dropped_no_signal``, the estimator's statistics).
+    Every sample of a rollout gets a ``weight`` of ``1 / (its trained segments or calls for
+    that policy)``, so each rollout counts once. A step-level estimator gives the calls of one
+    segment different advantages, so each trained call becomes its own sample: the exact
+    prompt the engine saw and the exact tokens it sampled (their logprobs and policy versions
+    sliced from the segment).
     """
-    credits, counts = trainable_credits(
-        trajectories, policies=policies, outcome_weight=outcome_weight,
-        drop_flat_groups=drop_flat_groups,
-    )  # fmt: skip
-    samples, extra = call_samples(credits) if estimator.per_call else _segment_samples(credits)
-    extra |= tree_paths(credits, samples)
-    if not samples:
-        return [], {"samples": 0.0, **counts}
-    metrics: dict[str, float] = {}
-    if not estimator.needs_values:  # else the critic's values come first (score_values)
-        estimate = estimator(Sequences.of(samples, **extra))
-        samples, metrics = with_advantages(samples, estimate.advantages), estimate.metrics
-    # A call that sampled nothing was there only for its reward: nothing to train.
-    samples = [s for s in samples if s.response_ids or not estimator.per_call]
-    return samples, {**metrics, "samples": float(len(samples)), **counts}
+    samples, extra = call_samples(credits) if per_call else _segment_samples(credits)
+    return samples, extra | tree_paths(credits, samples)
 
 
 def with_advantages(

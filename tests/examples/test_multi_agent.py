@@ -21,14 +21,13 @@ OWN_CREDIT = {"supervisor": "routing", "default": "answer"}
 
 def test_brief_run_trains_two_policies_and_keeps_the_frozen_one(tmp_path, monkeypatch):
     batches = []  # (trajectories, samples) of every step
-    build = loop_module.batch_samples
+    trace = loop_module.trace_step
 
-    async def record(job, trajectories, *args):
-        samples, metrics = await build(job, trajectories, *args)
+    def record(run, tracking, step, trajectories, samples, **kwargs):
         batches.append((trajectories, samples))
-        return samples, metrics
+        return trace(run, tracking, step, trajectories, samples, **kwargs)
 
-    monkeypatch.setattr(loop_module, "batch_samples", record)
+    monkeypatch.setattr(loop_module, "trace_step", record)
     config = TrainConfig.from_yaml(HERE / "config.yaml")
     config.max_steps = 2
     config.data.batch_size = 4

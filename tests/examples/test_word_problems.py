@@ -146,15 +146,17 @@ def test_the_demo_trains_smollm2_for_two_updates_on_its_default_engine(tmp_path,
 
     cached: list[tuple[str, int]] = []  # (when, bytes the engine's prefix cache held)
 
-    def spy(when, wrapped):
-        async def call(job, *args):
-            engine = job.trained[0].engine
-            cached.append((when, engine._scheduler.prefixes.nbytes))
-            return await wrapped(job, *args)
+    def spy(when, wrapped, engine_of):
+        async def call(*args, **kwargs):
+            cached.append((when, engine_of(*args)._scheduler.prefixes.nbytes))
+            return await wrapped(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(loop, "batch_samples", spy("rollouts done", loop.batch_samples))
-    monkeypatch.setattr(loop, "update_policies", spy("update", loop.update_policies))
+    batch, update = loop._Trainer._batch, loop.update_policies
+    monkeypatch.setattr(loop._Trainer, "_batch", spy(
+        "rollouts done", batch, lambda trainer, *_: trainer.job.trained[0].engine))
+    monkeypatch.setattr(loop, "update_policies", spy(
+        "update", update, lambda trained, *_: trained[0].engine))
 
     _two_updates("config.yaml", smollm2_folder, tmp_path)
     assert [when for when, _ in cached] == ["rollouts done", "update"] * 2

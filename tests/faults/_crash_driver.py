@@ -30,8 +30,8 @@ import torch
 from agentrl_sdk.engines.gate import WeightGate
 from agentrl_sdk.pipeline import TrainConfig
 import agentrl_sdk.pipeline.checkpoints as checkpoints
-import agentrl_sdk.pipeline.job as job_module
 import agentrl_sdk.pipeline.loop as loop_module
+import agentrl_sdk.pipeline.update as update_module
 from agentrl_sdk.rollout import row_id_of
 from agentrl_sdk.threads import run_blocking
 from agentrl_sdk.trainer import TrainerGroup
@@ -120,7 +120,7 @@ def install(ledger: Ledger, killer: Killer) -> None:
         taken[step] = [(g.index, row_id_of(g.row)) for g in groups + flat]
         return groups, flat
 
-    update = job_module.update_policy
+    update = update_module.update_policy
 
     async def recording_update(policy, step, samples):
         before = await run_blocking(weights_digest, policy.group)
@@ -190,7 +190,7 @@ def install(ledger: Ledger, killer: Killer) -> None:
 
     loop_module.save_checkpoint = timed_save
     loop_module._Trainer._take_batch = recording_take_batch
-    job_module.update_policy = recording_update
+    update_module.update_policy = recording_update
     WeightGate.generate = killing_generate
     WeightSync.push = killing_push
     TrainerGroup.save_checkpoint = recording_save

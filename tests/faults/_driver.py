@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 
 import agentrl_sdk.pipeline.checkpoints as checkpoints
-import agentrl_sdk.pipeline.job as job_module
+import agentrl_sdk.pipeline.update as update_module
 from agentrl_sdk.pipeline import TrainConfig
 from tests.pipeline._demo import train_demo
 
 
 def main(config_path: str, trained_path: str, kill_step: int | None = None) -> None:
     config = TrainConfig.model_validate_json(Path(config_path).read_text())
-    update, write = job_module.update_policy, checkpoints._write_atomic
+    update, write = update_module.update_policy, checkpoints._write_atomic
 
     async def record_rows(policy, step, samples):
         with open(trained_path, "a") as out:
@@ -36,7 +36,7 @@ def main(config_path: str, trained_path: str, kill_step: int | None = None) -> N
             os.kill(os.getpid(), signal.SIGKILL)
         write(path, data)
 
-    job_module.update_policy = record_rows
+    update_module.update_policy = record_rows
     checkpoints._write_atomic = write_or_die
     train_demo(config)
 

@@ -13,7 +13,7 @@ import time
 import mlflow
 import pytest
 
-import agentrl_sdk.pipeline.job as job_module
+import agentrl_sdk.pipeline.session as session_module
 from agentrl_sdk.errors import CheckpointError
 from agentrl_sdk.pipeline.checkpoints import (
     MANIFEST,
@@ -108,7 +108,7 @@ def test_starting_over_ends_the_run_a_killed_driver_left_running(tmp_path):
     manifest = CheckpointManifest(step=2, policies=["default"], run_id=left.run_id)
     (tmp_path / "ckpt" / "step_2" / MANIFEST).write_text(manifest.model_dump_json())
 
-    run = job_module.open_run(config)  # checkpoint.resume is off: a new run
+    run = session_module.open_run(config)  # checkpoint.resume is off: a new run
     run.end()
     client = mlflow.MlflowClient(config.tracking.uri)
     assert run.run_id != left.run_id
@@ -121,19 +121,19 @@ def test_starting_over_ends_the_run_a_killed_driver_left_running(tmp_path):
     (tmp_path / "ckpt" / RUN_FILE).unlink()
     config.checkpoint.resume = True
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
-        job_module.open_run(config)
+        session_module.open_run(config)
 
 
 def test_a_driver_killed_before_its_first_checkpoint_resumes_its_run_from_step_0(tmp_path):
     config = _job(tmp_path)
     config.checkpoint.resume = True
-    first = job_module.open_run(config)  # nothing to resume: a new run, noted in RUN_FILE
+    first = session_module.open_run(config)  # nothing to resume: a new run, noted in RUN_FILE
     first.log_metrics(0, {"reward/mean": 0.5})
     first.flush()
     (tmp_path / "ckpt" / "step_1").mkdir()  # killed while writing its first checkpoint
     (tmp_path / "ckpt" / "step_1" / "trainer_state.json").write_text("{}")
 
-    again = job_module.open_run(config)  # before: CheckpointError "no complete checkpoint"
+    again = session_module.open_run(config)  # before: CheckpointError "no complete checkpoint"
     again.log_metrics(0, {"reward/mean": 0.25})  # step 0 redone: logged once all the same
     again.log_metrics(1, {"reward/mean": 0.75})
     again.end()

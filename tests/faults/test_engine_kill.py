@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from agentrl_sdk.engines.ray import RayEngine
-import agentrl_sdk.pipeline.job as job_module
+import agentrl_sdk.pipeline.update as update_module
 from tests.pipeline._demo import demo_config, train_demo
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ def test_a_killed_engine_actor_is_survived_and_replaced(monkeypatch, replicas):
     (counted): either way every rollout of every step is trained once, none failed."""
     trained: dict[int, list] = defaultdict(list)
     killed: list[int] = []
-    update, generate = job_module.update_policy, RayEngine.generate
+    update, generate = update_module.update_policy, RayEngine.generate
 
     async def spy_update(policy, step, samples):
         trained[step].extend(samples)
@@ -52,7 +52,7 @@ def test_a_killed_engine_actor_is_survived_and_replaced(monkeypatch, replicas):
         init(self, *args, **kwargs)
         engines.append(self)
 
-    monkeypatch.setattr(job_module, "update_policy", spy_update)
+    monkeypatch.setattr(update_module, "update_policy", spy_update)
     monkeypatch.setattr(RayEngine, "generate", kill_first_replica_in_step_1)
     monkeypatch.setattr(RayEngine, "__init__", record)
     config = demo_config(4)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import agentrl_sdk.pipeline.job as job_module
+import agentrl_sdk.pipeline.session as session_module
 from agentrl_sdk.cli import app
 from agentrl_sdk.errors import TrackingError
 from agentrl_sdk.tracing import MlflowServer, TrainingRun
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 def test_an_unreachable_tracking_uri_fails_in_seconds_before_any_engine(tmp_path, monkeypatch):
     started = []
-    monkeypatch.setattr(job_module, "start_policies", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(session_module, "start_policies", lambda *a, **k: started.append(a))
     config = _config(tmp_path, 2)
     config.tracking.enabled = True
     config.tracking.uri = uri = f"http://127.0.0.1:{free_port()}"
@@ -62,7 +62,7 @@ def test_a_vanishing_tracking_server_is_counted_and_training_finishes(
     tmp_path, monkeypatch, caplog
 ):
     order: list[str] = []
-    stop_policies, end = job_module.stop_policies, TrainingRun.end
+    stop_policies, end = session_module.stop_policies, TrainingRun.end
 
     async def spy_stop(policies):
         order.append("stop policies")
@@ -72,7 +72,7 @@ def test_a_vanishing_tracking_server_is_counted_and_training_finishes(
         order.append("end run")
         end(self, *args, **kwargs)
 
-    monkeypatch.setattr(job_module, "stop_policies", spy_stop)
+    monkeypatch.setattr(session_module, "stop_policies", spy_stop)
     monkeypatch.setattr(TrainingRun, "end", spy_end)
     server = MlflowServer(f"sqlite:///{tmp_path / 'mlflow.db'}", log_path=tmp_path / "srv.log")
     config = _config(tmp_path, 3)

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-import agentrl_sdk.pipeline.job as job_module
+import agentrl_sdk.pipeline.update as update_module
 from tests.pipeline._demo import demo_config, train_demo
 
 pytestmark = pytest.mark.slow
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_killed_trainer_rank_is_rebuilt_and_nothing_is_lost_or_doubled(tmp_path, monkeypatch):
     killed: list[int] = []
-    update = job_module.update_policy
+    update = update_module.update_policy
 
     async def kill_rank_1_before_update_3(policy, step, samples):
         if step == 3 and not killed:
@@ -25,7 +25,7 @@ def test_a_killed_trainer_rank_is_rebuilt_and_nothing_is_lost_or_doubled(tmp_pat
             os.kill(killed[0], signal.SIGKILL)
         return await update(policy, step, samples)
 
-    monkeypatch.setattr(job_module, "update_policy", kill_rank_1_before_update_3)
+    monkeypatch.setattr(update_module, "update_policy", kill_rank_1_before_update_3)
     config = demo_config(4)
     config.checkpoint.dir = str(tmp_path / "ckpt")
     config.checkpoint.every = 2  # the rebuild loads step 2 and replays update 3's predecessor

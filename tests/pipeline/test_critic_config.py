@@ -1,15 +1,15 @@
-"""The `critic:` and `algorithm.gae` options, and how a batch is scored with a critic's values
+"""The `critic:` and `algorithm.gae` options, and a batch's advantages from a critic's values
 (without Ray: a fake critic answers the values)."""
 
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 
 from agentrl_sdk.pipeline import TrainConfig
-from agentrl_sdk.pipeline.critic import score_values
+from agentrl_sdk.pipeline.batch import advantages
+from agentrl_sdk.pipeline.update import critic_values
 from agentrl_sdk.types import Sample
 
 
@@ -52,14 +52,15 @@ def _sample(policy: str, mask: list[int], reward: float) -> Sample:
                   reward=reward)
 
 
-def test_score_values_gives_gae_token_advantages_per_policy():
+def test_a_critics_values_give_gae_token_advantages_per_policy():
     config = TrainConfig.model_validate({"algorithm": {
         "advantage_estimator": "gae", "gae": {"gamma": 1.0, "lam": 1.0, "whiten": False}}})
-    job = SimpleNamespace(config=config, critics={"default": _FakeCritic()})
+    critics = {"default": _FakeCritic()}
     samples = [_sample("default", [1, 0, 1], 1.0), _sample("other", [1, 1], 1.0),
                _sample("default", [1, 1], 0.0)]
 
-    scored, metrics = asyncio.run(score_values(job, samples))
+    values = asyncio.run(critic_values(critics, samples))
+    scored, metrics = advantages(samples, {}, config.algorithm.estimator, values)
 
     # gamma = lambda = 1: R_t = reward at every sampled token, A_t = R_t - V_t.
     assert scored[0].values == pytest.approx([0.1, 0.0, 0.3])
@@ -73,11 +74,11 @@ def test_score_values_gives_gae_token_advantages_per_policy():
     assert "critic/explained_variance" in metrics
 
 
-def test_score_values_whitens_over_the_policys_sampled_tokens():
+def test_gae_advantages_are_whitened_over_the_policys_sampled_tokens():
     config = TrainConfig.model_validate({"algorithm": {"advantage_estimator": "gae"}})
-    job = SimpleNamespace(config=config, critics={"default": _FakeCritic()})
     samples = [_sample("default", [1, 0, 1], 1.0), _sample("default", [1, 1], 0.0)]
-    scored, _ = asyncio.run(score_values(job, samples))
+    values = asyncio.run(critic_values({"default": _FakeCritic()}, samples))
+    scored, _ = advantages(samples, {}, config.algorithm.estimator, values)
     trained = [a for s in scored for a, m in zip(s.token_advantages, s.response_mask,
                                                  strict=True) if m]
     assert sum(trained) == pytest.approx(0.0, abs=1e-6)

@@ -13,7 +13,7 @@ import pytest
 from langgraph.graph import START, StateGraph
 
 import agentrl_sdk as sdk
-import agentrl_sdk.pipeline.job as job_module
+import agentrl_sdk.pipeline.update as update_module
 from agentrl_sdk.entrypoints import resolve_entrypoints
 from agentrl_sdk.pipeline import TrainConfig
 from examples.tool_selection.agent import TOOLS, State, right_tool_reward, solver
@@ -146,14 +146,14 @@ def test_stop_and_resume_lose_and_duplicate_nothing(tmp_path, trained):
 
 
 def test_ctrl_c_stops_at_the_next_step_and_checkpoints_the_queue(tmp_path, monkeypatch):
-    update = job_module.update_policy
+    update = update_module.update_policy
 
     async def ctrl_c_then_update(policy, step, samples):
         if step == 0:  # the first Ctrl-C asks for a graceful stop
             os.kill(os.getpid(), signal.SIGINT)
         return await update(policy, step, samples)
 
-    monkeypatch.setattr(job_module, "update_policy", ctrl_c_then_update)
+    monkeypatch.setattr(update_module, "update_policy", ctrl_c_then_update)
     config = _config(tmp_path, 50, max_staleness=1)
     config.checkpoint.dir = str(tmp_path / "ckpt")
     config.checkpoint.export_final = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from agentrl_sdk.pipeline import TrainConfig
 from agentrl_sdk.pipeline.loop import _Trainer
 from agentrl_sdk.pipeline.trajectory_queue import FinishedGroup, GroupQueue
 
@@ -26,12 +27,13 @@ def test_a_rows_second_group_waits_for_the_next_batch():
         rollouter = SimpleNamespace(failure=None, engines_failed=asyncio.Event())
         schedule = SimpleNamespace(batch_size=3, flat_budget=0, max_staleness=1,
                                    is_stale=lambda _: False)
-        trainer = _Trainer(None, queue, rollouter, schedule)
+        job = SimpleNamespace(trained=[], config=TrainConfig())
+        trainer = _Trainer(job, queue, rollouter, schedule)
         stop = asyncio.Event()
         taken = []
         for step in (0, 1):
             groups, flat = await trainer._take_batch(step, stop)
-            taken.append([g.index for g in groups + flat])
+            taken.append([g.index for g, _ in groups + flat])
         return taken
 
     assert asyncio.run(batches()) == [[22, 23, 25], [24, 26, 27]]

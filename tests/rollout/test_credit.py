@@ -9,8 +9,8 @@ import torch
 from agentrl_sdk.algorithms import make_estimator
 from agentrl_sdk.rollout.credit import credit_policies, flat_groups, policy_reward
 from agentrl_sdk.rollout.rewards import score
-from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.types import RewardComponent, Segment, Trajectory
+from tests.rollout._samples import build_samples
 
 
 def _segment(node: str, policy: str) -> Segment:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentrl_sdk.rollout.overlong import add_overlong_penalties, overlong_penalty, truncated
-from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.types import LLMCall, Segment, Trajectory
+from tests.rollout._samples import build_samples
 
 
 @pytest.mark.parametrize(("length", "expected"), [

@@ -7,8 +7,8 @@ import math
 
 from agentrl_sdk.algorithms import make_estimator
 from agentrl_sdk.rollout.rewards import score
-from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.types import RewardComponent, Segment, Trajectory
+from tests.rollout._samples import build_samples
 
 
 def _segment(node="solver", policy="default", trained=True, n=3) -> Segment:

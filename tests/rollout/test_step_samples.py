@@ -13,8 +13,9 @@ from langgraph.graph.message import add_messages
 import agentrl_sdk as sdk
 from agentrl_sdk.algorithms import make_estimator
 from agentrl_sdk.rollout.credit import credit_policies
-from agentrl_sdk.rollout.samples import build_samples, call_anchors, call_rewards
+from agentrl_sdk.rollout.samples import call_anchors, call_rewards
 from agentrl_sdk.types import LLMCall, RewardComponent, Segment, Trajectory
+from tests.rollout._samples import build_samples
 
 
 class State(TypedDict):

@@ -24,12 +24,12 @@ from agentrl_sdk.chat.context import NodeTag
 from agentrl_sdk.chat.ledger import TokenLedger
 from agentrl_sdk.config import TreeConfig
 from agentrl_sdk.pipeline.config import EvalConfig
-from agentrl_sdk.rollout.samples import build_samples
 from agentrl_sdk.rollout.tree import check_forkable
 from agentrl_sdk.tracing.traces import build_trace_payload, trace_tags
 from agentrl_sdk.tracing.tree_traces import build_tree_payloads, tree_credit
 from agentrl_sdk.types import GenerateResult, RewardComponent, Trajectory
 from examples.calculator.agent import build_graph, calculator, react_graph
+from tests.rollout._samples import build_samples
 from tests.rollout.conftest import CALC_ROWS
 
 GREEDY = sdk.SamplingParams(temperature=0.0, max_tokens=48)
