@@ -61,7 +61,11 @@ rollout-demo: setup
 
 # Two pytest workers (pytest-xdist; TEST_WORKERS=1 for one). Each test file stays on one worker
 # (loadfile), so its module fixtures are built once; models are shared through the locked cache.
+# Two workers' engines and trainers run more OpenMP threads than there are cores, and GNU
+# OpenMP's threads spin while they wait for work: PASSIVE makes a waiting thread sleep instead
+# of burning the core another process needs (it changes no result, only who gets the CPU).
 TEST_WORKERS ?= 2
+test: export OMP_WAIT_POLICY ?= PASSIVE
 test: $(VENV)/.installed-verl $(VENV)/.installed-real $(VENV)/.installed-docs
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -m "slow or not slow" -q --durations=20 -n $(TEST_WORKERS) --dist loadfile
