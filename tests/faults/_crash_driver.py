@@ -117,7 +117,7 @@ def install(ledger: Ledger, killer: Killer) -> None:
 
     async def recording_take_batch(self, step, stop):
         groups, flat = await take_batch(self, step, stop)
-        taken[step] = [(g.index, row_id_of(g.row)) for g in groups + flat]
+        taken[step] = [(g.index, row_id_of(g.row)) for g, _credit in groups + flat]
         return groups, flat
 
     update = update_module.update_policy
