@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -12,12 +14,28 @@ from agentrl_sdk.models.tokenizers import build_qwen_tokenizer  # noqa: E402
 from agentrl_sdk.types import GenerateResult, SamplingParams  # noqa: E402
 
 
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+"""Each test file's measured wall time (``scripts/file_seconds.py`` writes it from a run's
+``--durations=0`` report)."""
+
+UNMEASURED_SLOW_S, UNMEASURED_S = 60.0, 2.0
+"""What a file missing from `FILE_SECONDS` is taken to need, with and without slow tests."""
+
+
 def pytest_collection_modifyitems(config, items):
-    """Files with slow tests run first, each file's tests in their own order: with two workers
-    (``make test``), each worker taking whole files, the many short files then fill the end of
-    the run instead of one worker finishing a long file alone."""
+    """The longest files run first, each file's tests in their own order: with two workers
+    (``make test``, ``--dist loadfile --no-loadscope-reorder``), each taking the next whole file
+    as it finishes one, the many short files then fill the end of the run instead of one worker
+    finishing a long file alone."""
+    measured = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.exists() else {}
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: files stay together
+    root = Path(config.rootpath)
+
+    def seconds(item) -> float:
+        default = UNMEASURED_SLOW_S if item.path in slow_files else UNMEASURED_S
+        return measured.get(item.path.relative_to(root).as_posix(), default)
+
+    items.sort(key=lambda item: -seconds(item))  # stable: a file's tests stay in their order
 
 
 @pytest.fixture(scope="session")
