@@ -153,10 +153,7 @@ class WeightExports:
         # a file is never resized under a reader.
         slot = f"{self._slot}-{hashlib.blake2s(repr(plan).encode(), digest_size=4).hexdigest()}"
 
-        def stage() -> list[tuple[str, int, int]]:
-            return ranks.call(stage_buckets, plan, slot, dtype)[0]
-
-        files = ranks.recovering(stage)
+        files = ranks.recovering(lambda: ranks.call(stage_buckets, plan, slot, dtype)[0])
         return SharedWeights(
             host=self.staging_host,
             folder=os.path.dirname(files[0][0]),

@@ -376,11 +376,6 @@ class ShardedModel:
         """Engine keys of the active adapter's transposed (``fan_in_fan_out``) weights."""
         return frozenset(k for k, a in self._adapted.items() if a.fan_in_fan_out)
 
-    def gather_packed_adapter(self) -> PackedTensors | None:
-        """`gather_adapter` as numpy arrays (rank 0)."""
-        state = self.gather_adapter()
-        return None if state is None else PackedTensors.pack(state)
-
     # ---------------------------------------------------------------- checkpoints
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> None:
@@ -438,8 +433,9 @@ class ShardedRank:
         return self.sharded.setup(master_addr, master_port)
 
     def gather_packed_adapter(self) -> PackedTensors | None:
-        """The LoRA adapter as numpy arrays, on rank 0 (`ShardedModel.gather_packed_adapter`)."""
-        return self.sharded.gather_packed_adapter()
+        """The LoRA adapter as numpy arrays, on rank 0 (`ShardedModel.gather_adapter`)."""
+        state = self.sharded.gather_adapter()
+        return None if state is None else PackedTensors.pack(state)
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> None:
         """`ShardedModel.save_checkpoint`."""
