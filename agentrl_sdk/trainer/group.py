@@ -107,16 +107,6 @@ class TrainerGroup:
         return self.ranks.info
 
     @property
-    def node_ids(self) -> list[str | None]:
-        """The Ray node of each rank."""
-        return self.ranks.node_ids
-
-    @property
-    def pids(self) -> list[int]:
-        """The process of each rank."""
-        return self.ranks.pids
-
-    @property
     def restarts(self) -> int:
         """Times the group was rebuilt after a rank died."""
         return self.ranks.restarts

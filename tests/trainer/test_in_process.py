@@ -41,7 +41,7 @@ def group(model_path):
 
 
 def test_updates_equal_the_reference_in_this_process(group, model_path):
-    assert group.pids == [os.getpid()]
+    assert group.ranks.pids == [os.getpid()]
     # The rank's torch threads are its own thread's: this (the engine's) thread keeps its own.
     assert group.info["threads"] == 1 and torch.get_num_threads() == len(os.sched_getaffinity(0))
     assert group.weights.weight_offer.kinds == {"state_dict", "shared_files"}
