@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from agentrl_sdk.engines.base import ForwardingEngine
 from agentrl_sdk.errors import EngineError
-from agentrl_sdk.types import GenerateResult, SamplingParams
+from agentrl_sdk.types import SamplingParams
 from agentrl_sdk.weights.adapters import AdapterWeights
 from agentrl_sdk.weights.push import WeightIntake, WeightPush
 
@@ -51,20 +51,11 @@ class AdapterView(ForwardingEngine):
         """The version of this adapter's weights (see the class docstring)."""
         return self._version
 
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        sampling: SamplingParams,
-        request_id: str,
-        *,
-        session_id: str | None = None,
-    ) -> GenerateResult:
-        """The shared engine's ``generate`` with this view's adapter."""
-        if sampling.adapter != self.adapter:
-            sampling = sampling.model_copy(update={"adapter": self.adapter})
-        return await self.engine.generate(
-            prompt_ids, sampling, request_id, session_id=session_id
-        )
+    async def _admit(self, sampling: SamplingParams) -> SamplingParams:
+        """The request with this view's adapter."""
+        if sampling.adapter == self.adapter:
+            return sampling
+        return sampling.model_copy(update={"adapter": self.adapter})
 
     @property
     def weight_intake(self) -> WeightIntake:

@@ -89,8 +89,8 @@ class Engine(Protocol):
 
 class ForwardingEngine:
     """An `Engine` that hands each member of the protocol to ``engine``: a wrapper subclasses it
-    and overrides only what it changes (`WeightGate` holds ``generate``, `AdapterView` names
-    its adapter). Optional controls (`CachesPrefixes`) are not forwarded: a wrapper that
+    and overrides only what it changes (`WeightGate` holds requests, `AdapterView` names its
+    adapter). Optional controls (`CachesPrefixes`) are not forwarded: a wrapper that
     passes them on says so itself.
 
     Args:
@@ -118,8 +118,15 @@ class ForwardingEngine:
         *,
         session_id: str | None = None,
     ) -> GenerateResult:
-        """The wrapped engine's."""
+        """The wrapped engine's, once `_admit` lets the request through."""
+        sampling = await self._admit(sampling)
         return await self.engine.generate(prompt_ids, sampling, request_id, session_id=session_id)
+
+    async def _admit(self, sampling: SamplingParams) -> SamplingParams:
+        """Waits until a request may go to the wrapped engine; the sampling it goes with (the
+        one hook a wrapper needs on requests: `WeightGate` waits, `AdapterView` names its
+        adapter)."""
+        return sampling
 
     async def load_weights(self, push: WeightPush, version: int) -> None:
         """The wrapped engine's."""

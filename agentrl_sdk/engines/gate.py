@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from agentrl_sdk.engines.base import ForwardingEngine
-from agentrl_sdk.types import GenerateResult, SamplingParams
+from agentrl_sdk.types import SamplingParams
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines.base import Engine
@@ -45,19 +45,10 @@ class WeightGate(ForwardingEngine):
         if not self._holds:
             self._open.set()
 
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        sampling: SamplingParams,
-        request_id: str,
-        *,
-        session_id: str | None = None,
-    ) -> GenerateResult:
-        """The engine's ``generate``, once the gate is released."""
+    async def _admit(self, sampling: SamplingParams) -> SamplingParams:
+        """Once the gate is released."""
         await self._open.wait()
-        return await self.engine.generate(
-            prompt_ids, sampling, request_id, session_id=session_id
-        )
+        return sampling
 
 
 @contextlib.contextmanager

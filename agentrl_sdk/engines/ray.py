@@ -10,12 +10,12 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from agentrl_sdk.engines.base import drop_prefix_caches
+from agentrl_sdk.engines.base import ForwardingEngine, drop_prefix_caches
 from agentrl_sdk.engines.options import build_engine
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.threads import RAY_SUBMIT_LOCK
@@ -27,52 +27,35 @@ __all__ = ["RayEngine"]
 logger = logging.getLogger(__name__)
 
 
-class _EngineActor:
+class _EngineActor(ForwardingEngine):
     """Runs inside the actor process: builds the engine there and forwards calls to it."""
 
     def __init__(self, backend: str, model_path: str, options: dict[str, Any]) -> None:
-        self.engine = build_engine(backend, model_path, **options)
+        super().__init__(build_engine(backend, model_path, **options))
 
-    async def generate(self, prompt: np.ndarray, sampling: dict, request_id: str) -> dict:
+    async def generate_arrays(self, prompt: np.ndarray, sampling: dict, request_id: str) -> dict:
+        """`generate` with its arguments and result as the object store moves them fastest."""
         result = await self.engine.generate(
             prompt.tolist(), SamplingParams.model_validate(sampling), request_id
         )
         return result.model_dump()
 
-    def weight_intake(self) -> WeightIntake:
-        return self.engine.weight_intake
-
-    async def load_weights(self, push: WeightPush, version: int) -> int:
+    async def load_weights(self, push: WeightPush, version: int) -> None:
         """Load ``push`` into the engine; a kind it does not take (object references, a
         broadcast) is turned into tensors here first, off the actor's event loop."""
         if not self.engine.weight_intake.accepts(push):
             push = StateDict(await asyncio.to_thread(push.state_dict), partial=push.partial)
         await self.engine.load_weights(push, version)
-        return self.engine.policy_version
 
     async def drop_prefix_cache(self) -> None:
         await drop_prefix_caches([self.engine])
 
-    async def pause(self) -> None:
-        await self.engine.pause()
-
-    async def resume(self) -> None:
-        await self.engine.resume()
-
-    async def health(self) -> bool:
-        return await self.engine.health()
-
-    def where(self) -> tuple[str, int]:
-        """The Ray node and the process the engine runs in."""
+    def started(self) -> tuple[int, tuple[str, int], WeightIntake]:
+        """The engine's version, the Ray node and process it runs in, and its intake."""
         import ray
 
-        return ray.get_runtime_context().get_node_id(), os.getpid()
-
-    def policy_version(self) -> int:
-        return self.engine.policy_version
-
-    def close(self) -> None:
-        self.engine.close()
+        where = (ray.get_runtime_context().get_node_id(), os.getpid())
+        return self.engine.policy_version, where, self.engine.weight_intake
 
 
 class RayEngine:
@@ -113,11 +96,8 @@ class RayEngine:
         self._actor = actor.remote(backend, model_path, options)
         self._timeout = call_timeout_s
         try:
-            self._version, (self.node_id, self.pid), inner = ray.get(
-                [self._actor.policy_version.remote(), self._actor.where.remote(),
-                 self._actor.weight_intake.remote()],
-                timeout=start_timeout_s,
-            )  # fmt: skip
+            started = ray.get(self._actor.started.remote(), timeout=start_timeout_s)
+            self._version, (self.node_id, self.pid), inner = started
         except Exception as exc:
             raise EngineError(f"the {backend!r} engine actor failed to start: {exc}") from exc
         # The actor turns object references and broadcasts into tensors for the engine inside.
@@ -131,16 +111,19 @@ class RayEngine:
         """The version last reported by the actor."""
         return self._version
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: Callable[..., Any], *args: Any) -> Any:
+        """``method`` of the `_EngineActor` (named by the function: a rename is a type error
+        here), within the call timeout; its errors as `EngineError` (or the `ValueError`)."""
         if self._closed:
             raise EngineError("the RayEngine is closed")
+        name = method.__name__
         try:
             with RAY_SUBMIT_LOCK:  # trainer threads submit too (see its docstring)
-                ref = getattr(self._actor, method).remote(*args)
+                ref = getattr(self._actor, name).remote(*args)
             return await asyncio.wait_for(ref, self._timeout)
         except TimeoutError as exc:
             raise EngineError(
-                f"the engine actor did not answer {method} in {self._timeout}s"
+                f"the engine actor did not answer {name} in {self._timeout}s"
             ) from exc
         except (ValueError, EngineError):
             raise
@@ -148,7 +131,7 @@ class RayEngine:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, (ValueError, EngineError)):
                 raise cause from exc
-            raise EngineError(f"the engine actor failed in {method}: {exc}") from exc
+            raise EngineError(f"the engine actor failed in {name}: {exc}") from exc
 
     async def generate(
         self,
@@ -160,32 +143,33 @@ class RayEngine:
     ) -> GenerateResult:
         """Sample one response in the actor."""
         prompt = np.asarray(prompt_ids, dtype=np.int64)
-        reply = await self._call("generate", prompt, sampling.model_dump(), request_id)
+        sampled = sampling.model_dump()
+        reply = await self._call(_EngineActor.generate_arrays, prompt, sampled, request_id)
         return GenerateResult.model_validate(reply)
 
     async def load_weights(self, push: WeightPush, version: int) -> None:
         """Hand ``push`` to the actor, which loads it: tensors travel as numpy arrays through
         the object store; staged files, object references and broadcasts as their
         descriptions (the actor maps, fetches or receives the tensors itself)."""
-        await self._call("load_weights", push, version)
+        await self._call(_EngineActor.load_weights, push, version)
         self._version = version
 
     async def drop_prefix_cache(self) -> None:
         """Empty the prefix cache of the engine in the actor, if it keeps one."""
-        await self._call("drop_prefix_cache")
+        await self._call(_EngineActor.drop_prefix_cache)
 
     async def pause(self) -> None:
         """Pause the engine in the actor."""
-        await self._call("pause")
+        await self._call(_EngineActor.pause)
 
     async def resume(self) -> None:
         """Resume the engine in the actor."""
-        await self._call("resume")
+        await self._call(_EngineActor.resume)
 
     async def health(self) -> bool:
         """False once the actor or its engine is gone."""
         try:
-            return bool(await asyncio.wait_for(self._call("health"), 30))
+            return bool(await asyncio.wait_for(self._call(_EngineActor.health), 30))
         except Exception as exc:  # noqa: BLE001 - a dead actor is the unhealthy answer
             logger.warning("engine actor health check failed: %r", exc)
             return False

@@ -44,16 +44,6 @@ class AdapterGroup:
         self.weights = AdapterExports(group, adapter)
         """This adapter's weights as pushes (`AdapterExports`)."""
 
-    @property
-    def info(self) -> dict[str, Any]:
-        """The shared group's rank-0 setup info."""
-        return self.group.info
-
-    @property
-    def restarts(self) -> int:
-        """Times the shared group was rebuilt."""
-        return self.group.restarts
-
     def update(self, batch: Batch) -> dict[str, float]:
         """One update of this adapter on ``batch`` (see `TrainerGroup.update`)."""
         with self.group.lock:

@@ -17,7 +17,7 @@ from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.group import TrainerGroup
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch
 from agentrl_sdk.trainer.layers import freeze_all_but_last
-from agentrl_sdk.trainer.sharded_model import ShardedModel, forwarded
+from agentrl_sdk.trainer.sharded_model import ShardedModel, ShardedRank
 from agentrl_sdk.trainer.update_loop import Objective, per_token, train
 from agentrl_sdk.types import Batch
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["BackboneWithValueHead", "CriticGroup", "ValueWorker"]
 
 
-class ValueWorker:
+class ValueWorker(ShardedRank):
     """One critic rank: the model folder's backbone with a ``Linear(hidden, 1)`` value head
     (transformers' ``AutoModelForTokenClassification`` with one label, as verl's critic), as
     the policy's `ShardedModel` (sharded, optimised and checkpointed alike) trained with the
@@ -62,12 +62,6 @@ class ValueWorker:
             rank, world_size, model_path, config, loader=_value_model, freeze=_freeze_with_head
         )
         self._objective = Objective(self._value_loss, loss_config.agg, VALUE_METRIC_SHARES)
-
-    rendezvous_address = forwarded("rendezvous_address")
-    setup = forwarded("setup")  # joins the process group, loads and shards the model
-    save_checkpoint = forwarded("save_checkpoint")
-    load_checkpoint = forwarded("load_checkpoint")
-    close = forwarded("close")
 
     def _values(self, batch: PackedBatch) -> torch.Tensor:
         """``(B, T)`` values of the states before each response token."""
@@ -197,4 +191,4 @@ class CriticGroup(TrainerGroup):
 
     def compute_values(self, batch: Batch) -> list[list[float]]:
         """The critic's value of every response token, per sample (0.0 at mask-0 positions)."""
-        return self._per_token("compute_values", batch)
+        return self._per_token(ValueWorker.compute_values, batch)

@@ -21,7 +21,9 @@ from agentrl_sdk.trainer.rank_weights import (
     put_bucket,
     stage_buckets,
 )
-from agentrl_sdk.trainer.ranks import RankSet, on_adapter
+from agentrl_sdk.trainer.ranks import RankSet
+from agentrl_sdk.trainer.sharded_model import ShardedRank
+from agentrl_sdk.trainer.worker import on_adapter
 from agentrl_sdk.weights.adapters import AdapterWeights
 from agentrl_sdk.weights.collective import BucketLayout, CollectiveWeights, WeightGroup
 from agentrl_sdk.weights.object_refs import RayWeights
@@ -107,7 +109,7 @@ class WeightExports:
         """Broadcast a `CollectiveWeights` push's buckets from rank 0 (rank 0 joins its group
         on the first one); the other kinds moved their tensors in `export_weights`."""
         if isinstance(push, CollectiveWeights):
-            self._ranks.call("run", broadcast_buckets, push)
+            self._ranks.call(broadcast_buckets, push)
 
     def full_state_dict(
         self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None,
@@ -123,12 +125,12 @@ class WeightExports:
         """
         ranks, plan = self._ranks, self._plan(bucket_bytes, changed_only)
         gather = gather_packed_bucket
-        pending = ranks.submit("run", gather, plan[0], dtype) if plan else None
+        pending = ranks.submit(gather, plan[0], dtype) if plan else None
         for i in range(len(plan)):
             current = pending
             if i + 1 < len(plan):
-                pending = ranks.submit("run", gather, plan[i + 1], dtype)
-            packed = ranks.wait(current, "gather_packed_bucket")[0]
+                pending = ranks.submit(gather, plan[i + 1], dtype)
+            packed = ranks.wait(current, gather)[0]
             yield packed.unpack()
 
     def stage(
@@ -151,11 +153,7 @@ class WeightExports:
         # a file is never resized under a reader.
         slot = f"{self._slot}-{hashlib.blake2s(repr(plan).encode(), digest_size=4).hexdigest()}"
 
-        def stage() -> list[tuple[str, int, int]]:
-            handles = ranks.submit("run", stage_buckets, plan, slot, dtype)
-            return ranks.wait(handles, "stage_buckets")[0]
-
-        files = ranks.recovering(stage)
+        files = ranks.recovering(lambda: ranks.call(stage_buckets, plan, slot, dtype)[0])
         return SharedWeights(
             host=self.staging_host,
             folder=os.path.dirname(files[0][0]),
@@ -176,8 +174,8 @@ class WeightExports:
         ranks, plan = self._ranks, self._plan(bucket_bytes, changed_only)
 
         def put() -> list[tuple[list[Any], int, int]]:
-            pending = [ranks.submit("run", put_bucket, keys, dtype) for keys in plan]
-            return [ranks.wait(handles, "put_bucket")[0] for handles in pending]
+            pending = [ranks.submit(put_bucket, keys, dtype) for keys in plan]
+            return [ranks.wait(handles, put_bucket)[0] for handles in pending]
 
         buckets = ranks.recovering(put)
         return RayWeights(
@@ -190,7 +188,8 @@ class WeightExports:
     def adapter_state_dict(self, adapter: str | None = None) -> dict[str, torch.Tensor]:
         """The full LoRA tensors (``trainer.lora`` only), by the keys of PEFT's
         ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight``)."""
-        packed: PackedTensors = self._ranks.call(*on_adapter(adapter, "gather_packed_adapter"))[0]
+        gather = on_adapter(adapter, ShardedRank.gather_packed_adapter)
+        packed: PackedTensors = self._ranks.call(*gather)[0]
         return packed.unpack()
 
     def adapter_weights(self, adapter: str | None = None) -> AdapterWeights | None:
@@ -214,7 +213,7 @@ class WeightExports:
         into buckets of at most ``bucket_bytes``."""
         plan = self._plans.get((bucket_bytes, changed_only))
         if plan is None:
-            plan = self._ranks.call("run", bucket_plan, bucket_bytes, changed_only)[0]
+            plan = self._ranks.call(bucket_plan, bucket_bytes, changed_only)[0]
             self._plans[bucket_bytes, changed_only] = plan
         return plan
 
@@ -225,8 +224,8 @@ class WeightExports:
         key = (bucket_bytes, dtype, changed_only)
         layouts = self._layouts.get(key)
         if layouts is None:
-            call = ("run", bucket_layouts, bucket_bytes, dtype, changed_only)
-            layouts = self._layouts[key] = tuple(self._ranks.call(*call)[0])
+            layouts = self._ranks.call(bucket_layouts, bucket_bytes, dtype, changed_only)[0]
+            self._layouts[key] = layouts = tuple(layouts)
         return layouts
 
     def _push_group_for(self, audience: tuple[int, ...]) -> WeightGroup:
@@ -235,8 +234,8 @@ class WeightExports:
         ranks = self._ranks
         key = (ranks.restarts, audience)
         if self._push_group is None or self._push_group[0] != key:
-            address = ranks.submit("rendezvous_address", first_only=True)
-            ip, port = ranks.wait(address, "weight_group")[0]
+            address = ranks.submit(ShardedRank.rendezvous_address, first_only=True)
+            ip, port = ranks.wait(address, ShardedRank.rendezvous_address)[0]
             backend = "nccl" if ranks.info["device"].startswith("cuda") else "gloo"
             spec = WeightGroup(ip, port, 1 + len(audience), backend, self._config.call_timeout_s)
             self._push_group = (key, spec)

@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,10 +19,11 @@ from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 from agentrl_sdk.trainer.exports import WeightExports
 from agentrl_sdk.trainer.packing import FlatSamples
-from agentrl_sdk.trainer.ranks import RankSet, on_adapter
+from agentrl_sdk.trainer.ranks import RankSet
 from agentrl_sdk.trainer.ray_cluster import check_resources, init_ray
 from agentrl_sdk.trainer.replay import ReplayLog
-from agentrl_sdk.trainer.worker import PolicyWorker
+from agentrl_sdk.trainer.sharded_model import ShardedRank
+from agentrl_sdk.trainer.worker import PolicyWorker, on_adapter
 from agentrl_sdk.types import Batch
 
 __all__ = ["RankDiedError", "TrainerError", "TrainerGroup", "init_ray"]
@@ -61,7 +62,7 @@ class TrainerGroup:
         TrainerError: A worker failed to start.
     """
 
-    worker_cls: type = PolicyWorker
+    worker_cls: type[ShardedRank] = PolicyWorker
     """The class of the ranks (`agentrl_sdk.trainer.critic.CriticGroup` runs value workers)."""
 
     def __init__(
@@ -106,16 +107,6 @@ class TrainerGroup:
         return self.ranks.info
 
     @property
-    def node_ids(self) -> list[str | None]:
-        """The Ray node of each rank."""
-        return self.ranks.node_ids
-
-    @property
-    def pids(self) -> list[int]:
-        """The process of each rank."""
-        return self.ranks.pids
-
-    @property
     def restarts(self) -> int:
         """Times the group was rebuilt after a rank died."""
         return self.ranks.restarts
@@ -151,7 +142,8 @@ class TrainerGroup:
         # itself. (An explicit ray.put from the SDK's threads once crashed Ray's driver on
         # an object-id check in CI, with two trainer groups putting at once.)
         ranks = self.ranks
-        per_rank = ranks.recovering(lambda: ranks.call(*on_adapter(adapter, "update", flat)))
+        update = self.worker_cls.update
+        per_rank = ranks.recovering(lambda: ranks.call(*on_adapter(adapter, update, flat)))
         ranks.replay_log.remember(adapter, flat)
         peak = max(m.pop("peak_rss_gb") for m in per_rank)
         return per_rank[0] | {"time_s": time.perf_counter() - start, "peak_rss_gb": peak,
@@ -164,10 +156,10 @@ class TrainerGroup:
         ``Sample.old_logprobs``. Logits are divided by ``TrainerConfig.temperature``.
         """
 
-        return self._per_token("compute_logprobs", batch, adapter)
+        return self._per_token(PolicyWorker.compute_logprobs, batch, adapter)
 
     def _per_token(
-        self, method: str, batch: Batch, adapter: str | None = None
+        self, method: Callable[..., np.ndarray], batch: Batch, adapter: str | None = None
     ) -> list[list[float]]:
         """The ranks' ``method`` (one value per response token, identical on every rank), per
         sample."""
@@ -198,7 +190,8 @@ class TrainerGroup:
             raise TypeError(f"save_checkpoint: extra must be JSON-serialisable ({exc})") from exc
         folder = str(Path(path).resolve())
         ranks = self.ranks
-        ranks.recovering(lambda: ranks.call(*on_adapter(adapter, "save_checkpoint", folder, extra)))
+        save = on_adapter(adapter, ShardedRank.save_checkpoint, folder, extra)
+        ranks.recovering(lambda: ranks.call(*save))
         ranks.replay_log.checkpointed(adapter, folder)
 
     def load_checkpoint(
@@ -207,7 +200,7 @@ class TrainerGroup:
         """Restores a checkpoint written by `save_checkpoint` (of the same ``adapter``);
         returns its ``extra`` dict."""
         folder = str(Path(path).resolve())
-        extra = self.ranks.call(*on_adapter(adapter, "load_checkpoint", folder))[0]
+        extra = self.ranks.call(*on_adapter(adapter, ShardedRank.load_checkpoint, folder))[0]
         self.weights.forget_plans()  # it may have changed tensors the model folder holds
         self.ranks.replay_log.checkpointed(adapter, folder)
         return extra
@@ -225,7 +218,7 @@ class TrainerGroup:
         PEFT adapter folder (``PeftModel.from_pretrained(base, path)``; vLLM's LoRA loader).
         """
         path = Path(path).resolve()
-        self.ranks.call(*on_adapter(adapter, "export_pretrained", str(path), form))
+        self.ranks.call(*on_adapter(adapter, PolicyWorker.export_pretrained, str(path), form))
         return path
 
     def shutdown(self) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrl_sdk.allocator import return_free_memory
@@ -59,11 +59,11 @@ class InProcessRank:
         self._threads = 0  # torch threads the last call left set (0: not yet set)
 
     def submit(
-        self, method: str, *args: Any, first_only: bool = False
+        self, fn: Callable[..., Any], *args: Any, first_only: bool = False
     ) -> list[concurrent.futures.Future[Any]]:
-        """Starts ``method(*args)`` after the rank's earlier calls; one handle, for `wait`."""
+        """Starts ``fn(rank, *args)`` after the rank's earlier calls; one handle, for `wait`."""
         del first_only  # rank 0 is every rank
-        return [self._pool.submit(self._on_fresh_thread, getattr(self._worker, method), args)]
+        return [self._pool.submit(self._on_fresh_thread, fn, (self._worker, *args))]
 
     def _on_fresh_thread(self, call: Any, args: tuple[Any, ...]) -> Any:
         """``call(*args)`` on a thread that ends with it, so its OpenMP team ends too.

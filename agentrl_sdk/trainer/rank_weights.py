@@ -1,7 +1,7 @@
-"""The weight exporters that run inside a trainer rank, on its `ShardedModel` (the rank's
-``run``): every rank gathers each bucket (a collective) and rank 0 hands it on, written to its
-staged files, put in its object store, packed for the driver, or broadcast to a push group.
-`WeightExports` (in the driver) calls them.
+"""The weight exporters that run inside a trainer rank, on its `ShardedModel` (functions of a
+rank, for `RankSet.call`): every rank gathers each bucket (a collective) and rank 0 hands it
+on, written to its staged files, put in its object store, packed for the driver, or broadcast
+to a push group. `WeightExports` (in the driver) calls them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from agentrl_sdk.weights.push import cast_floating
 from agentrl_sdk.weights.tensor_transport import PackedTensors
 
 if TYPE_CHECKING:
-    from agentrl_sdk.trainer.sharded_model import ShardedModel
+    from agentrl_sdk.trainer.sharded_model import ShardedRank
 
 __all__ = [
     "broadcast_buckets",
@@ -29,7 +29,7 @@ __all__ = [
 
 
 def stage_buckets(
-    worker: ShardedModel, plan: Sequence[Sequence[str]], slot: str, dtype: str | None
+    rank: ShardedRank, plan: Sequence[Sequence[str]], slot: str, dtype: str | None
 ) -> list[tuple[str, int, int]] | None:
     """Each bucket of ``plan`` gathered (a collective) and written by rank 0 as staged file
     ``index`` of ``slot`` (0 or 1, and the plan's digest), in one call per push (one state
@@ -40,18 +40,19 @@ def stage_buckets(
     Returns:
         On rank 0, each file's path, tensor count and bytes; else None.
     """
-    state = worker.model.state_dict(keep_vars=True)
+    sharded = rank.sharded
+    state = sharded.model.state_dict(keep_vars=True)
     files = []
     for index, keys in enumerate(plan):
-        bucket = worker.gather_bucket(keys, state, dtype)
+        bucket = sharded.gather_bucket(keys, state, dtype)
         if bucket is not None:
             name = f"slot{slot}-{dtype or 'as-trained'}-bucket-{index:05d}.safetensors"
-            files.append(worker.staged.write(bucket, name))  # a dtype of its own: never resized
-    return files if worker.rank == 0 else None
+            files.append(sharded.staged.write(bucket, name))  # a dtype of its own: never resized
+    return files if sharded.rank == 0 else None
 
 
 def put_bucket(
-    worker: ShardedModel, keys: Sequence[str], dtype: str | None
+    rank: ShardedRank, keys: Sequence[str], dtype: str | None
 ) -> tuple[list[Any], int, int] | None:
     """`ShardedModel.gather_bucket` put in this node's object store by rank 0 (a collective).
 
@@ -61,7 +62,7 @@ def put_bucket(
     """
     import ray
 
-    state = worker.gather_bucket(keys, dtype=dtype)
+    state = rank.sharded.gather_bucket(keys, dtype=dtype)
     if state is None:
         return None
     unique = {id(t): t for t in state.values()}.values()
@@ -70,15 +71,15 @@ def put_bucket(
 
 
 def gather_packed_bucket(
-    worker: ShardedModel, keys: Sequence[str], dtype: str | None
+    rank: ShardedRank, keys: Sequence[str], dtype: str | None
 ) -> PackedTensors | None:
     """`ShardedModel.gather_bucket` as numpy arrays, which leave the actor without a copy."""
-    state = worker.gather_bucket(keys, dtype=dtype)
+    state = rank.sharded.gather_bucket(keys, dtype=dtype)
     return None if state is None else PackedTensors.pack(state)
 
 
 def bucket_plan(
-    worker: ShardedModel, bucket_bytes: int, changed_only: bool = False
+    rank: ShardedRank, bucket_bytes: int, changed_only: bool = False
 ) -> list[list[str]]:
     """Keys of the engine's full state dict (``changed_only``: of the tensors that may differ
     from the model folder, `ShardedModel.changed_keys`) cut into buckets of at most
@@ -87,10 +88,10 @@ def bucket_plan(
     Tied parameters (one tensor under several keys) stay in one bucket; a tensor larger
     than the budget gets a bucket of its own. Identical on every rank.
     """
-    changed = worker.changed_keys() if changed_only else None
+    changed = rank.sharded.changed_keys() if changed_only else None
     buckets: list[list[str]] = []
     size = 0
-    for keys, tensor in worker.engine_tensors():
+    for keys, tensor in rank.sharded.engine_tensors():
         if changed is not None and changed.isdisjoint(keys):
             continue
         nbytes = tensor.numel() * tensor.element_size()
@@ -104,25 +105,25 @@ def bucket_plan(
 
 
 def bucket_layouts(
-    worker: ShardedModel, bucket_bytes: int, dtype: str | None, changed_only: bool = False
+    rank: ShardedRank, bucket_bytes: int, dtype: str | None, changed_only: bool = False
 ) -> list[BucketLayout]:
     """How each bucket of `bucket_plan` is laid out for a broadcast, its
     floating tensors in ``dtype`` (None: the trainer's)."""
     meta = {}
-    for keys, tensor in worker.engine_tensors():
+    for keys, tensor in rank.sharded.engine_tensors():
         full = cast_floating(torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"), dtype)
         meta |= dict.fromkeys(keys, full)  # tied keys: one tensor object
-    plan = bucket_plan(worker, bucket_bytes, changed_only)
+    plan = bucket_plan(rank, bucket_bytes, changed_only)
     return [BucketLayout.of({k: meta[k] for k in keys}) for keys in plan]
 
 
-def broadcast_buckets(worker: ShardedModel, push: CollectiveWeights) -> int:
+def broadcast_buckets(rank: ShardedRank, push: CollectiveWeights) -> int:
     """Every bucket of ``push`` gathered (a collective on every rank) and broadcast by rank 0
     to the push group (which it joins as rank 0 on the first push); returns the bytes."""
-    member, device = joined(push.group, 0) if worker.rank == 0 else (None, None)
+    member, device = joined(push.group, 0) if rank.sharded.rank == 0 else (None, None)
     sent = 0
     for layout in push.layouts:
-        state = worker.gather_bucket([slot.key for slot in layout.slots])
+        state = rank.sharded.gather_bucket([slot.key for slot in layout.slots])
         if state is not None:
             broadcast_bucket(member, layout, state, device)
             sent += layout.nbytes

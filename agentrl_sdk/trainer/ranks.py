@@ -13,6 +13,8 @@ from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 from agentrl_sdk.trainer.in_process import InProcessRank
 from agentrl_sdk.trainer.ray_cluster import RayRanks, ray_if_started
 from agentrl_sdk.trainer.replay import ReplayLog
+from agentrl_sdk.trainer.sharded_model import ShardedRank
+from agentrl_sdk.trainer.worker import on_adapter
 
 __all__ = ["RankSet", "Ranks"]
 
@@ -24,14 +26,15 @@ logger = logging.getLogger(__name__)
 class Ranks(Protocol):
     """A trainer group's ranks: calls started on them, their results awaited, and an end."""
 
-    def submit(self, method: str, *args: Any, first_only: bool = False) -> list[Any]:
-        """Starts ``method(*args)`` on every rank (rank 0 alone with ``first_only``); one
+    def submit(self, fn: Callable[..., Any], *args: Any, first_only: bool = False) -> list[Any]:
+        """Starts ``fn(rank, *args)`` on every rank (rank 0 alone with ``first_only``); one
         handle per rank, for `wait`."""
         ...
 
     def wait(self, handles: list[Any], method: str, timeout: float) -> list[Any]:
         """The handles' results in rank order within ``timeout`` seconds; a failure raises
-        `TrainerError` naming the rank and ``method`` (`RankDiedError` for a dead rank)."""
+        `TrainerError` naming the rank and the call ``method`` (`RankDiedError` for a dead
+        rank)."""
         ...
 
     def stop(self, graceful: bool = True) -> None:
@@ -55,7 +58,11 @@ class RankSet:
     """
 
     def __init__(
-        self, worker_cls: type, config: TrainerConfig, args: tuple[Any, ...], replay_log: ReplayLog
+        self,
+        worker_cls: type[ShardedRank],
+        config: TrainerConfig,
+        args: tuple[Any, ...],
+        replay_log: ReplayLog,
     ) -> None:
         self.worker_cls = worker_cls
         self.config = config
@@ -78,11 +85,11 @@ class RankSet:
         else:
             self._ranks = RayRanks(self.worker_cls, cfg, self.args)
         try:
-            address = self.submit("rendezvous_address", first_only=True)
-            ip, port = self.wait(address, "start", cfg.init_timeout_s)[0]
+            address = self.submit(ShardedRank.rendezvous_address, first_only=True)
+            ip, port = self.wait(address, ShardedRank.rendezvous_address, cfg.init_timeout_s)[0]
             if ip == _node_ip():
                 ip = "127.0.0.1"  # rank 0 shares the driver's node: stay on loopback
-            ranks = self.call("setup", ip, port, timeout=cfg.init_timeout_s)
+            ranks = self.call(ShardedRank.setup, ip, port, timeout=cfg.init_timeout_s)
         except BaseException:
             self.stop()
             raise
@@ -96,23 +103,27 @@ class RankSet:
         if ranks is not None:
             ranks.stop(graceful)
 
-    def submit(self, method: str, *args: Any, first_only: bool = False) -> list[Any]:
-        """Starts ``method(*args)`` on every rank (rank 0 alone with ``first_only``); returns
+    def submit(self, fn: Callable[..., Any], *args: Any, first_only: bool = False) -> list[Any]:
+        """Starts ``fn(rank, *args)`` on every rank (rank 0 alone with ``first_only``): ``fn`` is
+        a method of the rank class (``PolicyWorker.update``) or a function of a rank. Returns
         one handle per rank, for `wait`."""
         if self._ranks is None:
-            raise TrainerError(f"{method}: the trainer group is shut down")
-        return self._ranks.submit(method, *args, first_only=first_only)
+            raise TrainerError(f"{fn.__name__}: the trainer group is shut down")
+        return self._ranks.submit(fn, *args, first_only=first_only)
 
-    def wait(self, handles: list[Any], method: str, timeout: float | None = None) -> list[Any]:
-        """The results of `submit`'s ``handles`` in rank order, within ``timeout`` (default
-        ``call_timeout_s``); a failure raises `TrainerError` (`RankDiedError` for a dead rank)."""
+    def wait(
+        self, handles: list[Any], fn: Callable[..., _T], timeout: float | None = None
+    ) -> list[_T]:
+        """The results of `submit`'s ``handles`` of ``fn`` in rank order, within ``timeout``
+        (default ``call_timeout_s``); a failure raises `TrainerError` (`RankDiedError` for a
+        dead rank)."""
         if self._ranks is None:
-            raise TrainerError(f"{method}: the trainer group is shut down")
-        return self._ranks.wait(handles, method, timeout or self.config.call_timeout_s)
+            raise TrainerError(f"{fn.__name__}: the trainer group is shut down")
+        return self._ranks.wait(handles, fn.__name__, timeout or self.config.call_timeout_s)
 
-    def call(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
-        """Runs ``method(*args)`` on every rank; returns the results in rank order."""
-        return self.wait(self.submit(method, *args), method, timeout)
+    def call(self, fn: Callable[..., _T], *args: Any, timeout: float | None = None) -> list[_T]:
+        """Runs ``fn(rank, *args)`` on every rank; returns the results in rank order."""
+        return self.wait(self.submit(fn, *args), fn, timeout)
 
     def recovering(self, call: Callable[[], _T]) -> _T:
         """``call()``; when a rank dies, rebuild the ranks in the state before it (at most
@@ -137,14 +148,11 @@ class RankSet:
         self.restarts += 1
         self.stop(graceful=False)  # survivors may be stuck in a collective
         self.start()
-        self.replay_log.replay(lambda adapter, *call: self.call(*on_adapter(adapter, *call)))
-
-
-def on_adapter(adapter: str | None, method: str, *args: Any) -> tuple[Any, ...]:
-    """`RankSet.call` arguments of ``method(*args)``, for LoRA ``adapter`` if named."""
-    if adapter is None:
-        return (method, *args)
-    return ("for_adapter", adapter, method, *args)
+        load, update = ShardedRank.load_checkpoint, self.worker_cls.update
+        self.replay_log.replay(
+            lambda adapter, folder: self.call(*on_adapter(adapter, load, folder)),
+            lambda adapter, batch: self.call(*on_adapter(adapter, update, batch)),
+        )
 
 
 def _node_ip() -> str | None:

@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -101,12 +101,12 @@ class RayRanks:
             for rank in range(config.world_size)
         ]
 
-    def submit(self, method: str, *args: Any, first_only: bool = False) -> list[Any]:
-        """Starts ``method(*args)`` on every rank (rank 0 alone with ``first_only``); returns
-        one handle per rank, for `wait`."""
+    def submit(self, fn: Callable[..., Any], *args: Any, first_only: bool = False) -> list[Any]:
+        """Starts ``fn(rank, *args)`` (through the rank's ``run``) on every rank (rank 0 alone
+        with ``first_only``); returns one handle per rank, for `wait`."""
         actors = self._actors[:1] if first_only else self._actors
         with RAY_SUBMIT_LOCK:
-            return [getattr(actor, method).remote(*args) for actor in actors]
+            return [actor.run.remote(fn, *args) for actor in actors]
 
     @staticmethod
     def wait(handles: list[Any], method: str, timeout: float) -> list[Any]:

@@ -61,12 +61,14 @@ class ReplayLog:
                 "from the last one"
             ) from cause
 
-    def replay(self, call: Callable[..., Any]) -> None:
-        """Brings new ranks to the logged state: ``call(adapter, method, *args)`` loads each
-        checkpoint, then runs every update since, on the same batches."""
+    def replay(
+        self, load: Callable[[str | None, str], Any], update: Callable[[str | None, Any], Any]
+    ) -> None:
+        """Brings new ranks to the logged state: ``load(adapter, folder)`` of each checkpoint,
+        then ``update(adapter, batch)`` of every update since, on the same batches."""
         for adapter, folder in self.checkpoints.items():
-            call(adapter, "load_checkpoint", folder)
+            load(adapter, folder)
         for adapter, batch in self.updates:
-            call(adapter, "update", batch)
+            update(adapter, batch)
         logger.warning("trainer group rebuilt: %s, %d update(s) replayed",
                        sorted(self.checkpoints.values()) or "from the model", len(self.updates))

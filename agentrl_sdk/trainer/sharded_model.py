@@ -46,7 +46,9 @@ from agentrl_sdk.weights.tensor_transport import PackedTensors
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["ShardedModel", "causal_lm", "forwarded"]
+    from agentrl_sdk.trainer.packing import FlatSamples
+
+__all__ = ["ShardedModel", "ShardedRank", "causal_lm"]
 
 _T = TypeVar("_T")
 
@@ -121,8 +123,6 @@ class ShardedModel:
         self.adapters = tuple(adapters) or (ADAPTER,)
         self.active = self.adapters[0]  # its optimizer, schedule and counters are self's
         self._inactive: dict[str, _AdapterState] = {}
-
-    rendezvous_address = staticmethod(rendezvous_address)
 
     def setup(self, master_addr: str, master_port: int) -> dict[str, Any]:
         """Joins the process group, loads and shards the model(s), builds optimizer and schedule.
@@ -376,16 +376,6 @@ class ShardedModel:
         """Engine keys of the active adapter's transposed (``fan_in_fan_out``) weights."""
         return frozenset(k for k, a in self._adapted.items() if a.fan_in_fan_out)
 
-    def gather_packed_adapter(self) -> PackedTensors | None:
-        """`gather_adapter` as numpy arrays (rank 0)."""
-        state = self.gather_adapter()
-        return None if state is None else PackedTensors.pack(state)
-
-    def run(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """``fn(self, *args)`` on this rank: the group's calls of functions that work on a rank
-        (the weight exporters of `rank_weights`) without being its methods."""
-        return fn(self, *args)
-
     # ---------------------------------------------------------------- checkpoints
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> None:
@@ -417,16 +407,47 @@ class ShardedModel:
             dist.destroy_process_group()
 
 
-def forwarded(name: str) -> Callable[..., Any]:
-    """A rank's method that calls its `ShardedModel`'s (``self.sharded``) method ``name``: the
-    Ray-facing names of a worker (what `TrainerGroup` calls) that are the model's own."""
+class ShardedRank:
+    """A trainer rank (`PolicyWorker`, `ValueWorker`): its `ShardedModel` (``sharded``) and the
+    objective it trains. The group reaches a rank only through `run`, naming each call by the
+    function itself (``ranks.call(PolicyWorker.update, flat)``), so a renamed method fails its
+    callers' type check, not a remote call at run time."""
 
-    def method(self: Any, *args: Any) -> Any:
-        return getattr(self.sharded, name)(*args)
+    sharded: ShardedModel
 
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"`ShardedModel.{name}` of this rank."
-    return method
+    def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(self, *args)`` on this rank: a method of the rank's class, or a function of a
+        rank (the weight exporters of `rank_weights`)."""
+        return fn(self, *args)
+
+    def update(self, flat: FlatSamples) -> dict[str, float]:
+        """One update of the rank's objective on ``flat``; its metrics."""
+        raise NotImplementedError
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """This node's IP and a free port on it, for rank 0 to host a rendezvous."""
+        return rendezvous_address()
+
+    def setup(self, master_addr: str, master_port: int) -> dict[str, Any]:
+        """Joins the process group, loads and shards the model (`ShardedModel.setup`)."""
+        return self.sharded.setup(master_addr, master_port)
+
+    def gather_packed_adapter(self) -> PackedTensors | None:
+        """The LoRA adapter as numpy arrays, on rank 0 (`ShardedModel.gather_adapter`)."""
+        state = self.sharded.gather_adapter()
+        return None if state is None else PackedTensors.pack(state)
+
+    def save_checkpoint(self, path: str, extra: dict[str, Any]) -> None:
+        """`ShardedModel.save_checkpoint`."""
+        self.sharded.save_checkpoint(path, extra)
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        """`ShardedModel.load_checkpoint`; the checkpoint's ``extra``."""
+        return self.sharded.load_checkpoint(path)
+
+    def close(self) -> None:
+        """Deletes the staged weights and leaves the process group."""
+        self.sharded.close()
 
 
 def causal_lm(path: str) -> nn.Module:

@@ -4,8 +4,8 @@ objective. Runs inside a Ray actor (see `TrainerGroup`) but imports no Ray at mo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -20,27 +20,23 @@ from agentrl_sdk.algorithms.objectives import (
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.export import export_pretrained
 from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch
-from agentrl_sdk.trainer.sharded_model import ShardedModel, forwarded
+from agentrl_sdk.trainer.sharded_model import ShardedModel, ShardedRank
 from agentrl_sdk.trainer.token_logprobs import response_logprobs
 from agentrl_sdk.trainer.update_loop import Objective, per_token, train
 
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["PolicyWorker"]
+__all__ = ["PolicyWorker", "on_adapter"]
 
-_PER_ADAPTER = frozenset({
-    "update", "compute_logprobs", "gather_packed_adapter", "export_pretrained",
-    "save_checkpoint", "load_checkpoint",
-})  # fmt: skip
-"""The calls `PolicyWorker.for_adapter` makes for one adapter."""
+_T = TypeVar("_T")
 
 
-class PolicyWorker:
+class PolicyWorker(ShardedRank):
     """One rank: a `ShardedModel` (the causal LM, FSDP2, LoRA adapters, AdamW) trained with
     ``ppo_policy_loss`` (+ KL, - entropy) by the shared `update_loop`.
 
-    Its methods are what `TrainerGroup` calls on every rank over Ray.
+    Its methods are what `TrainerGroup` calls on every rank (`RankSet.call`).
 
     Args:
         rank: This worker's rank.
@@ -73,12 +69,9 @@ class PolicyWorker:
             skips_inert=inert_without_signal(loss_config),
         )  # fmt: skip
 
-    rendezvous_address = forwarded("rendezvous_address")
-    setup = forwarded("setup")  # joins the process group, loads and shards the model
-
-    def for_adapter(self, adapter: str, method: str, *args: Any) -> Any:
-        """``method(*args)`` for LoRA adapter ``adapter``: with it active in the forward and
-        its own optimizer, schedule and counters (the first adapter is active again after).
+    def for_adapter(self, adapter: str, method: Callable[..., _T], *args: Any) -> _T:
+        """``method(self, *args)`` for LoRA adapter ``adapter``: with it active in the forward
+        and its own optimizer, schedule and counters (the first adapter is active again after).
 
         Raises:
             ValueError: The worker holds no such adapter, or ``method`` is not per adapter.
@@ -86,13 +79,13 @@ class PolicyWorker:
         sharded = self.sharded
         if adapter not in sharded.adapters or method not in _PER_ADAPTER:
             raise ValueError(
-                f"for_adapter({adapter!r}, {method!r}): adapters are {list(sharded.adapters)}, "
-                f"methods {sorted(_PER_ADAPTER)}"
+                f"for_adapter({adapter!r}, {method.__name__}): adapters are "
+                f"{list(sharded.adapters)}, methods {sorted(m.__name__ for m in _PER_ADAPTER)}"
             )
         previous = sharded.active
         sharded.switch(adapter)
         try:
-            return getattr(self, method)(*args)
+            return method(self, *args)
         finally:
             sharded.switch(previous)
 
@@ -162,12 +155,20 @@ class PolicyWorker:
 
     # ---------------------------------------------------------------- weights, checkpoints
 
-    gather_packed_adapter = forwarded("gather_packed_adapter")
-    run = forwarded("run")  # the weight exporters, run on the rank's `ShardedModel`
-    save_checkpoint = forwarded("save_checkpoint")
-    load_checkpoint = forwarded("load_checkpoint")
-    close = forwarded("close")
-
     def export_pretrained(self, path: str, form: str | None = None) -> None:
         """Writes the current weights as a model folder (see `export.export_pretrained`)."""
         export_pretrained(self.sharded, path, form)
+
+
+_PER_ADAPTER = frozenset({
+    PolicyWorker.update, PolicyWorker.compute_logprobs, PolicyWorker.export_pretrained,
+    ShardedRank.gather_packed_adapter, ShardedRank.save_checkpoint, ShardedRank.load_checkpoint,
+})  # fmt: skip
+"""The calls `PolicyWorker.for_adapter` makes for one adapter."""
+
+
+def on_adapter(adapter: str | None, method: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
+    """`RankSet.call` arguments of ``method(*args)``, for LoRA ``adapter`` if named."""
+    if adapter is None:
+        return (method, *args)
+    return (PolicyWorker.for_adapter, adapter, method, *args)

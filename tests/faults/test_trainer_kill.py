@@ -21,7 +21,7 @@ def test_a_killed_trainer_rank_is_rebuilt_and_nothing_is_lost_or_doubled(tmp_pat
 
     async def kill_rank_1_before_update_3(policy, step, samples):
         if step == 3 and not killed:
-            killed.append(policy.group.pids[1])
+            killed.append(policy.group.ranks.pids[1])
             os.kill(killed[0], signal.SIGKILL)
         return await update(policy, step, samples)
 

@@ -71,5 +71,5 @@ def test_trainer_and_engines_on_their_own_nodes(two_nodes, monkeypatch):
     assert all(m.get("train/trained_tokens", 0) > 0 or m["train/skipped_no_signal"] == 1
                for m in result.history)  # trained, or no signal: no optimizer step
     (group,) = groups
-    assert group.node_ids == [trainer_node]
+    assert group.ranks.node_ids == [trainer_node]
     assert [e.node_id for e in engines] == [engine_node]

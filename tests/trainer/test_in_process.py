@@ -41,7 +41,7 @@ def group(model_path):
 
 
 def test_updates_equal_the_reference_in_this_process(group, model_path):
-    assert group.pids == [os.getpid()]
+    assert group.ranks.pids == [os.getpid()]
     # The rank's torch threads are its own thread's: this (the engine's) thread keeps its own.
     assert group.info["threads"] == 1 and torch.get_num_threads() == len(os.sched_getaffinity(0))
     assert group.weights.weight_offer.kinds == {"state_dict", "shared_files"}
@@ -76,10 +76,13 @@ def test_failures_and_timeouts_name_the_rank_and_the_call(group, tmp_path):
     with pytest.raises(TrainerError, match=r"rank 0 failed in load_checkpoint: FileNotFoundError"):
         group.load_checkpoint(tmp_path / "missing")
     release = threading.Event()
-    group.ranks._ranks._worker.stall = lambda: release.wait(30)  # a call that does not return
+
+    def stall(rank: object) -> None:
+        release.wait(30)  # a call that does not return
+
     try:
         with pytest.raises(TrainerError, match=r"stall timed out after 0s waiting for ranks \[0\]"):
-            group.ranks.call("stall", timeout=0.2)
+            group.ranks.call(stall, timeout=0.2)
     finally:
         release.set()
     assert group.compute_logprobs(Batch(samples=BATCHES[0].samples[:1]))  # still usable
@@ -122,8 +125,7 @@ def test_a_job_without_ray_never_loads_it_and_a_stuck_call_does_not_hold_it_open
         f"engine = TorchEngine.from_pretrained({str(model_path)!r})\n"
         "import asyncio; asyncio.run(WeightSync().push(group.weights, [engine], 1))\n"
         "print('ray loaded', 'ray' in sys.modules, flush=True)\n"
-        "group.ranks._ranks._worker.stall = threading.Event().wait\n"
-        "group.ranks.submit('stall')\n"
+        "group.ranks.submit(lambda rank: threading.Event().wait())\n"
         "print('stuck', flush=True)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

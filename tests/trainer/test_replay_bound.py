@@ -47,7 +47,8 @@ def test_a_replay_loads_each_checkpoint_then_the_updates_since_in_order():
     log.remember("b", "batch-1")
     log.remember(None, "batch-2")
     calls = []
-    log.replay(lambda adapter, *call: calls.append((adapter, *call)))
+    log.replay(lambda adapter, folder: calls.append((adapter, "load_checkpoint", folder)),
+               lambda adapter, batch: calls.append((adapter, "update", batch)))
     assert calls == [(None, "load_checkpoint", "/ckpt/0"), ("b", "update", "batch-1"),
                      (None, "update", "batch-2")]  # fmt: skip
 

@@ -407,7 +407,7 @@ async def test_shared_memory_push_reaches_engine_actors_and_matches_the_driver_p
         shared = WeightSync(bucket_bytes=64 << 10)
         assert (await shared.push(group.weights, [actor], 1)).version == actor.policy_version == 1
         assert shared.last_stats.via == "shared_memory" and shared.last_stats.buckets > 1
-        staged = Path(shm_root() or tempfile.gettempdir()).glob(f"agentrl-weights-{group.pids[0]}-*")
+        staged = Path(shm_root() or tempfile.gettempdir()).glob(f"agentrl-weights-{group.ranks.pids[0]}-*")
         assert len(list(staged)) == 1  # rank 0's files, overwritten in place by later pushes
         driver = WeightSync(bucket_bytes=64 << 10, transport="driver")
         await driver.push(group.weights, [by_driver], 1)

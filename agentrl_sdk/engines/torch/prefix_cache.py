@@ -120,12 +120,6 @@ class PrefixCache:
         found = self._longest(adapter, context, len(context) - 1)
         return 0 if found is None else found[1]
 
-    def holds(self, adapter: str | None, tokens: Sequence[int]) -> bool:
-        """Whether `insert` of ``tokens`` would add nothing: their whole blocks are cached."""
-        length = len(tokens) // BLOCK_TOKENS * BLOCK_TOKENS
-        found = self._longest(adapter, tokens, length)
-        return length == (0 if found is None else found[1])
-
     def _longest(
         self, adapter: str | None, context: Sequence[int], limit: int
     ) -> tuple[_Entry, int] | None:

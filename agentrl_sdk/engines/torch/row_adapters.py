@@ -45,7 +45,6 @@ class RowAdapters:
     """
 
     def __init__(self, model: nn.Module) -> None:
-        self._model = model
         self._modules = dict(model.named_modules())
         self._adapters: dict[str, _Adapter] = {}
         self._hooked: set[str] = set()
