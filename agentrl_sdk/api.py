@@ -20,8 +20,8 @@ from agentrl_sdk.pipeline import (
 )
 from agentrl_sdk.pipeline.rules import Schedule
 from agentrl_sdk.rollout import default_input
-from agentrl_sdk.rollout.agents import check_targets
 from agentrl_sdk.rollout.rewards import RewardFn
+from agentrl_sdk.target import Target
 from agentrl_sdk.threads import use_user_code_executor
 
 ConfigLike = TrainConfig | Mapping[str, Any] | str | Path | None
@@ -68,16 +68,14 @@ async def atrain(
     nodes: NodeRules | None = None,
 ) -> TrainResult:
     """Async `train`, for callers that already run an event loop."""
-    check_targets(graph)
-    resolved = with_node_rules(resolve_config(config), nodes)
-    use_user_code_executor(resolved.rollout.tool_threads)
-    rows, skipped = _rows(graph, dataset, resolved, input_fn)
+    target, resolved = _resolve(graph, config, nodes)
+    rows, skipped = _rows(target, dataset, resolved, input_fn)
     if resolved.epochs is not None:
         steps = resolved.epochs * (len(rows) // resolved.data.batch_size)
         resolved = resolved.model_copy(update={"max_steps": max(1, steps)})
     eval_rows: list[dict[str, Any]] = []
     if eval_dataset is not None:
-        eval_rows, skipped_eval = _rows(graph, eval_dataset, resolved, input_fn)
+        eval_rows, skipped_eval = _rows(target, eval_dataset, resolved, input_fn)
         skipped += skipped_eval
     elif resolved.evaluation.every:
         raise ValueError(
@@ -85,20 +83,28 @@ async def atrain(
             "pass sdk.train(..., eval_dataset=rows) or set evaluation.every to 0"
         )
     return await run_pipeline(
-        JobSpec(graph, rows, reward, resolved, input_fn=input_fn, skipped_rows=skipped,
+        JobSpec(target, rows, reward, resolved, input_fn=input_fn, skipped_rows=skipped,
                 eval_rows=eval_rows),
         Schedule.of(resolved),
     )
 
 
+def _resolve(graph: Any, config: ConfigLike, nodes: NodeRules | None) -> tuple[Target, TrainConfig]:
+    """The checked target and the config with ``nodes``; the user code executor sized."""
+    target = Target.of(graph)
+    resolved = with_node_rules(resolve_config(config), nodes)
+    use_user_code_executor(resolved.rollout.tool_threads)
+    return target, resolved
+
+
 def _rows(
-    graph: Any, dataset: DatasetLike, config: TrainConfig, input_fn: Callable[[dict], Any]
+    target: Target, dataset: DatasetLike, config: TrainConfig, input_fn: Callable[[dict], Any]
 ) -> tuple[list[dict], int]:
     """A dataset's valid rows and how many failed validation (``data.on_bad_row``): the row
     schema, the agent a row names, and whether ``input_fn`` makes an input its graph reads."""
-    agents = set(graph) if isinstance(graph, Mapping) else None
-    rows, problems = load_rows(dataset, on_bad_row=config.data.on_bad_row, agent_names=agents,
-                               input_check=GraphInputCheck(graph, input_fn))
+    rows, problems = load_rows(dataset, on_bad_row=config.data.on_bad_row,
+                               agent_names=target.agent_names,
+                               input_check=GraphInputCheck(target, input_fn))
     return rows, len(problems)
 
 
@@ -159,15 +165,13 @@ async def aevaluate(
     nodes: NodeRules | None = None,
 ) -> EvalResult:
     """Async `evaluate`, for callers that already run an event loop."""
-    check_targets(graph)
-    resolved = with_node_rules(resolve_config(config), nodes)
-    use_user_code_executor(resolved.rollout.tool_threads)
+    target, resolved = _resolve(graph, config, nodes)
     if model is not None:
         resolved = resolved.model_copy(deep=True)
         resolved.model.path = str(model)
-    rows, skipped = _rows(graph, dataset, resolved, input_fn)
+    rows, skipped = _rows(target, dataset, resolved, input_fn)
     return await run_evaluation(
-        JobSpec(graph, rows, reward, resolved, input_fn=input_fn, skipped_rows=skipped)
+        JobSpec(target, rows, reward, resolved, input_fn=input_fn, skipped_rows=skipped)
     )
 
 

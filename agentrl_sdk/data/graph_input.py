@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentrl_sdk.data.schema import RowProblem
+from agentrl_sdk.target import Target
 
 __all__ = ["GraphInputCheck"]
 
@@ -27,20 +28,23 @@ class GraphInputCheck:
     input is fine. Agent functions take the row itself and are not checked.
 
     Args:
-        graph: A compiled graph, an agent function, or ``{agent_name: either}`` (a row runs
-            the entry its ``agent_name`` names, ``"default"`` without one).
+        graph: A `Target`, or what `Target.of` takes: a compiled graph, an agent function,
+            or ``{agent_name: either}``.
         input_fn: Row -> graph input; called once per row here, so it should be cheap and
             free of side effects (as the rollout calls it again).
     """
 
     def __init__(self, graph: Any, input_fn: Callable[[Mapping[str, Any]], Any]) -> None:
-        self._graph = graph
+        self._target = Target.of(graph)
         self._input_fn = input_fn
         self._keys: dict[int, frozenset[str]] = {}
 
     def __call__(self, row: Mapping[str, Any], index: int) -> RowProblem | None:
         """None if ``row`` gives its graph an input it can read, else why not."""
-        graph = self._graph_for(row)
+        try:
+            graph = self._target.for_row(row)
+        except KeyError:  # an unknown agent_name: `load_rows` reports it
+            return None
         if not hasattr(graph, "ainvoke"):
             return None
         name = getattr(self._input_fn, "__name__", "input_fn")
@@ -63,11 +67,6 @@ class GraphInputCheck:
             f"this row (got keys {sorted(map(str, value))}); give the row 'messages' (or verl's "
             "'prompt') or pass an input_fn that builds the graph's input",
         )
-
-    def _graph_for(self, row: Mapping[str, Any]) -> Any:
-        if isinstance(self._graph, Mapping):
-            return self._graph.get(row.get("agent_name") or "default")
-        return self._graph
 
     def _input_keys(self, graph: Any) -> frozenset[str]:
         """The keys of ``graph``'s input schema; empty when it has no readable schema."""

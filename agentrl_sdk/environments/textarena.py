@@ -22,6 +22,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from agentrl_sdk.chat.context import current_recorder
+from agentrl_sdk.chat.messages import message_text
 from agentrl_sdk.environments._textarena_play import (
     GameDataMissing,
     GameNotReplayable,
@@ -221,7 +222,7 @@ def _build_graph(game: TextArenaGame, system_prompt: str | None) -> Any:
         conversations = {k: list(v) for k, v in (state.get("conversations") or {}).items()}
         if conversations:  # a player just replied: its move is the last assistant message
             mover = game.players[state["to_move"]]
-            moves.append(_text(conversations[mover][-1]))
+            moves.append(message_text(conversations[mover][-1]))
         play = replay(game.env_id, len(game.players), int(state["seed"]), moves, game.env_kwargs)
         shown = [text for _, text in play.shown]
         if shown[: len(state.get("shown") or [])] != list(state.get("shown") or []):
@@ -282,14 +283,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value if isinstance(value, str | int | float | bool | None) else str(value)
-
-
-def _text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") if isinstance(part, dict) else str(part)
-                   for part in content)
 
 
 def _player_node(seat: int, name: str, policy: str) -> Any:

@@ -66,15 +66,9 @@ def build_llama3_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerFast:
     Raises:
         ValueError: If the built-in corpus cannot fill ``vocab_size`` symbols.
     """
-    backend = _llama3_backend(vocab_size)
-    learned = backend.get_vocab_size(with_added_tokens=False)
-    if learned != vocab_size:
-        raise ValueError(
-            f"the built-in corpus only supports {learned} BPE symbols, not vocab_size={vocab_size}"
-        )
-    # The wrapper deep-copies `backend`, so the cached one stays untouched.
+    # The wrapper deep-copies the backend, so the cached one stays untouched.
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+        tokenizer_object=_llama3_backend(vocab_size),
         bos_token="<|begin_of_text|>",
         eos_token="<|eot_id|>",
         pad_token="<|end_of_text|>",

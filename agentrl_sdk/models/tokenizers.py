@@ -224,7 +224,12 @@ def _builtin_corpus(seed: int = 0) -> Iterator[str]:
 def _trained_bpe(
     vocab_size: int, corpus: Iterable[str], pattern: str = QWEN_SPLIT_PATTERN, nfc: bool = True
 ) -> Tokenizer:
-    """A byte-level BPE splitting by ``pattern``, trained on ``corpus``; no added tokens yet."""
+    """A byte-level BPE splitting by ``pattern``, trained on ``corpus``; no added tokens yet.
+
+    Raises:
+        ValueError: The corpus is too small to learn ``vocab_size`` symbols (the added
+            tokens' ids would then shift).
+    """
     backend = Tokenizer(models.BPE())
     _byte_level_pipeline(backend, pattern, nfc)
     trainer = trainers.BpeTrainer(
@@ -233,6 +238,10 @@ def _trained_bpe(
         show_progress=False,
     )
     backend.train_from_iterator(corpus, trainer=trainer)
+    learned = backend.get_vocab_size(with_added_tokens=False)
+    if learned != vocab_size:
+        raise ValueError(f"the corpus only supports {learned} BPE symbols, not vocab_size="
+                         f"{vocab_size}: give more varied text or a smaller vocab_size")
     return backend
 
 
@@ -278,13 +287,5 @@ def build_small_tokenizer(
     if vocab_size < 256:
         raise ValueError(f"vocab_size={vocab_size} is below the 256 byte symbols of byte-level BPE")
     if corpus is None:
-        backend = _builtin_small_backend(vocab_size)
-    else:
-        backend = _train_small_backend(vocab_size, corpus)
-    learned = backend.get_vocab_size(with_added_tokens=False)
-    if learned != vocab_size:
-        raise ValueError(
-            f"the corpus only supports {learned} BPE symbols, not vocab_size={vocab_size}: "
-            "give more varied text or a smaller vocab_size"
-        )
-    return _wrap(backend, template)
+        return _wrap(_builtin_small_backend(vocab_size), template)
+    return _wrap(_train_small_backend(vocab_size, corpus), template)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any, Literal
@@ -13,6 +12,7 @@ import torch.nn.functional as F
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from agentrl_sdk.algorithms.schedule import warmup_cosine
 from agentrl_sdk.allocator import keep_memory_lean, return_free_memory
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.config import ToolPromptMode
@@ -219,15 +219,6 @@ def _masked_next_token_loss(
     return F.cross_entropy(logits.float(), input_ids[:, 1:][targets])
 
 
-def _lr_factor(step: int, *, steps: int) -> float:
-    """Linear warm-up over the first 10% of the steps, then cosine decay to 10% of the peak."""
-    warmup = max(1, steps // 10)
-    if step < warmup:
-        return (step + 1) / warmup
-    done = (step - warmup) / max(1, steps - warmup)
-    return 0.1 + 0.45 * (1 + math.cos(math.pi * done))
-
-
 def _progress_bar(enabled: bool) -> Progress | nullcontext[None]:
     if not enabled:
         return nullcontext()
@@ -343,7 +334,7 @@ def train_on_sft_examples(
     generator = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)
-    schedule = functools.partial(_lr_factor, steps=steps)
+    schedule = functools.partial(warmup_cosine, warmup=max(1, steps // 10), total=steps, floor=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     losses: list[float] = []
     if activation_checkpointing:

@@ -14,6 +14,7 @@ from agentrl_sdk.pipeline.policies import DEFAULT_POLICY, Policy
 from agentrl_sdk.rollout import default_input
 from agentrl_sdk.rollout.rewards import RewardFn, check_reward_fn
 from agentrl_sdk.rollout.tree import check_forkable
+from agentrl_sdk.target import Target
 from agentrl_sdk.tracing import TrainingRun
 from agentrl_sdk.trainer.critic import CriticGroup
 
@@ -25,7 +26,8 @@ class JobSpec:
     """What a job runs: the user's graph on rows, its reward, and the config.
 
     Args:
-        graph: The compiled LangGraph graph (or agent function).
+        graph: The user's `Target` (a graph, an agent function or a mapping of either by
+            agent name is resolved to one).
         rows: The dataset rows (training rows, or the rows an evaluation rolls out).
         reward_fn: Scores a finished rollout; None when the graph emits its rewards itself.
         config: The whole job's configuration.
@@ -34,7 +36,7 @@ class JobSpec:
         eval_rows: Held-out rows that ``config.evaluation`` evaluates on.
     """
 
-    graph: Any
+    graph: Target
     rows: list[dict[str, Any]]
     reward_fn: RewardFn | None
     config: TrainConfig
@@ -43,6 +45,7 @@ class JobSpec:
     eval_rows: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "graph", Target.of(self.graph))
         check_reward_fn(self.reward_fn)
         check_forkable(self.graph, self.config.rollout.tree)
 
@@ -51,7 +54,7 @@ class JobSpec:
 class Job:
     """Everything one training job's steps share."""
 
-    graph: Any
+    graph: Target
     reward_fn: RewardFn | None
     input_fn: Callable[[dict[str, Any]], Any]
     config: TrainConfig

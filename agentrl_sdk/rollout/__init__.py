@@ -1,6 +1,6 @@
 """Concurrent rollouts of a graph (or an OpenAI-speaking agent function) over dataset rows."""
 
-from agentrl_sdk.rollout.agents import AgentEndpoint, AgentFn, is_agent_fn
+from agentrl_sdk.rollout.agents import AgentEndpoint, AgentFn
 from agentrl_sdk.rollout.runner import (
     arollout,
     arollout_batch,
@@ -8,6 +8,7 @@ from agentrl_sdk.rollout.runner import (
     rollout,
     row_id_of,
 )
+from agentrl_sdk.target import is_agent_fn
 
 __all__ = [
     "AgentEndpoint",

@@ -69,37 +69,6 @@ AgentFn = Callable[[AgentEndpoint, Mapping[str, Any]], Awaitable[Any] | Any]
 """``agent(endpoint, row)`` -> final state handed to the reward function (may be None)."""
 
 
-def is_agent_fn(target: Any) -> bool:
-    """Whether ``target`` is an agent function rather than a graph (which has ``ainvoke``)."""
-    return callable(target) and not hasattr(target, "ainvoke")
-
-
-def check_targets(graph: Any) -> None:
-    """Refuse, before any rollout, a target that can neither be invoked as a graph nor called
-    as an agent function; a mapping's values are checked one by one.
-
-    Raises:
-        TypeError: Naming what to pass instead (``builder.compile()`` for a `StateGraph`).
-    """
-    targets = graph.items() if isinstance(graph, Mapping) else [(None, graph)]
-    for name, target in targets:
-        if hasattr(target, "ainvoke") or callable(target):
-            continue
-        where = "" if name is None else f" for agent_name {name!r}"
-        if hasattr(target, "compile"):  # a StateGraph builder: it runs only once compiled
-            raise TypeError(f"the graph{where} is a {type(target).__name__} builder, not a "
-                            "compiled graph: pass graph.compile()")
-        raise TypeError(f"the target{where} is a {type(target).__name__}: pass a compiled "
-                        "LangGraph graph, an agent function agent(endpoint, row), or a "
-                        "mapping of agent names to either")
-
-
-def uses_agent_fns(graph: Any) -> bool:
-    """Whether ``graph`` (one target or ``{agent_name: target}``) holds an agent function."""
-    targets = graph.values() if isinstance(graph, Mapping) else [graph]
-    return any(is_agent_fn(t) for t in targets)
-
-
 def build_gateway(
     engine: Engine | Mapping[str, Engine], template: ChatTemplate, config: RolloutConfig
 ) -> Gateway:

@@ -17,6 +17,7 @@ from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.turn import failure_status
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.data.sources import own_row_id
+from agentrl_sdk.target import Target
 from agentrl_sdk.tools import ToolSession, current_tool_session, tools_kwargs_of
 from agentrl_sdk.types import RewardComponent, Trajectory, TrajectoryStatus
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "InputFn", "default_input", "finish", "graph_run_config", "recording", "row_id_of",
-    "run_chain", "select_graph",
+    "run_chain",
 ]
 
 Row = Mapping[str, Any]
@@ -41,23 +42,6 @@ def default_input(row: Row) -> Any:
     return dict(row)
 
 
-def select_graph(graph: Any, row: Row) -> Any:
-    """The graph for ``row``: ``graph`` itself, or ``graph[row["agent_name"]]`` from a mapping.
-
-    A mapping of agent names to graphs routes each row the way verl's ``agent_name`` selects
-    an agent loop; rows without ``agent_name`` use the ``"default"`` entry.
-
-    Raises:
-        KeyError: The mapping has no graph for the row's agent.
-    """
-    if not isinstance(graph, Mapping):
-        return graph
-    name = row.get("agent_name") or "default"
-    if name not in graph:
-        raise KeyError(f"no graph for agent_name {name!r} (known: {', '.join(sorted(graph))})")
-    return graph[name]
-
-
 def row_id_of(row: Row) -> str:
     """A row's id: its own (`own_row_id`), else a stable hash of its content."""
     own = own_row_id(row)
@@ -68,7 +52,7 @@ def row_id_of(row: Row) -> str:
 
 
 async def run_chain(
-    graph: Any,
+    target: Target,
     row: Row,
     sample_index: int,
     engine: Engine | Mapping[str, Engine],
@@ -86,7 +70,7 @@ async def run_chain(
     tools = ToolSession(tools_kwargs_of(row))
     try:
         with recording(recorder, tools):
-            run = select_graph(graph, row).ainvoke(
+            run = target.for_row(row).ainvoke(
                 input_fn(row), config=graph_run_config(config, recorder)
             )
             state = await asyncio.wait_for(run, timeout=config.timeout_s)

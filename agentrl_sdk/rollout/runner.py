@@ -10,22 +10,11 @@ from typing import TYPE_CHECKING, Any
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.config import RolloutConfig
 from agentrl_sdk.engines.user_engines import fit_engines
-from agentrl_sdk.rollout.agents import (
-    build_gateway,
-    check_targets,
-    is_agent_fn,
-    run_agent,
-    uses_agent_fns,
-)
+from agentrl_sdk.rollout.agents import build_gateway, run_agent
 from agentrl_sdk.rollout.collector_gc import relaxed_gc
-from agentrl_sdk.rollout.graph_run import (
-    InputFn,
-    default_input,
-    row_id_of,
-    run_chain,
-    select_graph,
-)
+from agentrl_sdk.rollout.graph_run import InputFn, default_input, row_id_of, run_chain
 from agentrl_sdk.rollout.tree import TreeRollouts
+from agentrl_sdk.target import Target, is_agent_fn
 from agentrl_sdk.types import Trajectory
 
 if TYPE_CHECKING:
@@ -53,7 +42,7 @@ async def arollout(
         graph: A compiled LangGraph graph (anything with ``ainvoke``), an agent function
             ``agent(endpoint, row)`` that speaks OpenAI chat completions to
             ``endpoint.base_url`` (see `agentrl_sdk.rollout.agents`), or a mapping of
-            ``agent_name`` to either (see `select_graph`).
+            ``agent_name`` to either (see `Target`).
         row: The dataset row; ``input_fn`` turns it into the graph's input.
         engine: The engine, or one engine per policy name.
         tokenizer: The policy model's tokenizer (its chat template renders prompts).
@@ -84,27 +73,27 @@ async def arollout_batch(
 
     ``record_events`` fills ``Trajectory.events`` (see `arollout`).
     """
-    check_targets(graph)
+    target = Target.of(graph)
     config = config or RolloutConfig()
     samples = n or config.n
     engine = fit_engines(engine)  # an object that cannot serve is refused before any rollout
     template = ChatTemplate(tokenizer, tool_prompt=config.chat.tool_prompt)
     gate = asyncio.Semaphore(config.concurrency)
     # Agent functions reach the engines through a recording gateway, up for this batch only.
-    gateway = build_gateway(engine, template, config) if uses_agent_fns(graph) else None
+    gateway = build_gateway(engine, template, config) if target.has_agent_fns else None
 
     async def one(row: Row, index: int) -> Trajectory:
         async with gate:
-            target = _agent_fn_of(graph, row) if gateway is not None else None
-            if target is not None:
-                return await run_agent(target, row, row_id_of(row), index, gateway, config,
+            agent_fn = _agent_fn_of(target, row) if gateway is not None else None
+            if agent_fn is not None:
+                return await run_agent(agent_fn, row, row_id_of(row), index, gateway, config,
                                        record_events)
             return await run_chain(
-                graph, row, index, engine, template, config, input_fn, record_events
+                target, row, index, engine, template, config, input_fn, record_events
             )
 
     if config.tree.enabled:  # rollouts forked at the graph's checkpoints: see `tree`
-        trees = TreeRollouts(graph, engine, template, config, input_fn, record_events, gate)
+        trees = TreeRollouts(target, engine, template, config, input_fn, record_events, gate)
         with relaxed_gc():
             groups = await asyncio.gather(*(trees.group(row, samples) for row in rows))
         return [leaf for group in groups for leaf in group]
@@ -116,14 +105,14 @@ async def arollout_batch(
             return list(await asyncio.gather(*jobs))
 
 
-def _agent_fn_of(graph: Any, row: Row) -> Any:
-    """The row's target if it is an agent function; None for a graph or an unknown agent
+def _agent_fn_of(target: Target, row: Row) -> Any:
+    """The row's agent if it is an agent function; None for a graph or an unknown agent
     (the graph path reports that one)."""
     try:
-        target = select_graph(graph, row)
+        agent = target.for_row(row)
     except KeyError:
         return None
-    return target if is_agent_fn(target) else None
+    return agent if is_agent_fn(agent) else None
 
 
 def rollout(

@@ -36,14 +36,8 @@ from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.chat.turn import failure_status
 from agentrl_sdk.config import RolloutConfig, TreeConfig
-from agentrl_sdk.rollout.agents import is_agent_fn
-from agentrl_sdk.rollout.graph_run import (
-    finish,
-    graph_run_config,
-    recording,
-    row_id_of,
-    select_graph,
-)
+from agentrl_sdk.rollout.graph_run import finish, graph_run_config, recording, row_id_of
+from agentrl_sdk.target import Target, is_agent_fn
 from agentrl_sdk.tools import RLTool, ToolNotForkable, ToolSession, tools_kwargs_of
 from agentrl_sdk.types import Trajectory, TrajectoryStatus
 
@@ -85,12 +79,12 @@ def check_forkable(graph: Any, tree: TreeConfig) -> None:
     """
     if not tree.enabled:
         return
-    for target in graph.values() if isinstance(graph, Mapping) else [graph]:
-        if is_agent_fn(target) or not hasattr(target, "nodes"):
+    for agent in Target.of(graph).agents.values():
+        if is_agent_fn(agent) or not hasattr(agent, "nodes"):
             raise ValueError("rollout.tree forks a compiled LangGraph graph at its checkpoints; "
-                             f"{type(target).__name__} is not one: turn rollout.tree off")
-        branch_nodes(target, tree)
-        for spec in _specs(target).values():
+                             f"{type(agent).__name__} is not one: turn rollout.tree off")
+        branch_nodes(agent, tree)
+        for spec in _specs(agent).values():
             for tool in getattr(spec.runnable, "tools_by_name", {}).values():
                 if isinstance(tool, RLTool) and not tool.forkable():
                     raise ValueError(str(ToolNotForkable(tool.name)))
@@ -184,7 +178,7 @@ class TreeRollouts:
     """The tree rollouts of one `arollout_batch` call (see the module docstring).
 
     Args:
-        graph: The compiled graph, or a mapping of agent names to graphs (`select_graph`).
+        target: The compiled graph, or a mapping of agent names to graphs.
         engines: The engine serving each policy (or one engine).
         template: The policy model's chat template.
         config: The rollout settings; ``config.tree`` shapes the trees.
@@ -195,7 +189,7 @@ class TreeRollouts:
 
     def __init__(
         self,
-        graph: Any,
+        target: Target,
         engines: Engine | Mapping[str, Engine],
         template: ChatTemplate,
         config: RolloutConfig,
@@ -203,8 +197,8 @@ class TreeRollouts:
         record_events: bool,
         gate: asyncio.Semaphore,
     ) -> None:
-        check_forkable(graph, config.tree)
-        self.graph, self.engines, self.template = graph, engines, template
+        check_forkable(target, config.tree)
+        self.target, self.engines, self.template = target, engines, template
         self.config, self.tree = config, config.tree
         self.input_fn, self.record_events, self.gate = input_fn, record_events, gate
         self._forkable: dict[int, tuple[Any, list[str]]] = {}
@@ -440,7 +434,7 @@ class TreeRollouts:
     def _graph(self, row: Row) -> tuple[Any, list[str]]:
         """``row``'s graph with a checkpointer (its own, else this batch's in-memory one),
         and its branch nodes."""
-        graph = select_graph(self.graph, row)
+        graph = self.target.for_row(row)
         if id(graph) not in self._forkable:
             forkable = graph if isinstance(graph.checkpointer, BaseCheckpointSaver) else (
                 graph.copy(update={"checkpointer": self._saver}))

@@ -81,18 +81,10 @@ def _span(line: SpanLine) -> str:
     parts = [f"<span class='kind k-{escape(line.kind)}'>{escape(line.kind)}</span>",
              f"<span class='{'err' if line.error else ''}'>{escape(line.name)}</span> ",
              f"<span class='ms'>{line.duration_ms:.1f} ms</span>"]
-    if line.kind == "TOOL" and line.inputs is not None:
-        parts.append(f" <span class='io'>in: {escape(_text(line.inputs))}</span>")
-        if not line.error:
-            out = line.outputs.get("content") if isinstance(line.outputs, dict) else line.outputs
-            parts.append(f" <span class='io'>out: {escape(_text(out))}</span>")
-    if line.kind == "CHAT_MODEL":
-        a = line.attributes
-        parts.append(f" <span class='ms'>{len(a.get('prompt_ids', []))} prompt + "
-                     f"{len(a.get('response_ids', []))} generated tokens · "
-                     f"policy v{a.get('policy_version')} · {a.get('finish_reason')}</span>")
-    if line.error:
-        parts.append(f" <span class='err'>error: {escape(_text(line.error))}</span>")
+    for label, value in line.details():
+        css = {"tokens": "ms", "error": "err"}.get(label, "io")
+        shown = value if label == "tokens" else f"{label}: {_text(value)}"
+        parts.append(f" <span class='{css}'>{escape(shown)}</span>")
     return "".join(parts)
 
 

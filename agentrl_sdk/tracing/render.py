@@ -99,22 +99,15 @@ def render_trace(view: TraceView, *, show_prompt: bool = True) -> Group:
     return Group(head, facts, tree, trace_legend(), *panels)
 
 
+_DETAIL_STYLES = {"in": "cyan", "out": "cyan", "tokens": "grey50", "error": "bold red"}
+
+
 def _span_text(line: SpanLine) -> Text:
     text = plain(f"{line.name} ", style="red" if line.error else "")
     text.append(f"{line.duration_ms:.1f} ms", style="grey50")
-    if line.kind == "TOOL" and line.inputs is not None:
-        text.append(f"  in: {_short(line.inputs)}", style="cyan")
-        if not line.error:
-            out = line.outputs.get("content") if isinstance(line.outputs, dict) else line.outputs
-            text.append(f"  out: {_short(out)}", style="cyan")
-    if line.kind == "CHAT_MODEL":
-        a = line.attributes
-        text.append(f"  {len(a.get('prompt_ids', []))} prompt + "
-                    f"{len(a.get('response_ids', []))} generated tokens · "
-                    f"v{a.get('policy_version')} · {escape_controls(str(a.get('finish_reason')))}",
-                    style="grey50")
-    if line.error:
-        text.append(f"  error: {_short(line.error)}", style="bold red")
+    for label, value in line.details():
+        shown = escape_controls(value) if label == "tokens" else f"{label}: {_short(value)}"
+        text.append(f"  {shown}", style=_DETAIL_STYLES[label])
     return text
 
 

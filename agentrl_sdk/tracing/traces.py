@@ -109,31 +109,10 @@ def trace_tags(
     return tags
 
 
-def build_trace(
-    traj: Trajectory,
-    *,
-    experiment_id: str,
-    step: int,
-    run_id: str | None = None,
-    credit: RolloutCredit | None = None,
-    tokenizer: Any = None,
-    phase: str = "train",
-) -> tuple[TraceInfo, list[Span]]:
-    """The MLflow trace of one finished rollout: its info (tags, status) and its spans.
-
-    Args:
-        traj: The rollout, with ``events`` recorded (``arollout(..., record_events=True)``);
-            without events the trace holds the root span only.
-        experiment_id: Experiment the trace belongs to.
-        step: Training step, a tag.
-        run_id: The training job's MLflow run; the trace is linked to it.
-        credit: The rollout's advantage and loss share, when it was trained on.
-        tokenizer: Decodes token ids into the spans' text; ids only when None.
-        phase: ``train`` (a training step's rollout) or ``eval`` (a held-out one), a tag.
-    """
-    return trace_entities(build_trace_payload(
-        traj, experiment_id=experiment_id, step=step, run_id=run_id, credit=credit,
-        tokenizer=tokenizer, phase=phase))
+def build_trace(traj: Trajectory, **options: Any) -> tuple[TraceInfo, list[Span]]:
+    """The MLflow trace of one finished rollout: its info (tags, status) and its spans; the
+    options are `build_trace_payload`'s."""
+    return trace_entities(build_trace_payload(traj, **options))
 
 
 def trace_entities(payload: TracePayload) -> tuple[TraceInfo, list[Span]]:
@@ -155,8 +134,19 @@ def build_trace_payload(
     phase: str = "train",
     tree: list[dict] | None = None,
 ) -> TracePayload:
-    """`build_trace` as data: the info and the spans as dicts (arguments as there, and a tree
-    leaf's `tree_credit`)."""
+    """`build_trace` as data: the info and the spans as dicts.
+
+    Args:
+        traj: The rollout, with ``events`` recorded (``arollout(..., record_events=True)``);
+            without events the trace holds the root span only.
+        experiment_id: Experiment the trace belongs to.
+        step: Training step, a tag.
+        run_id: The training job's MLflow run; the trace is linked to it.
+        credit: The rollout's advantage and loss share, when it was trained on.
+        tokenizer: Decodes token ids into the spans' text; ids only when None.
+        phase: ``train`` (a training step's rollout) or ``eval`` (a held-out one), a tag.
+        tree: A tree leaf's `tree_credit`.
+    """
     from mlflow.entities import TraceInfo, TraceLocation, TraceState
 
     builder = SpanBuilder(random.getrandbits(128))

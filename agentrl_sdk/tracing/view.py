@@ -22,6 +22,24 @@ class SpanLine:
     outputs: Any = None
     attributes: dict[str, Any] = field(default_factory=dict)
 
+    def details(self) -> list[tuple[str, Any]]:
+        """What the span shows beside its name, as ``(label, value)``: a tool's ``in`` and
+        ``out``, a chat model call's ``tokens``, the ``error``."""
+        shown: list[tuple[str, Any]] = []
+        if self.kind == "TOOL" and self.inputs is not None:
+            shown.append(("in", self.inputs))
+            if not self.error:
+                out = self.outputs
+                shown.append(("out", out.get("content") if isinstance(out, dict) else out))
+        if self.kind == "CHAT_MODEL":
+            a = self.attributes
+            shown.append(("tokens", f"{len(a.get('prompt_ids', []))} prompt + "
+                          f"{len(a.get('response_ids', []))} generated tokens · "
+                          f"v{a.get('policy_version')} · {a.get('finish_reason')}"))
+        if self.error:
+            shown.append(("error", self.error))
+        return shown
+
 
 @dataclass
 class TraceView:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from agentrl_sdk.algorithms.schedule import warmup_cosine
 from agentrl_sdk.algorithms.value import ValueLossConfig
 from agentrl_sdk.config import ConfigSection
 from agentrl_sdk.weights.transports import TRANSPORTS, TransportName
@@ -231,20 +231,10 @@ class TrainerConfig(ConfigSection, frozen=True):
         return self
 
     def lr_factor(self, step: int) -> float:
-        """Multiplier of `lr` at optimizer step ``step`` (0-based).
-
-        Warmup: ``(step + 1) / warmup_steps`` for ``step < warmup_steps``. Then ``1`` (constant)
-        or ``min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi * p)) / 2`` with
-        ``p = (step - warmup_steps) / (total_steps - warmup_steps)`` capped at 1 (cosine).
-        """
-        if step < self.warmup_steps:
-            return (step + 1) / self.warmup_steps
-        if self.lr_schedule == "constant":
-            return 1.0
-        assert self.total_steps is not None  # the validator guarantees it
-        progress = min(1.0, (step - self.warmup_steps) / (self.total_steps - self.warmup_steps))
-        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
+        """Multiplier of `lr` at optimizer step ``step`` (0-based): `warmup_cosine` over
+        ``warmup_steps``, then constant, or cosine to ``min_lr_ratio`` at ``total_steps``."""
+        total = self.total_steps if self.lr_schedule == "cosine" else None
+        return warmup_cosine(step, warmup=self.warmup_steps, total=total, floor=self.min_lr_ratio)
 
 
 class CriticConfig(ValueLossConfig):
