@@ -58,6 +58,7 @@ def init_ray(config: TrainerConfig) -> bool:
     if ray.is_initialized():
         return False
     if config.ray_address:
+        _wait_reachable(config.ray_address, config.init_timeout_s)
         ray.init(address=config.ray_address, logging_level=logging.WARNING)
         return True
     # Ray >= 2.60 turns token authentication on by default; a private local cluster needs none.
@@ -77,6 +78,28 @@ def init_ray(config: TrainerConfig) -> bool:
         configure_logging=True,
     )
     return True
+
+
+def _wait_reachable(address: str, timeout_s: float) -> None:
+    """Waits until something listens at a ``host:port`` Ray address. ``ray.init`` itself retries
+    a cluster that is not there forever (one warning every 30 s), so a head that never came up
+    would hang the job instead of failing it. Other forms ("auto", "ray://...") go to Ray."""
+    host, _, port = address.rpartition(":")
+    if not host or "://" in address or not port.isdigit():
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=5.0).close()
+            return
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise TrainerError(
+                    f"no Ray cluster answers at trainer.ray_address={address!r} after "
+                    f"{timeout_s:g} s ({error}); start it with `ray start --head --port={port}` "
+                    "or leave ray_address unset for a local cluster"
+                ) from None
+            time.sleep(1.0)
 
 
 class RayRanks:

@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -108,7 +109,8 @@ def live(folder: Path, driver: subprocess.Popen, plan: dict, timeout_s: float) -
     except subprocess.TimeoutExpired:
         if plan.get("kind") != "random":
             stop(driver)
-            raise RuntimeError(f"life {plan['life']} ran past {timeout_s} s") from None
+            tail = (folder / "driver.log").read_text()[-3000:]
+            raise RuntimeError(f"life {plan['life']} ran past {timeout_s} s; its log ends:\n{tail}")
         os.killpg(driver.pid, signal.SIGKILL)
         code = driver.wait()
     stop(driver)  # what a driver that killed itself left in its session (its Ray processes)
@@ -241,16 +243,40 @@ class RayCluster:
     def __init__(self, folder: Path, port: int = 6391) -> None:
         self.address = f"127.0.0.1:{port}"
         # Its own temp dir: a plain ray.init() elsewhere on this machine must not find it.
-        self.temp = temp = f"/tmp/crash_ray_{os.getpid()}"
+        self.temp = f"/tmp/crash_ray_{os.getpid()}"
+        self.log = folder / "ray.log"
+        # A head starting while the whole suite runs can time out ("The current node timed out
+        # during startup") and exit: it is started again, up to three times, before failing.
+        for attempt in range(3):
+            self.head = self._start(port)
+            if self._up(port, timeout_s=120.0):
+                return
+            stop(self.head)
+            shutil.rmtree(self.temp, ignore_errors=True)
+        raise RuntimeError(f"ray start --head did not come up 3 times; see {self.log}")
+
+    def _start(self, port: int) -> subprocess.Popen:
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
-        with open(folder / "ray.log", "ab") as log:
-            self.head = subprocess.Popen(
+        with open(self.log, "ab") as log:
+            return subprocess.Popen(
                 [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
-                 f"--port={port}", f"--num-cpus={os.cpu_count()}", "--include-dashboard=false",
-                 "--disable-usage-stats", f"--temp-dir={temp}"],
+                 f"--port={port}", "--node-ip-address=127.0.0.1", f"--num-cpus={os.cpu_count()}",
+                 "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={self.temp}"],
                 start_new_session=True, stdout=log, stderr=subprocess.STDOUT, env=env,
             )  # fmt: skip
-        time.sleep(10)  # its GCS and raylet up
+
+    def _up(self, port: int, timeout_s: float) -> bool:
+        """True once the head listens on its port and still runs ~5 s later (its raylet up)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.head.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2.0).close()
+            except OSError:
+                time.sleep(1.0)
+                continue
+            time.sleep(5.0)
+            return self.head.poll() is None
+        return False
 
     def stop(self) -> None:
         stop(self.head)

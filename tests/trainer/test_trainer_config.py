@@ -76,3 +76,21 @@ def test_the_trainer_temperature_is_the_rollouts():
     with pytest.raises(ValidationError, match=r"trainer.temperature \(0.5\) must equal "
                                               r"rollout.sampling.temperature \(0.7\)"):
         TrainConfig(rollout={"sampling": {"temperature": 0.7}}, trainer={"temperature": 0.5})
+
+
+def test_a_ray_address_nobody_answers_at_fails_with_the_address_instead_of_hanging():
+    import socket
+
+    from agentrl_sdk.trainer.errors import TrainerError
+    from agentrl_sdk.trainer.ray_cluster import _wait_reachable
+
+    with socket.socket() as free:  # a port nothing listens on once closed
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with pytest.raises(TrainerError, match=rf"ray_address='127.0.0.1:{port}' after 1 s"):
+        _wait_reachable(f"127.0.0.1:{port}", timeout_s=1.0)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        _wait_reachable(f"127.0.0.1:{listening.getsockname()[1]}", timeout_s=1.0)
+    _wait_reachable("auto", timeout_s=0.001)  # Ray's own forms are Ray's to resolve
