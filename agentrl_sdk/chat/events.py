@@ -55,7 +55,7 @@ class EventLog(BaseCallbackHandler):
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         event = self._end(run_id)
-        if event is not None and event.kind == "node":
+        if event is not None and event.kind in ("graph", "node"):
             event.outputs = outputs
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

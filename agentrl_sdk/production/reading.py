@@ -32,9 +32,10 @@ def read_trace(trace: Any) -> TraceRecord:
     if root is None:
         raise ValueError(f"trace {info.trace_id} has no root span (was it fetched with spans?)")
     ours = _ours(root.attributes)
-    inputs = root.inputs
-    if "row_id" in ours and isinstance(inputs, dict) and inputs.get("input") is not None:
-        inputs = inputs["input"]  # a rollout's trace: the graph's input, not the trace's keys
+    inputs, outputs = root.inputs, root.outputs
+    if "row_id" in ours:  # a rollout's trace: the graph's input and output state
+        inputs = _field(inputs, "input")
+        outputs = _field(outputs, "output")
     feedback, expectations = latest_assessments(getattr(info, "assessments", None) or [])
     tokenizer = ours.get("tokenizer")
     return TraceRecord(
@@ -43,7 +44,7 @@ def read_trace(trace: Any) -> TraceRecord:
         timestamp_ms=int(info.request_time or 0),
         tags=dict(info.tags or {}),
         inputs=inputs,
-        outputs=root.outputs,
+        outputs=outputs,
         feedback=feedback,
         expectations=expectations,
         tokenizer=TokenizerIdentity.model_validate(tokenizer) if tokenizer else None,
@@ -94,6 +95,10 @@ def _calls(spans: list[Any]) -> list[TracedCall]:
             segment_index=attrs["segment_index"], segment_offset=attrs["segment_offset"],
         )))  # fmt: skip
     return [call for _, call in sorted(found, key=lambda pair: pair[0])]
+
+
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
 
 
 def _ours(attributes: dict[str, Any] | None) -> dict[str, Any]:

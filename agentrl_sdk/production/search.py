@@ -1,7 +1,7 @@
 """Finding traces in MLflow: experiments by name, a filter string from times and tags, pages.
 
-The filter is MLflow's own trace search language (``mlflow.search_traces``); the times and tags
-given as arguments are added to the user's filter with ``AND``.
+The filter is MLflow's own trace search language (``mlflow.search_traces``: clauses joined by
+``AND``, no parentheses); the times and tags given as arguments are added to it with ``AND``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def search_filter(
     lo, hi = _ms(start), _ms(end)
     if lo is not None and hi is not None and hi <= lo:
         raise ValueError(f"end ({end}) must be after start ({start})")
-    clauses = [f"({filter_string})"] if filter_string and filter_string.strip() else []
+    clauses = [filter_string.strip()] if filter_string and filter_string.strip() else []
     if lo is not None:
         clauses.append(f"timestamp_ms >= {lo}")
     if hi is not None:

@@ -173,6 +173,7 @@ def build_trace_payload(
               "input": graph.inputs if graph else None}
     outputs = {k: root_attrs[ATTR + k] for k in ("status", "reward", "rewards", "advantage",
                                                  "loss_share", "error")}
+    outputs["output"] = graph.outputs if graph else None
     if tree is not None:
         outputs["tree"] = tree
     root = builder.add(None, f"rollout {traj.row_id}#{traj.sample_index}", "AGENT", start, end,
