@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl_sdk.models.identity import TokenizerIdentity
+from agentrl_sdk.identity import TokenizerIdentity
 from agentrl_sdk.production.records import TraceRecord, TracedCall
 from agentrl_sdk.tracing.traces import ATTR
 from agentrl_sdk.types import Segment

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentrl_sdk.models.identity import TokenizerIdentity
+from agentrl_sdk.identity import TokenizerIdentity
 from agentrl_sdk.types import FinishReason, LLMCall, Segment, Trajectory
 
 __all__ = ["TraceRecord", "TracedCall"]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrl_sdk.errors import TraceMismatchError
-from agentrl_sdk.models.identity import TokenizerIdentity, tokenizer_identity
+from agentrl_sdk.identity import TokenizerIdentity, tokenizer_identity
 from agentrl_sdk.production.records import TraceRecord
 from agentrl_sdk.rollout.credit import credit_policies
 from agentrl_sdk.rollout.samples import samples_of

@@ -21,7 +21,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from agentrl_sdk.algorithms.aggregation import LossAgg, loss_shares, sequence_mass
-from agentrl_sdk.models.identity import tokenizer_identity
+from agentrl_sdk.identity import tokenizer_identity
 from agentrl_sdk.tracing._writer_process import write_traces
 from agentrl_sdk.types import RolloutEvent, Sample, Trajectory
 
