@@ -108,8 +108,9 @@ def traces(
     Args:
         tracking_uri: The MLflow store (``sqlite:///mlflow.db``, ``http://host:5000``, ...).
         experiment: Experiment name(s) to search; every experiment when None.
-        start, end: Requests that started in ``[start, end)`` (a ``datetime``, or ms since
-            the epoch).
+        start: Requests that started at or after this time (a ``datetime``, or ms since the
+            epoch).
+        end: Requests that started before this time.
         tags: Tags every trace must carry with exactly these values.
         filter_string: Any further MLflow trace filter (``mlflow.search_traces`` syntax,
             e.g. ``"feedback.correct = 'true'"`` or ``"trace.status = 'OK'"``).
