@@ -101,6 +101,8 @@ def test_tags_time_range_filter_and_experiments_select(served, qwen_tokenizer):
     liked = sdk.traces(served.uri, experiment="served", filter_string="feedback.correct = 'true'")
     assert [r.trace_id for r in liked.records] == [served.trace_ids[2]]
     assert liked.records[0].feedback == {"correct": True}
+    named = sdk.traces(served.uri, tags={"mlflow.traceName": f"rollout {served.rows[1]['id']}#0"})
+    assert [r.trace_id for r in named.records] == [served.trace_ids[1]]
     newest = sdk.traces(served.uri, experiment="served", limit=3)
     assert len(newest) == 3 and newest.found == 3
     assert set(later.trace_ids) < {r.trace_id for r in newest.records}

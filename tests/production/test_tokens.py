@@ -6,7 +6,9 @@ import mlflow
 import pytest
 
 import agentrl_sdk as sdk
+from agentrl_sdk.algorithms import make_estimator
 from agentrl_sdk.models.tokenizers import build_small_tokenizer
+from agentrl_sdk.pipeline.batch import advantages
 from agentrl_sdk.production import check_tokenizer
 
 
@@ -98,3 +100,18 @@ def test_samples_need_a_reward(served, qwen_tokenizer):
     selection = sdk.traces(served.uri, experiment="served")
     with pytest.raises(ValueError, match="4 trace\\(s\\) have no reward"):
         selection.samples(qwen_tokenizer)
+
+
+def test_the_trainers_estimators_take_traced_samples(served, qwen_tokenizer):
+    mlflow.set_tracking_uri(served.uri)
+    for trace_id, value in zip(served.trace_ids, [True, False, True, False], strict=True):
+        mlflow.log_feedback(trace_id=trace_id, name="correct", value=value)
+    selection = sdk.traces(served.uri, experiment="served", reward="correct")
+    samples = selection.samples(qwen_tokenizer, group=lambda record: "calculator")
+    scored, metrics = advantages(samples, {}, make_estimator("grpo"))
+    assert metrics["samples"] == 4.0
+    for before, after in zip(samples, scored, strict=True):
+        assert after.prompt_ids == before.prompt_ids and after.response_ids == before.response_ids
+        assert after.old_logprobs == before.old_logprobs
+        expected = 0.866 if before.reward == 1.0 else -0.866  # (r - mean) / std, unbiased std
+        assert after.advantage == pytest.approx(expected, abs=1e-3)
