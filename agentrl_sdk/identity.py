@@ -37,7 +37,8 @@ class TokenizerIdentity(BaseModel):
         return self.fingerprint == other.fingerprint
 
     def __str__(self) -> str:
-        return f"{self.name or '(unnamed)'} (vocabulary {self.fingerprint[:12]}, {self.vocab_size} ids)"
+        name = self.name or "(unnamed)"
+        return f"{name} (vocabulary {self.fingerprint[:12]}, {self.vocab_size} ids)"
 
 
 _CACHE: weakref.WeakKeyDictionary[Any, TokenizerIdentity] = weakref.WeakKeyDictionary()

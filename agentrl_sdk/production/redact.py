@@ -23,7 +23,9 @@ Redact = Callable[[TraceRecord], TraceRecord | None]
 """A redact hook: the record to keep (possibly edited), or None to drop the trace."""
 
 
-def redact_text(patterns: Iterable[str | re.Pattern[str]], replacement: str = "[redacted]") -> Redact:
+def redact_text(
+    patterns: Iterable[str | re.Pattern[str]], replacement: str = "[redacted]"
+) -> Redact:
     """A hook that replaces every match of ``patterns`` in the record's inputs, outputs,
     feedback and expectations (every string, however nested) with ``replacement``.
 

@@ -1,5 +1,6 @@
-"""A real MLflow store holding traced rollouts of the calculator agent (real Qwen tokenizer,
-scripted replies: these are unit tests of reading traces) and the engine's own record of every prompt it saw and id it sampled."""
+"""Real MLflow stores holding traced rollouts of the calculator agent (the real Qwen tokenizer;
+scripted replies, for these unit tests of reading traces), with the engine's own record of every
+prompt it saw and id it sampled."""
 
 from __future__ import annotations
 
