@@ -8,6 +8,7 @@ import pytest
 from mlflow.entities import AssessmentError
 
 import agentrl_sdk as sdk
+from agentrl_sdk.production import search
 from examples.calculator.agent import make_rows
 from tests.conftest import ScriptedEngine
 from tests.production.conftest import serve
@@ -121,3 +122,10 @@ def test_records_carry_the_tokenizer_identity_and_tags(served, qwen_tokenizer):
     assert record.tags["kind"] == "rollout" and record.tags["step"] == "0"
     assert record.timestamp_ms >= served.written_after_ms
     assert record.reward is None
+
+
+def test_the_search_pages_through_the_store(served, monkeypatch):
+    monkeypatch.setattr(search, "PAGE_SIZE", 3)
+    every = sdk.traces(served.uri, experiment="served", limit=None)
+    assert sorted(r.trace_id for r in every.records) == sorted(served.trace_ids)
+    assert len(sdk.traces(served.uri, experiment="served", limit=2)) == 2
