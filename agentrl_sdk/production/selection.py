@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrl_sdk.identity import tokenizer_identity
 from agentrl_sdk.production.feedback import LeftOutReason, RewardSpec, read_reward
 from agentrl_sdk.production.reading import read_trace
 from agentrl_sdk.production.records import TraceRecord
@@ -26,7 +27,7 @@ from agentrl_sdk.production.search import (
     search_filter,
     search_pages,
 )
-from agentrl_sdk.production.tokens import training_samples
+from agentrl_sdk.production.tokens import token_problem, training_samples
 from agentrl_sdk.types import Sample
 
 __all__ = ["TraceSelection", "traces"]
@@ -74,6 +75,19 @@ class TraceSelection:
             logger.warning("%d of %d traces hold no replayable input (left_out['not_replayable'])",
                            len(not_replayable), len(self.records))
         return rows
+
+    def exact(self, tokenizer: Any) -> TraceSelection:
+        """The records whose token ids are exact under ``tokenizer`` (the same vocabulary, a
+        consistent ledger); the others are counted in ``left_out["not_exact"]`` of the new
+        selection (a store that holds traces of several models, or of other tools)."""
+        expected = tokenizer_identity(tokenizer)
+        kept, not_exact = [], []
+        for record in self.records:
+            (not_exact if token_problem(record, expected) else kept).append(record)
+        left_out = {k: list(v) for k, v in self.left_out.items()}
+        if not_exact:
+            left_out["not_exact"] = [r.trace_id for r in not_exact]
+        return TraceSelection(kept, left_out, self.found, self.filter_string)
 
     def samples(
         self,

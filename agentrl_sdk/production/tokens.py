@@ -18,7 +18,7 @@ from agentrl_sdk.rollout.credit import credit_policies
 from agentrl_sdk.rollout.samples import samples_of
 from agentrl_sdk.types import Sample
 
-__all__ = ["check_tokenizer", "ledger_problem", "training_samples"]
+__all__ = ["check_tokenizer", "ledger_problem", "token_problem", "training_samples"]
 
 _SHOWN = 3
 """Trace ids a refusal names per kind of problem."""
@@ -35,7 +35,7 @@ def check_tokenizer(records: Sequence[TraceRecord], tokenizer: Any) -> Tokenizer
     expected = tokenizer_identity(tokenizer)
     problems: dict[str, list[str]] = {}
     for record in records:
-        problem = _problem(record, expected)
+        problem = token_problem(record, expected)
         if problem is not None:
             problems.setdefault(problem, []).append(record.trace_id)
     if problems:
@@ -99,7 +99,8 @@ def training_samples(
     return samples
 
 
-def _problem(record: TraceRecord, expected: TokenizerIdentity) -> str | None:
+def token_problem(record: TraceRecord, expected: TokenizerIdentity) -> str | None:
+    """Why ``record``'s ids are not exact under the tokenizer ``expected`` names, or None."""
     if not record.has_ledger:
         return "hold no token ledger (not written by agentrl_sdk)"
     if record.tokenizer is None:

@@ -115,3 +115,17 @@ def test_the_trainers_estimators_take_traced_samples(served, qwen_tokenizer):
         assert after.old_logprobs == before.old_logprobs
         expected = 0.866 if before.reward == 1.0 else -0.866  # (r - mean) / std, unbiased std
         assert after.advantage == pytest.approx(expected, abs=1e-3)
+
+
+def test_exact_keeps_the_traces_of_one_vocabulary_and_counts_the_rest(served, qwen_tokenizer):
+    mlflow.set_tracking_uri(served.uri)
+    mlflow.set_experiment("served")
+    with mlflow.start_span("agent") as span:
+        span.set_inputs({"messages": [{"role": "user", "content": "hi"}]})
+    mlflow.flush_trace_async_logging()
+    selection = sdk.traces(served.uri, experiment="served", reward=lambda r: 1.0)
+    exact = selection.exact(qwen_tokenizer)
+    assert len(exact) == 4 and len(exact.left_out["not_exact"]) == 1
+    assert len(exact.samples(qwen_tokenizer)) == 4
+    assert exact.counts == {"found": 5, "kept": 4, "not_exact": 1}
+    assert len(selection.exact(build_small_tokenizer())) == 0
