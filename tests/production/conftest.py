@@ -70,6 +70,23 @@ def serve(engine_type, tokenizer, uri: str, experiment: str, rows: list[dict], *
     return Served(uri, experiment, trajectories, ids, engine, rows, after_ms)
 
 
+@pytest.fixture(autouse=True)
+def _fluent_mlflow_restored(monkeypatch):
+    """Tests that write traces as another tool would (MLflow's fluent API) set the process-wide
+    tracking URI and experiment: both are put back after each test."""
+    from mlflow.tracking import fluent
+    from mlflow.tracking._tracking_service import utils
+
+    monkeypatch.setattr(utils, "_tracking_uri", utils._tracking_uri)
+    monkeypatch.setattr(fluent, "_active_experiment_id", fluent._active_experiment_id)
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if env is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = env
+
+
 @pytest.fixture(scope="session")
 def _empty_db(tmp_path_factory):
     """An empty, migrated sqlite store, made once (MLflow's migrations take seconds)."""
