@@ -56,7 +56,8 @@ class TraceSelection:
 
     @property
     def counts(self) -> dict[str, int]:
-        """``kept``, ``found`` and the number left out per reason."""
+        """``found``, ``kept`` and the number left out per reason (``not_replayable``: kept
+        records whose input gave no row in the last `rows` call)."""
         return {"found": self.found, "kept": len(self.records),
                 **{reason: len(ids) for reason, ids in self.left_out.items()}}
 
@@ -70,6 +71,7 @@ class TraceSelection:
         Traces whose input gives no row are counted in ``left_out["not_replayable"]``.
         """
         rows, not_replayable = replay_rows(self.records, row_fn)
+        self.left_out.pop("not_replayable", None)  # the count of this call's rows only
         if not_replayable:
             self.left_out["not_replayable"] = not_replayable
             logger.warning("%d of %d traces hold no replayable input (left_out['not_replayable'])",
