@@ -155,7 +155,7 @@ def _jsonable(value: Any, limit: int | None = _OBSERVATION_CHARS) -> Any:
         return value if limit is None or len(value) <= limit else value[:limit] + "…"
     if isinstance(value, BaseMessage):
         out: dict[str, Any] = {"type": value.type, "content": _jsonable(value.content, limit)}
-        for key in ("tool_calls", "invalid_tool_calls", "name", "status"):
+        for key in ("tool_calls", "invalid_tool_calls", "tool_call_id", "name", "status"):
             if getattr(value, key, None):
                 out[key] = _jsonable(getattr(value, key), limit)
         return out

@@ -10,6 +10,7 @@ from agentrl_sdk.production.reading import read_trace
 from agentrl_sdk.production.records import TraceRecord, TracedCall
 from agentrl_sdk.production.redact import Redact, drop_matching, redact_text
 from agentrl_sdk.production.replay import RowFn, replay_row
+from agentrl_sdk.production.rescoring import RolloutReward, rollout_reward
 from agentrl_sdk.production.selection import TraceSelection, traces
 from agentrl_sdk.production.tokens import check_tokenizer, training_samples
 
@@ -18,6 +19,7 @@ __all__ = [
     "Redact",
     "RewardFn",
     "RewardSpec",
+    "RolloutReward",
     "RowFn",
     "TraceRecord",
     "TraceSelection",
@@ -28,6 +30,7 @@ __all__ = [
     "read_trace",
     "redact_text",
     "replay_row",
+    "rollout_reward",
     "traces",
     "training_samples",
 ]

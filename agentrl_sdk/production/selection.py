@@ -20,6 +20,7 @@ from agentrl_sdk.production.reading import read_trace
 from agentrl_sdk.production.records import TraceRecord
 from agentrl_sdk.production.redact import Redact
 from agentrl_sdk.production.replay import RowFn, replay_rows
+from agentrl_sdk.production.rescoring import RolloutReward, score_records
 from agentrl_sdk.production.search import (
     TimeBound,
     experiment_ids,
@@ -115,7 +116,7 @@ def traces(
     end: TimeBound = None,
     tags: Mapping[str, str] | None = None,
     filter_string: str | None = None,
-    reward: RewardSpec = None,
+    reward: RewardSpec | RolloutReward = None,
     redact: Redact | None = None,
     limit: int | None = 1000,
 ) -> TraceSelection:
@@ -131,8 +132,9 @@ def traces(
         filter_string: Any further MLflow trace filter (``mlflow.search_traces`` syntax,
             e.g. ``"feedback.correct = 'true'"`` or ``"trace.status = 'OK'"``).
         reward: A feedback name (its latest valid value: ``True`` 1.0, ``False`` 0.0, or a
-            number), a function of the `TraceRecord` returning a number or None, or None when
-            no reward is needed (replaying prompts).
+            number), a function of the `TraceRecord` returning a number or None, a training
+            reward function applied to the traces (`rollout_reward`), or None when no reward
+            is needed (replaying prompts).
         redact: A hook run on each record first (`agentrl_sdk.production.redact`).
         limit: Most traces searched (newest first); None searches all.
 
@@ -148,13 +150,18 @@ def traces(
     selection = TraceSelection(records=[], filter_string=where)
     if not locations:
         return selection
-    for trace in search_pages(client, locations, where, limit):
-        selection.found += 1
-        record, reason = _select(trace, reward, redact)
+    rescored = isinstance(reward, RolloutReward)
+    found = [(trace.info.trace_id, *_select(trace, None if rescored else reward, redact))
+             for trace in search_pages(client, locations, where, limit)]
+    if rescored:
+        kept = iter(score_records([r for _, r, _ in found if r is not None], reward))
+        found = [(i, *next(kept)) if r is not None else (i, r, why) for i, r, why in found]
+    selection.found = len(found)
+    for trace_id, record, reason in found:
         if record is not None:
             selection.records.append(record)
         else:
-            selection.left_out.setdefault(reason or "unreadable", []).append(trace.info.trace_id)
+            selection.left_out.setdefault(reason or "unreadable", []).append(trace_id)
     if selection.left_out:
         logger.info("traces: kept %d of %d (%s)", len(selection.records), selection.found,
                     ", ".join(f"{k}: {len(v)}" for k, v in selection.left_out.items()))

@@ -8,8 +8,9 @@ import pytest
 from mlflow.entities import AssessmentError
 
 import agentrl_sdk as sdk
-from agentrl_sdk.production import search
+from agentrl_sdk.production import rollout_reward, search
 from examples.calculator.agent import make_rows
+from examples.calculator.reward import calculator_reward
 from tests.conftest import ScriptedEngine
 from tests.production.conftest import serve
 
@@ -129,3 +130,32 @@ def test_the_search_pages_through_the_store(served, monkeypatch):
     every = sdk.traces(served.uri, experiment="served", limit=None)
     assert sorted(r.trace_id for r in every.records) == sorted(served.trace_ids)
     assert len(sdk.traces(served.uri, experiment="served", limit=2)) == 2
+
+
+def test_the_training_reward_function_scores_traces_after_the_fact(served):
+    mlflow.set_tracking_uri(served.uri)
+    for trace_id, row in zip(served.trace_ids, served.rows, strict=True):
+        mlflow.log_expectation(trace_id=trace_id, name="operands", value=row["operands"])
+        mlflow.log_expectation(trace_id=trace_id, name="answer",
+                               value=row["answer"] if row is not served.rows[2] else "0")
+
+    def row_fn(record):
+        return {**record.inputs, **record.expectations}
+
+    selection = sdk.traces(served.uri, experiment="served",
+                           reward=rollout_reward(calculator_reward, row_fn))
+    rewards = {r.trace_id: r.reward for r in selection.records}
+    # the served agent computed (a+b)*c in one tool call: no step credit (0.25 for a+b, 0.25
+    # for the product); the answer's 0.5 everywhere but where the expectation disagrees
+    assert rewards == {i: 0.5 * (i != served.trace_ids[2]) for i in served.trace_ids}
+
+    async def judge(state, row, trajectory):
+        if row["answer"] == "0":
+            raise RuntimeError("judge unavailable")
+        return float(len(trajectory.calls) == 2)
+
+    selection = sdk.traces(served.uri, experiment="served", reward=rollout_reward(judge, row_fn))
+    assert selection.left_out == {"reward_error": [served.trace_ids[2]]}
+    assert {r.reward for r in selection.records} == {1.0}
+    with pytest.raises(TypeError, match="cannot be called as"):
+        rollout_reward(lambda state: 1.0)
