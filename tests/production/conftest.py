@@ -10,6 +10,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +41,17 @@ class Served:
     written_after_ms: int
 
 
+def ensure_experiment(uri: str, name: str) -> str:
+    """The id of experiment ``name``, created with its artifacts beside the sqlite file (not
+    in ``./mlruns`` of the working directory)."""
+    client = mlflow.MlflowClient(uri)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    folder = Path(uri.removeprefix("sqlite:///")).parent / "artifacts" / name
+    return client.create_experiment(name, artifact_location=folder.as_uri())
+
+
 def serve(engine_type, tokenizer, uri: str, experiment: str, rows: list[dict], *,
           version: int = 0, tags: dict[str, str] | None = None) -> Served:
     """Roll the calculator agent out once per row (a tool call, then the answer), then trace
@@ -49,6 +61,7 @@ def serve(engine_type, tokenizer, uri: str, experiment: str, rows: list[dict], *
     for row in rows:
         a, b, c = row["operands"]
         replies += [TOOL_CALL.format(expr=f"({a}+{b})*{c}"), f"The answer is {row['answer']}."]
+    ensure_experiment(uri, experiment)
     engine = engine_type(tokenizer, replies)
     engine.policy_version = version
     trajectories = []

@@ -12,13 +12,13 @@ import agentrl_sdk as sdk
 from agentrl_sdk.data import load_rows
 from examples.calculator.agent import build_graph, make_rows
 from tests.conftest import ScriptedEngine
-from tests.production.conftest import serve
+from tests.production.conftest import ensure_experiment, serve
 
 
 def _other_tool_trace(uri: str, inputs: dict) -> None:
     """A trace written by something else than this SDK (no token ledger)."""
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment("served")
+    mlflow.set_experiment(experiment_id=ensure_experiment(uri, "served"))
     with mlflow.start_span("agent") as span:
         span.set_inputs(inputs)
     mlflow.flush_trace_async_logging()

@@ -10,6 +10,7 @@ from agentrl_sdk.algorithms import make_estimator
 from agentrl_sdk.models.tokenizers import build_small_tokenizer
 from agentrl_sdk.pipeline.batch import advantages
 from agentrl_sdk.production import check_tokenizer
+from tests.production.conftest import ensure_experiment
 
 
 def test_samples_hold_the_ids_logprobs_and_versions_the_engine_saw_and_sampled(
@@ -71,7 +72,7 @@ def test_the_same_vocabulary_under_another_chat_template_is_accepted(served, qwe
 
 def test_traces_without_a_ledger_or_identity_are_refused(served, qwen_tokenizer):
     mlflow.set_tracking_uri(served.uri)
-    mlflow.set_experiment("served")
+    mlflow.set_experiment(experiment_id=ensure_experiment(served.uri, "served"))
     with mlflow.start_span("agent") as span:  # another tool's trace: inputs, no token ids
         span.set_inputs({"messages": [{"role": "user", "content": "hi"}]})
         span.set_outputs({"messages": [{"role": "assistant", "content": "hello"}]})
@@ -119,7 +120,7 @@ def test_the_trainers_estimators_take_traced_samples(served, qwen_tokenizer):
 
 def test_exact_keeps_the_traces_of_one_vocabulary_and_counts_the_rest(served, qwen_tokenizer):
     mlflow.set_tracking_uri(served.uri)
-    mlflow.set_experiment("served")
+    mlflow.set_experiment(experiment_id=ensure_experiment(served.uri, "served"))
     with mlflow.start_span("agent") as span:
         span.set_inputs({"messages": [{"role": "user", "content": "hi"}]})
     mlflow.flush_trace_async_logging()

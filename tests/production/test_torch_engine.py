@@ -15,6 +15,7 @@ import agentrl_sdk as sdk
 from agentrl_sdk.engines import create_engine
 from agentrl_sdk.tracing import TrainingRun
 from tests.engines._tiny import tiny_model_dir
+from tests.production.conftest import ensure_experiment
 
 
 class Recording:
@@ -61,6 +62,7 @@ def test_torch_engine_ids_and_logprobs_come_back_exactly(store, qwen_tokenizer):
     finally:
         engine.engine.close()
     assert [t.status for t in trajectories] == ["ok", "ok"]
+    ensure_experiment(store, "served")
     run = TrainingRun(store, "served")
     try:
         run.log_traces(0, trajectories, tokenizer=tokenizer)
