@@ -8,7 +8,13 @@ from agentrl_sdk import environments, rewards
 from agentrl_sdk.api import aevaluate, atrain, evaluate, train
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel
 from agentrl_sdk.config import ChatConfig, NodeRule, RolloutConfig
-from agentrl_sdk.errors import AgentRLError, ContextBudgetExceeded, EngineError, NoEngineError
+from agentrl_sdk.errors import (
+    AgentRLError,
+    ContextBudgetExceeded,
+    EngineError,
+    NoEngineError,
+    TraceMismatchError,
+)
 from agentrl_sdk.graph import (
     ToolNode,
     chat_model,
@@ -18,6 +24,7 @@ from agentrl_sdk.graph import (
     trainable,
 )
 from agentrl_sdk.pipeline import EvalConfig, EvalResult, TrainConfig, TrainResult
+from agentrl_sdk.production import TraceRecord, TraceSelection, traces
 from agentrl_sdk.rollout import AgentEndpoint, arollout, arollout_batch, rollout
 from agentrl_sdk.tools import RLTool
 from agentrl_sdk.types import (
@@ -53,6 +60,9 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "ToolNode",
+    "TraceMismatchError",
+    "TraceRecord",
+    "TraceSelection",
     "Trajectory",
     "__version__",
     "aevaluate",
@@ -67,6 +77,7 @@ __all__ = [
     "rewards",
     "rollout",
     "tools_condition",
+    "traces",
     "train",
     "trainable",
 ]

@@ -42,3 +42,9 @@ class TrackingError(AgentRLError):
 
 class CheckpointError(AgentRLError):
     """A checkpoint cannot be resumed from: incomplete, or its parts disagree."""
+
+
+class TraceMismatchError(AgentRLError):
+    """Traced token ids were made by another tokenizer than the one of the model being trained
+    (or by an unknown one): training on them would be wrong, and retokenizing them would not be
+    what the model sampled, so they are refused."""

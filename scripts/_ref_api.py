@@ -46,6 +46,15 @@ GROUPS: list[tuple[str, str, list[str], list[str]]] = [
       "agentrl_sdk.environments.ReasoningGymReward", "agentrl_sdk.environments.task_names",
       "agentrl_sdk.environments.textarena", "agentrl_sdk.environments.TextArenaGame",
       "agentrl_sdk.environments.GameDataMissing"]),
+    ("Learning from production traces",
+     "MLflow traces and their feedback as training data: exact token samples or replayed "
+     "prompts ([guide](../guides/production-traces.md)).",
+     ["traces", "TraceSelection", "TraceRecord"],
+     ["agentrl_sdk.production.TracedCall", "agentrl_sdk.identity.TokenizerIdentity",
+      "agentrl_sdk.production.redact_text", "agentrl_sdk.production.drop_matching",
+      "agentrl_sdk.production.replay_row", "agentrl_sdk.production.rollout_reward",
+      "agentrl_sdk.production.training_samples",
+      "agentrl_sdk.production.check_tokenizer"]),
     ("Engines, models and the gateway",
      "Inference engines, local model folders and the OpenAI-compatible recording gateway.",
      [],
@@ -56,7 +65,8 @@ GROUPS: list[tuple[str, str, list[str], list[str]]] = [
       "agentrl_sdk.gateway.Gateway"]),
     ("Errors",
      "Exceptions the SDK raises on purpose.",
-     ["AgentRLError", "ContextBudgetExceeded", "EngineError", "NoEngineError"],
+     ["AgentRLError", "ContextBudgetExceeded", "EngineError", "NoEngineError",
+      "TraceMismatchError"],
      ["agentrl_sdk.data.DatasetError"]),
 ]
 

@@ -46,7 +46,8 @@ class EventLog(BaseCallbackHandler):
         name = kwargs.get("name") or ""
         node = (metadata or {}).get("langgraph_node")
         if parent_run_id is None:
-            self._start(run_id, "graph", name or "graph", None)
+            # The graph's input is kept whole: a trace's input is what replaying it starts from.
+            self._start(run_id, "graph", name or "graph", None).inputs = inputs
         elif node is not None and name == node and not self._same_node(parent, name):
             self._start(run_id, "node", name, parent)
         else:
@@ -54,7 +55,7 @@ class EventLog(BaseCallbackHandler):
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         event = self._end(run_id)
-        if event is not None and event.kind == "node":
+        if event is not None and event.kind in ("graph", "node"):
             event.outputs = outputs
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -112,8 +113,9 @@ class EventLog(BaseCallbackHandler):
             if event.end_ns is None:
                 event.end_ns = now
                 event.error = event.error or "did not finish (rollout ended first)"
-            event.inputs = _jsonable(event.inputs)
-            event.outputs = _jsonable(event.outputs)
+            limit = None if event.kind == "graph" else _OBSERVATION_CHARS
+            event.inputs = _jsonable(event.inputs, limit)
+            event.outputs = _jsonable(event.outputs, limit)
         self._open.clear()
         self._by_id.clear()
         return self.events
@@ -145,20 +147,20 @@ class EventLog(BaseCallbackHandler):
         return event is not None and event.kind == "node" and event.name == name
 
 
-def _jsonable(value: Any) -> Any:
-    """Messages, dicts and lists as plain JSON values; long texts cut."""
+def _jsonable(value: Any, limit: int | None = _OBSERVATION_CHARS) -> Any:
+    """Messages, dicts and lists as plain JSON values; texts longer than ``limit`` cut."""
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):
-        return value if len(value) <= _OBSERVATION_CHARS else value[:_OBSERVATION_CHARS] + "…"
+        return value if limit is None or len(value) <= limit else value[:limit] + "…"
     if isinstance(value, BaseMessage):
-        out: dict[str, Any] = {"type": value.type, "content": _jsonable(value.content)}
-        for key in ("tool_calls", "invalid_tool_calls", "name", "status"):
+        out: dict[str, Any] = {"type": value.type, "content": _jsonable(value.content, limit)}
+        for key in ("tool_calls", "invalid_tool_calls", "tool_call_id", "name", "status"):
             if getattr(value, key, None):
-                out[key] = _jsonable(getattr(value, key))
+                out[key] = _jsonable(getattr(value, key), limit)
         return out
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): _jsonable(v, limit) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return _jsonable(str(value))
+        return [_jsonable(v, limit) for v in value]
+    return _jsonable(str(value), limit)

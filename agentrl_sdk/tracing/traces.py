@@ -21,6 +21,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from agentrl_sdk.algorithms.aggregation import LossAgg, loss_shares, sequence_mass
+from agentrl_sdk.identity import tokenizer_identity
 from agentrl_sdk.tracing._writer_process import write_traces
 from agentrl_sdk.types import RolloutEvent, Sample, Trajectory
 
@@ -158,9 +159,11 @@ def build_trace_payload(
     root_attrs = _root_attributes(traj, step, credit, tokenizer)
     if tree is not None:
         root_attrs[ATTR + "tree"] = tree
-    inputs = {"row_id": traj.row_id, "sample_index": traj.sample_index, "step": step}
+    inputs = {"row_id": traj.row_id, "sample_index": traj.sample_index, "step": step,
+              "input": graph.inputs if graph else None}
     outputs = {k: root_attrs[ATTR + k] for k in ("status", "reward", "rewards", "advantage",
                                                  "loss_share", "error")}
+    outputs["output"] = graph.outputs if graph else None
     if tree is not None:
         outputs["tree"] = tree
     root = builder.add(None, f"rollout {traj.row_id}#{traj.sample_index}", "AGENT", start, end,
@@ -279,6 +282,8 @@ def _root_attributes(traj: Trajectory, step: int, credit: RolloutCredit | None,
         ATTR + "policy_versions": sorted({c.policy_version for c in traj.calls}),
         ATTR + "metrics": traj.metrics,
         ATTR + "segments": [_segment_view(s, tokenizer) for s in traj.segments],
+        ATTR + "tokenizer": (tokenizer_identity(tokenizer).model_dump()
+                             if hasattr(tokenizer, "get_vocab") else None),
     }
 
 

@@ -145,7 +145,7 @@ def search_rollout_traces(
         experiment_ids = [found.experiment_id]
     else:
         experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    clauses = [f"tags.{key} = {_quoted(value)}" for key, value in
+    clauses = [f"tags.{key} = {filter_literal(value)}" for key, value in
                (("step", step), ("status", status), ("row_id", row_id), ("phase", phase),
                 ("kind", kind))
                if value is not None]
@@ -170,7 +170,7 @@ def load_trace_view(tracking_uri: str, trace_id: str) -> TraceView:
     return TraceView.from_trace(trace)
 
 
-def _quoted(value: object) -> str:
+def filter_literal(value: object) -> str:
     """``value`` as a string literal of MLflow's search filter, which has no escapes: quoted
     with whichever quote it does not hold.
 
