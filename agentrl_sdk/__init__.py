@@ -26,6 +26,7 @@ from agentrl_sdk.graph import (
 from agentrl_sdk.pipeline import EvalConfig, EvalResult, TrainConfig, TrainResult
 from agentrl_sdk.production import TraceRecord, TraceSelection, traces
 from agentrl_sdk.rollout import AgentEndpoint, arollout, arollout_batch, rollout
+from agentrl_sdk.serving import GraphServer, ServeConfig, aserve, serve
 from agentrl_sdk.tools import RLTool
 from agentrl_sdk.types import (
     GenerateResult,
@@ -48,6 +49,7 @@ __all__ = [
     "EvalConfig",
     "EvalResult",
     "GenerateResult",
+    "GraphServer",
     "LLMCall",
     "NoEngineError",
     "NodeRule",
@@ -55,6 +57,7 @@ __all__ = [
     "RewardComponent",
     "RolloutConfig",
     "SamplingParams",
+    "ServeConfig",
     "Segment",
     "TokenChatModel",
     "TrainConfig",
@@ -68,6 +71,7 @@ __all__ = [
     "aevaluate",
     "arollout",
     "arollout_batch",
+    "aserve",
     "atrain",
     "chat_model",
     "emit_reward",
@@ -76,6 +80,7 @@ __all__ = [
     "frozen",
     "rewards",
     "rollout",
+    "serve",
     "tools_condition",
     "traces",
     "train",

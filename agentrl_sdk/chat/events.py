@@ -114,8 +114,8 @@ class EventLog(BaseCallbackHandler):
                 event.end_ns = now
                 event.error = event.error or "did not finish (rollout ended first)"
             limit = None if event.kind == "graph" else _OBSERVATION_CHARS
-            event.inputs = _jsonable(event.inputs, limit)
-            event.outputs = _jsonable(event.outputs, limit)
+            event.inputs = jsonable(event.inputs, limit)
+            event.outputs = jsonable(event.outputs, limit)
         self._open.clear()
         self._by_id.clear()
         return self.events
@@ -147,20 +147,21 @@ class EventLog(BaseCallbackHandler):
         return event is not None and event.kind == "node" and event.name == name
 
 
-def _jsonable(value: Any, limit: int | None = _OBSERVATION_CHARS) -> Any:
-    """Messages, dicts and lists as plain JSON values; texts longer than ``limit`` cut."""
+def jsonable(value: Any, limit: int | None = _OBSERVATION_CHARS) -> Any:
+    """Messages, dicts and lists as plain JSON values; texts longer than ``limit`` cut (None:
+    kept whole). Anything else becomes its ``str``."""
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):
         return value if limit is None or len(value) <= limit else value[:limit] + "…"
     if isinstance(value, BaseMessage):
-        out: dict[str, Any] = {"type": value.type, "content": _jsonable(value.content, limit)}
+        out: dict[str, Any] = {"type": value.type, "content": jsonable(value.content, limit)}
         for key in ("tool_calls", "invalid_tool_calls", "tool_call_id", "name", "status"):
             if getattr(value, key, None):
-                out[key] = _jsonable(getattr(value, key), limit)
+                out[key] = jsonable(getattr(value, key), limit)
         return out
     if isinstance(value, dict):
-        return {str(k): _jsonable(v, limit) for k, v in value.items()}
+        return {str(k): jsonable(v, limit) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v, limit) for v in value]
-    return _jsonable(str(value), limit)
+        return [jsonable(v, limit) for v in value]
+    return jsonable(str(value), limit)

@@ -85,13 +85,12 @@ def rollout_credit(
 
 
 def trace_tags(
-    traj: Trajectory, step: int, run_id: str | None, phase: str = "train"
+    traj: Trajectory, step: int | None, run_id: str | None, phase: str = "train"
 ) -> dict[str, str]:
     """The searchable tags of a rollout's trace (``tags.step = '3'``, ``tags.status = 'ok'``,
-    ``tags.phase = 'eval'``)."""
+    ``tags.phase = 'eval'``); no ``step`` tag when ``step`` is None (a served request)."""
     versions = sorted({c.policy_version for c in traj.calls})
     tags = {
-        "step": str(step),
         "phase": phase,
         "kind": _ROLLOUT,
         "row_id": traj.row_id,
@@ -100,6 +99,8 @@ def trace_tags(
         "policy_versions": ",".join(map(str, versions)),
         "mlflow.traceName": f"rollout {traj.row_id}#{traj.sample_index}",
     }
+    if step is not None:
+        tags["step"] = str(step)
     if traj.reward is not None:
         tags["reward"] = f"{traj.reward:g}"
     if traj.tree_path:
@@ -128,12 +129,14 @@ def build_trace_payload(
     traj: Trajectory,
     *,
     experiment_id: str,
-    step: int,
+    step: int | None,
     run_id: str | None = None,
     credit: RolloutCredit | None = None,
     tokenizer: Any = None,
     phase: str = "train",
     tree: list[dict] | None = None,
+    trace_id: int | None = None,
+    tags_extra: Mapping[str, str] | None = None,
 ) -> TracePayload:
     """`build_trace` as data: the info and the spans as dicts.
 
@@ -141,16 +144,19 @@ def build_trace_payload(
         traj: The rollout, with ``events`` recorded (``arollout(..., record_events=True)``);
             without events the trace holds the root span only.
         experiment_id: Experiment the trace belongs to.
-        step: Training step, a tag.
+        step: Training step, a tag (None: no step, as for a served request).
         run_id: The training job's MLflow run; the trace is linked to it.
         credit: The rollout's advantage and loss share, when it was trained on.
         tokenizer: Decodes token ids into the spans' text; ids only when None.
         phase: ``train`` (a training step's rollout) or ``eval`` (a held-out one), a tag.
         tree: A tree leaf's `tree_credit`.
+        trace_id: The 128-bit OpenTelemetry trace id (the MLflow id is ``tr-`` and its 32 hex
+            digits, `mlflow_trace_id`); a random one when None.
+        tags_extra: More tags, set last (they may rename the trace: ``mlflow.traceName``).
     """
     from mlflow.entities import TraceInfo, TraceLocation, TraceState
 
-    builder = SpanBuilder(random.getrandbits(128))
+    builder = SpanBuilder(random.getrandbits(128) if trace_id is None else trace_id)
     graph = next((e for e in traj.events if e.kind == "graph"), None)
     times = [e.start_ns for e in traj.events] + [e.end_ns or 0 for e in traj.events]
     start, end = (graph.start_ns, graph.end_ns or max(times)) if graph else (
@@ -175,6 +181,7 @@ def build_trace_payload(
     tags = trace_tags(traj, step, run_id, phase)
     if credit is not None:
         tags["advantage"] = f"{credit.advantage:.4g}"
+    tags.update(tags_extra or {})
     info = TraceInfo(
         trace_id=builder.trace_id,
         trace_location=TraceLocation.from_experiment_id(experiment_id),
@@ -190,12 +197,17 @@ def build_trace_payload(
 
 
 # --- span assembly -------------------------------------------------------------------------------
+def mlflow_trace_id(otel_trace_id: int) -> str:
+    """The MLflow trace id of a 128-bit OpenTelemetry trace id (``tr-`` and 32 hex digits)."""
+    return f"tr-{otel_trace_id:032x}"
+
+
 class SpanBuilder:
     """Span dicts of one trace (``Span.from_dict``'s format), with sequential span ids."""
 
     def __init__(self, otel_trace_id: int) -> None:
         self.otel_trace_id = otel_trace_id
-        self.trace_id = f"tr-{otel_trace_id:032x}"
+        self.trace_id = mlflow_trace_id(otel_trace_id)
         self.spans: list[dict[str, Any]] = []
         self._b64_trace = _b64(otel_trace_id, 16)
 
