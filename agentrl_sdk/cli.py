@@ -160,6 +160,59 @@ def gateway(
         pass
 
 
+@app.command()
+def serve(
+    config: Annotated[Path, typer.Argument(help="Training config YAML (entrypoint.graph, model, engine, rollout, tracking).")],
+    model: Annotated[Path | None, typer.Option(help="Serve this model folder instead of the config's (e.g. a final_model).")] = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0: a free one).")] = 8000,
+    api_key: Annotated[str | None, typer.Option(envvar="AGENTRL_SERVE_API_KEY", help="Bearer token /invoke requires (default: none, loopback only).")] = None,
+    experiment: Annotated[str | None, typer.Option(help="MLflow experiment of the traces (default: tracking.experiment).")] = None,
+    i_know_its_open: Annotated[bool, typer.Option("--i-know-its-open", help="Allow a non-loopback --host without --api-key (anyone who reaches the port can run the graph).")] = False,
+) -> None:
+    """Serve the config's graph over HTTP, one MLflow trace per request.
+
+    ``POST /invoke`` with ``{"input": <graph input>}`` runs the graph once on the config's
+    model (``model.path``, the ``engine`` backend, ``rollout`` sampling) and answers its output
+    and ``trace_id``. Each trace holds the request's token ledger and goes to
+    ``tracking.uri`` (none with ``tracking.enabled: false``), written in the background;
+    ``GET /health`` counts requests and traces written, pending, dropped and lost.
+    """
+    from agentrl_sdk.entrypoints import resolve_graph
+    from agentrl_sdk.pipeline.policies import model_path
+    from agentrl_sdk.serving import ServeConfig
+    from agentrl_sdk.serving import serve as serve_graph
+
+    cfg = _load_config(config)
+    if cfg.rollout.timeout_s is None:
+        _usage_error("rollout.timeout_s must be set to serve: a request may not run without "
+                     "a time limit")
+    try:
+        settings = ServeConfig(
+            host=host, port=port, api_key=api_key, allow_unauthenticated_remote=i_know_its_open,
+            tracking_uri=cfg.tracking.uri if cfg.tracking.enabled else None,
+            experiment=experiment or cfg.tracking.experiment,
+        )
+        graph = resolve_graph(cfg)
+        path = str(model) if model is not None else model_path(cfg.model)
+    except ValidationError as exc:
+        _usage_error(describe_validation_error(exc, ServeConfig, source="agentrl serve"))
+    except ValueError as exc:
+        _usage_error(str(exc))
+
+    def ready(server) -> None:
+        traces = (f"traces to {settings.tracking_uri} (experiment {settings.experiment!r})"
+                  if settings.tracking_uri else "no traces")
+        console.print(f"serving on {server.url} · POST /invoke · {traces} · Ctrl-C stops",
+                      markup=False, highlight=False, soft_wrap=True)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with _refused_input():
+        serve_graph(graph, path, config=settings, rollout=cfg.rollout,
+                    backend=cfg.engine.backend, engine_options=cfg.engine.create_kwargs(),
+                    on_ready=ready)
+
+
 DEFAULT_URI = "sqlite:///mlflow.db"
 """The tracking store `TrackingConfig` writes to by default."""
 

@@ -42,19 +42,27 @@ def resolve_entrypoints(config: TrainConfig) -> Entrypoints:
     spec = config.entrypoint
     if not spec.graph or not spec.dataset:
         raise ValueError("the config needs entrypoint.graph and entrypoint.dataset for `agentrl train`")
-    graph = load_object(spec.graph)
-    if not hasattr(graph, "ainvoke"):
-        graph = graph()
-    for model in (config.model, *config.policies.values()):
-        if model.path is None and model.builder:
-            model.path = str(load_object(model.builder)())
     return Entrypoints(
-        graph=graph,
+        graph=resolve_graph(config),
         dataset=load_dataset_reference(spec.dataset),
         reward=load_object(spec.reward) if spec.reward else None,
         input_fn=load_object(spec.input_fn) if spec.input_fn else default_input,
         eval_dataset=load_dataset_reference(spec.eval_dataset) if spec.eval_dataset else None,
     )
+
+
+def resolve_graph(config: TrainConfig) -> Any:
+    """The graph ``entrypoint.graph`` names (a compiled graph, or a function building one),
+    with ``model.path`` filled from ``model.builder``: what `agentrl serve` serves."""
+    if not config.entrypoint.graph:
+        raise ValueError("the config needs entrypoint.graph")
+    graph = load_object(config.entrypoint.graph)
+    if not hasattr(graph, "ainvoke"):
+        graph = graph()
+    for model in (config.model, *config.policies.values()):
+        if model.path is None and model.builder:
+            model.path = str(load_object(model.builder)())
+    return graph
 
 
 def load_dataset_reference(reference: str) -> Any:
