@@ -55,6 +55,11 @@ GROUPS: list[tuple[str, str, list[str], list[str]]] = [
       "agentrl_sdk.production.replay_row", "agentrl_sdk.production.rollout_reward",
       "agentrl_sdk.production.training_samples",
       "agentrl_sdk.production.check_tokenizer"]),
+    ("Serving",
+     "A graph served over HTTP, one MLflow trace per request "
+     "([guide](../guides/production-traces.md#serving-a-graph-that-records)).",
+     ["serve", "aserve", "GraphServer", "ServeConfig"],
+     ["agentrl_sdk.serving.Served", "agentrl_sdk.serving.ServedTraces"]),
     ("Engines, models and the gateway",
      "Inference engines, local model folders and the OpenAI-compatible recording gateway.",
      [],

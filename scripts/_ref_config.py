@@ -212,14 +212,25 @@ GATEWAY_SUMMARY = (
 )
 
 
+SERVE_SUMMARY = (
+    "`ServeConfig` configures a served graph (`sdk.serve(graph, model, config=ServeConfig(...))` "
+    "or its keys as keyword arguments; `agentrl serve` sets it from its options and the "
+    "config's `tracking` section). It is not a section of the training config."
+)
+
+
 def render(
-    train_config: type[BaseModel], gateway_config: type[BaseModel], labels: dict[type, str]
+    train_config: type[BaseModel], gateway_config: type[BaseModel], labels: dict[type, str],
+    serve_config: type[BaseModel] | None = None,
 ) -> str:
-    """The whole page: the training config's sections, then the gateway's."""
+    """The whole page: the training config's sections, then the gateway's, then serving's."""
     lines = [INTRO]
     for section in sections(train_config, labels=labels):
         lines += render_section(section, "Top level")
     for section in sections(gateway_config):
         summary = GATEWAY_SUMMARY if not section.path else None
         lines += render_section(section, "Gateway (`GatewayConfig`)", summary)
+    for section in sections(serve_config) if serve_config is not None else []:
+        summary = SERVE_SUMMARY if not section.path else None
+        lines += render_section(section, "Serving (`ServeConfig`)", summary)
     return "\n".join(lines).rstrip() + "\n"

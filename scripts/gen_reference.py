@@ -61,10 +61,11 @@ def render_config() -> str:
     from agentrl_sdk.engines.options import BACKENDS
     from agentrl_sdk.gateway import GatewayConfig
     from agentrl_sdk.pipeline import TrainConfig
+    from agentrl_sdk.serving import ServeConfig
 
     # engine.options is a union of option models, one per engine.backend.
     backends = {b.options: f"`backend: {name}`" for name, b in BACKENDS.items()}
-    return _ref_config.render(TrainConfig, GatewayConfig, backends)
+    return _ref_config.render(TrainConfig, GatewayConfig, backends, ServeConfig)
 
 
 def render_cli() -> str:
