@@ -53,10 +53,13 @@ class TraceView:
 
     @property
     def title(self) -> str:
-        """``row R · sample S · step N`` (a tree rollout's tree: ``row R · tree T · step N``)."""
+        """``row R · sample S · step N`` (a tree rollout's tree: ``row R · tree T · step N``;
+        a served request, which has no step: ``row R · sample 0``)."""
         which = (f"tree {self.root['tree_node']}" if "tree_node" in self.root
                  else f"sample {self.root.get('sample_index')}")
-        return f"row {self.root.get('row_id')} · {which} · step {self.root.get('step')}"
+        step = self.root.get("step")
+        return f"row {self.root.get('row_id')} · {which}" + (
+            f" · step {step}" if step is not None else "")
 
     def summary(self) -> dict[str, Any]:
         """Status, reward (and components), advantage, loss share, versions, error; for a

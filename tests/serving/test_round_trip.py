@@ -10,6 +10,7 @@ import mlflow
 
 import agentrl_sdk as sdk
 from agentrl_sdk.identity import tokenizer_identity
+from agentrl_sdk.tracing import load_trace_view
 from tests.serving.conftest import ROLLOUT, ensure_experiment, two_call_graph
 
 QUESTIONS = ["What is 2 + 3?", "Name a colour."]
@@ -72,6 +73,9 @@ def test_a_served_requests_trace_holds_the_ids_and_logprobs_the_engine_returned(
                                                   - len(first.prompt_ids)
                                                   - len(first.response_ids))
                                          + [1] * len(second.response_ids))
+
+    view = load_trace_view(store, answers[0]["trace_id"])  # what `agentrl inspect` shows
+    assert view.title == f"row {answers[0]['request_id']} · sample 0"
 
     samples = selection.samples(tokenizer, per_call=True)
     answered = sorted((p, r.token_ids, r.logprobs, r.versions) for p, r in engine.answers)
