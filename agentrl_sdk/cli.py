@@ -20,6 +20,7 @@ from agentrl_sdk.types import Trajectory
 
 if TYPE_CHECKING:
     from agentrl_sdk.pipeline import TrainConfig
+    from agentrl_sdk.serving import ServedTraces
 
 app = typer.Typer(help="agentrl: train LangGraph agents with RL, token-exact.", no_args_is_help=True)
 console = Console()
@@ -112,6 +113,8 @@ def gateway(
     client_rollout_ttl: Annotated[float | None, typer.Option(help="Seconds without a request after which a rollout is dropped (default 600).")] = None,
     max_request_bytes: Annotated[int | None, typer.Option(help="Largest request body; larger ones answer 413 unparsed (default 2 MiB).")] = None,
     i_know_its_open: Annotated[bool, typer.Option("--i-know-its-open", help="Allow --no-auth on a non-loopback --host (anyone who reaches the port can use it).")] = False,
+    tracking_uri: Annotated[str | None, typer.Option(help="Write an MLflow trace of each rollout a client closes to this store (default: no traces).")] = None,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment of those traces.")] = "agentrl-gateway",
 ) -> None:
     """Serve MODEL_DIR as an OpenAI-compatible API that records every call token by token.
 
@@ -119,6 +122,8 @@ def gateway(
     sends ``X-Rollout-Id`` to ``/v1``; ``POST /rollouts/<id>/reward`` adds a reward and
     ``DELETE /rollouts/<id>`` closes it and returns its trajectory (ids, masks, logprobs).
     Idle rollouts are dropped after ``--client-rollout-ttl`` seconds; ``/health`` counts them.
+    With ``--tracking-uri``, each closed rollout's token ledger is also written as an MLflow
+    trace in the background (``sdk.traces`` reads it back).
     """
     import asyncio
 
@@ -152,12 +157,34 @@ def gateway(
         if gw.api_key and api_key is None:
             console.print(f"API key: {gw.api_key}")
 
+    traces = _gateway_traces(model_dir, tracking_uri, experiment) if tracking_uri else None
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         asyncio.run(serve_model(str(model_dir), backend=backend, config=config, rollout=rollout,
-                                on_ready=ready))
+                                on_ready=ready,
+                                on_client_close=traces.record_rollout if traces else None))
     except KeyboardInterrupt:
         pass
+    finally:
+        if traces is not None:
+            counts = traces.close()
+            console.print(", ".join(f"{k} {v}" for k, v in counts.items()), markup=False)
+
+
+def _gateway_traces(model_dir: Path, tracking_uri: str, experiment: str) -> ServedTraces:
+    """The background trace writer of `agentrl gateway --tracking-uri` (exit 2 when the store
+    cannot be reached)."""
+    from transformers import AutoTokenizer
+
+    from agentrl_sdk.errors import TrackingError
+    from agentrl_sdk.serving import ServedTraces, open_experiment
+
+    try:
+        experiment_id = open_experiment(tracking_uri, experiment)
+    except TrackingError as exc:
+        _usage_error(str(exc))
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    return ServedTraces(tracking_uri, experiment_id, tokenizer)
 
 
 @app.command()

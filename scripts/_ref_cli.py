@@ -23,7 +23,8 @@ INPUT_ERRORS = {
              "resumed.",
     "evaluate": "the same input checks as `train`.",
     "gateway": "options that make an invalid `GatewayConfig` (e.g. `--no-auth` on a "
-               "non-loopback `--host` without `--i-know-its-open`).",
+               "non-loopback `--host` without `--i-know-its-open`), an unreachable "
+               "`--tracking-uri`.",
     "serve": "an invalid or unreadable config, a config without `entrypoint.graph` or "
              "`rollout.timeout_s`, a model folder that is not there, a non-loopback `--host` "
              "without `--api-key` or `--i-know-its-open`, an unreachable tracking store.",

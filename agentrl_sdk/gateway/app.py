@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
@@ -21,13 +22,18 @@ from agentrl_sdk.gateway.sessions import (
     TooManyRolloutsError,
     UnknownRolloutError,
 )
-from agentrl_sdk.types import RewardComponent, totals_by_name
+from agentrl_sdk.types import RewardComponent, Trajectory, totals_by_name
 
 ROLLOUT_HEADER = "X-Rollout-Id"
 """Header naming the rollout on the shared ``/v1`` routes (the path form needs none)."""
 
 
-def create_app(registry: SessionRegistry, config: GatewayConfig, api_key: str | None) -> FastAPI:
+def create_app(
+    registry: SessionRegistry,
+    config: GatewayConfig,
+    api_key: str | None,
+    on_close: Callable[[Trajectory], Any] | None = None,
+) -> FastAPI:
     """The gateway's routes over ``registry``.
 
     Only a chat completion may open a rollout (under ``open_on_first_call``); reading the
@@ -37,6 +43,8 @@ def create_app(registry: SessionRegistry, config: GatewayConfig, api_key: str | 
         registry: The open rollouts; each call is recorded into its rollout's ledger.
         config: Served model names, node name, auth, request-size limit.
         api_key: The bearer token every route but ``/health`` requires; None disables auth.
+        on_close: Called with the trajectory of each rollout a client closes
+            (``DELETE /rollouts/<id>``), e.g. to trace it; it must not block.
     """
     app = FastAPI(title="agentrl recording gateway", docs_url=None, redoc_url=None)
     app.add_middleware(BodySizeLimit, max_bytes=config.max_request_bytes, stats=registry.stats)
@@ -114,8 +122,10 @@ def create_app(registry: SessionRegistry, config: GatewayConfig, api_key: str | 
 
     @app.delete("/rollouts/{rollout_id}", dependencies=authorized)
     async def close_rollout(rollout_id: str) -> Response:
-        return Response(registry.close(rollout_id).trajectory().model_dump_json(),
-                        media_type="application/json")
+        closed = registry.close(rollout_id).trajectory()
+        if on_close is not None:
+            on_close(closed)
+        return Response(closed.model_dump_json(), media_type="application/json")
 
     return app
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import secrets
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentrl_sdk.chat.events import EventLog
@@ -36,6 +36,10 @@ class Gateway:
         tokenizer: The policy model's tokenizer (its chat template renders prompts).
         config: Host, port, auth and served model names.
         rollout: Sampling defaults, context budget and timeouts of every call.
+        on_client_close: Called with the trajectory of each rollout a client closes
+            (``DELETE /rollouts/<id>``); when set, the rollouts the gateway opens by id also
+            time their calls into ``Trajectory.events`` (what a trace is built from).
+            `agentrl gateway --tracking-uri` traces them this way. It must not block.
     """
 
     def __init__(
@@ -45,8 +49,10 @@ class Gateway:
         *,
         config: GatewayConfig | None = None,
         rollout: RolloutConfig | None = None,
+        on_client_close: Callable[[Trajectory], Any] | None = None,
     ) -> None:
         self.engine = engine
+        self.on_client_close = on_client_close
         self.config = config or GatewayConfig()
         self.rollout = rollout or RolloutConfig()
         self.template = tokenizer if isinstance(tokenizer, ChatTemplate) else ChatTemplate(
@@ -110,8 +116,8 @@ class Gateway:
                 "pip install 'agentrl-sdk[gateway]'"
             ) from exc
 
-        app = CancelOnDisconnect(create_app(self.registry, self.config, self.api_key),
-                                 self.stats)
+        app = CancelOnDisconnect(create_app(self.registry, self.config, self.api_key,
+                                            self.on_client_close), self.stats)
         server = InLoopServer(uvicorn.Config(
             app, host=self.config.host, port=self.config.port, log_level="warning",
             access_log=False, lifespan="off",
@@ -160,6 +166,8 @@ class Gateway:
 
     def _recorder(self, rollout_id: str, events: EventLog | None = None) -> RolloutRecorder:
         rollout = self.rollout
+        if events is None and self.on_client_close is not None:
+            events = EventLog()
         return RolloutRecorder(
             self.engine, self.template, chat=rollout.chat, sampling=rollout.sampling,
             rollout_id=rollout_id, default_trainable=rollout.default_trainable, events=events,

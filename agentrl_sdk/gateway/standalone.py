@@ -19,6 +19,7 @@ async def serve_model(
     rollout: RolloutConfig | None = None,
     on_ready: Callable[[Gateway], Any] | None = None,
     engine_options: dict[str, Any] | None = None,
+    on_client_close: Callable[[Any], Any] | None = None,
 ) -> None:
     """Start the ``backend`` engine over ``model_path`` behind a gateway and serve forever.
 
@@ -29,6 +30,8 @@ async def serve_model(
         rollout: Sampling defaults and the context budget of every call.
         on_ready: Called with the started gateway (to print its URL and key).
         engine_options: Passed to `create_engine`.
+        on_client_close: Called with each rollout's trajectory as its client closes it
+            (see `Gateway`).
     """
     from transformers import AutoTokenizer
 
@@ -37,7 +40,8 @@ async def serve_model(
     tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
     engine = create_engine(backend, model_path, **(engine_options or {}))
     try:
-        async with Gateway(engine, tokenizer, config=config, rollout=rollout) as gateway:
+        async with Gateway(engine, tokenizer, config=config, rollout=rollout,
+                           on_client_close=on_client_close) as gateway:
             if on_ready is not None:
                 on_ready(gateway)
             await asyncio.Event().wait()  # until cancelled (Ctrl-C)

@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import queue
+import random
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -104,6 +105,13 @@ class ServedTraces:
             "%d traces are waiting to be written: dropping this request's trace (counted in "
             "traces_dropped; the store is slow or down)", self.max_pending)
         return False
+
+    def record_rollout(self, trajectory: Trajectory) -> None:
+        """Queue the trace of a gateway rollout its client closed (the hook
+        `Gateway(on_client_close=...)` takes): tagged with its ``rollout_id``."""
+        rollout_id = trajectory.row_id
+        self.record(trajectory, random.getrandbits(128),
+                    {"rollout_id": rollout_id, "mlflow.traceName": f"rollout {rollout_id}"})
 
     @property
     def counts(self) -> dict[str, int]:

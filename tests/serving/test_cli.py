@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 import agentrl_sdk as sdk
 from agentrl_sdk.cli import app
+from agentrl_sdk.tracing.server import free_port
 from tests.serving.conftest import ensure_experiment
 
 pytestmark = pytest.mark.slow
@@ -73,3 +74,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, model_dir):
     result = runner.invoke(app, ["serve", str(config), "--host", "0.0.0.0"])
     assert result.exit_code == 2 and "not a loopback address" in result.output
     assert "Traceback" not in result.output
+    dead = f"http://127.0.0.1:{free_port()}"
+    result = runner.invoke(app, ["gateway", model_dir, "--tracking-uri", dead])
+    assert result.exit_code == 2 and f"cannot open MLflow experiment 'agentrl-gateway' at " \
+        f"'{dead}'" in " ".join(result.output.split())
