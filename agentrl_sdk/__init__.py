@@ -5,7 +5,7 @@ from agentrl_sdk import _moved
 _moved.install()  # former module paths keep importing (see `agentrl_sdk._moved`)
 
 from agentrl_sdk import environments, rewards
-from agentrl_sdk.api import aevaluate, atrain, evaluate, train
+from agentrl_sdk.api import aevaluate, atrain, evaluate, train, train_on_traces
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel
 from agentrl_sdk.config import ChatConfig, NodeRule, RolloutConfig
 from agentrl_sdk.errors import (
@@ -24,6 +24,7 @@ from agentrl_sdk.graph import (
     trainable,
 )
 from agentrl_sdk.pipeline import EvalConfig, EvalResult, TrainConfig, TrainResult
+from agentrl_sdk.pipeline.offline import OfflineResult
 from agentrl_sdk.production import TraceRecord, TraceSelection, traces
 from agentrl_sdk.rollout import AgentEndpoint, arollout, arollout_batch, rollout
 from agentrl_sdk.tools import RLTool
@@ -51,6 +52,7 @@ __all__ = [
     "LLMCall",
     "NoEngineError",
     "NodeRule",
+    "OfflineResult",
     "RLTool",
     "RewardComponent",
     "RolloutConfig",
@@ -79,5 +81,6 @@ __all__ = [
     "tools_condition",
     "traces",
     "train",
+    "train_on_traces",
     "trainable",
 ]

@@ -1,5 +1,5 @@
-"""`sdk.train` / `sdk.evaluate`: wire a graph, a dataset, a reward and a config into a
-training pipeline or an evaluation."""
+"""`sdk.train` / `sdk.evaluate` / `sdk.train_on_traces`: wire a graph, a dataset, a reward and
+a config (or traced tokens and a config) into a training pipeline or an evaluation."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from agentrl_sdk.pipeline import (
     run_evaluation,
     run_pipeline,
 )
+from agentrl_sdk.pipeline.offline import OfflineResult, train_on_samples
+from agentrl_sdk.pipeline.policies import model_path
 from agentrl_sdk.pipeline.rules import Schedule
+from agentrl_sdk.production import TraceRecord, TraceSelection, training_batch
 from agentrl_sdk.rollout import default_input
 from agentrl_sdk.rollout.rewards import RewardFn
 from agentrl_sdk.target import Target
@@ -208,3 +211,50 @@ def evaluate(
     """
     return asyncio.run(aevaluate(graph, dataset, reward, config, input_fn=input_fn, model=model,
                                  nodes=nodes))
+
+
+def train_on_traces(
+    selection: TraceSelection,
+    config: ConfigLike,
+    *,
+    group: Callable[[TraceRecord], str] | None = None,
+    per_call: bool | None = None,
+    epochs: int = 1,
+    samples_per_update: int | None = None,
+    output_dir: str | Path | None = None,
+) -> OfflineResult:
+    """Off-policy RL on the traced tokens: ``config.model`` trained on the ids and behaviour
+    logprobs ``selection``'s traces recorded, without generating anything.
+
+    The traced ids are trained as they are (`TraceSelection.samples`; traces of another
+    vocabulary are refused with `TraceMismatchError`, never retokenized). Advantages compare
+    the rewards of the traces that share a ``group`` key (a prompt template, a task, a user
+    segment) — one group of all traces when None — with ``algorithm.advantage_estimator``;
+    each token's loss is weighted by its importance weight (see `train_on_samples`). Drop
+    traces served by weights too old first with `TraceSelection.recent`.
+
+    Args:
+        selection: Traces with a reward (`sdk.traces(..., reward=...)`).
+        config: A `TrainConfig`, a dict, or a YAML path: its model (the one the traces were
+            served by, or one of its vocabulary), trainer and algorithm sections;
+            ``rollout.sampling.temperature`` must be the serving temperature.
+        group: A record's group key.
+        per_call: One sample per LLM call (default: ``algorithm.step_level.enabled``).
+        epochs: Passes over the traces.
+        samples_per_update: Samples per update (all when None).
+        output_dir: Where ``final_model`` is written (``checkpoint.dir`` when None).
+    """
+    from transformers import AutoTokenizer
+
+    resolved = resolve_config(config)
+    tokenizer = AutoTokenizer.from_pretrained(model_path(resolved.model), local_files_only=True)
+    split = resolved.algorithm.step_level.enabled if per_call is None else per_call
+    samples, extra = training_batch(selection.records, tokenizer, per_call=split,
+                                    group=group or _one_group)  # fmt: skip
+    return train_on_samples(samples, resolved, extra=extra, epochs=epochs,
+                            samples_per_update=samples_per_update,
+                            output_dir=output_dir or resolved.checkpoint.dir)  # fmt: skip
+
+
+def _one_group(record: TraceRecord) -> str:
+    return "all"
