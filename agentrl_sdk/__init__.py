@@ -5,7 +5,14 @@ from agentrl_sdk import _moved
 _moved.install()  # former module paths keep importing (see `agentrl_sdk._moved`)
 
 from agentrl_sdk import environments, rewards
-from agentrl_sdk.api import aevaluate, atrain, evaluate, train, train_on_traces
+from agentrl_sdk.api import (
+    aevaluate,
+    atrain,
+    evaluate,
+    finetune_on_traces,
+    train,
+    train_on_traces,
+)
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel
 from agentrl_sdk.config import ChatConfig, NodeRule, RolloutConfig
 from agentrl_sdk.errors import (
@@ -26,6 +33,7 @@ from agentrl_sdk.graph import (
 from agentrl_sdk.pipeline import EvalConfig, EvalResult, TrainConfig, TrainResult
 from agentrl_sdk.pipeline.offline import OfflineResult
 from agentrl_sdk.production import TraceRecord, TraceSelection, traces
+from agentrl_sdk.production.finetune import FinetuneResult
 from agentrl_sdk.rollout import AgentEndpoint, arollout, arollout_batch, rollout
 from agentrl_sdk.tools import RLTool
 from agentrl_sdk.types import (
@@ -48,6 +56,7 @@ __all__ = [
     "EngineError",
     "EvalConfig",
     "EvalResult",
+    "FinetuneResult",
     "GenerateResult",
     "LLMCall",
     "NoEngineError",
@@ -75,6 +84,7 @@ __all__ = [
     "emit_reward",
     "environments",
     "evaluate",
+    "finetune_on_traces",
     "frozen",
     "rewards",
     "rollout",

@@ -1,5 +1,6 @@
-"""`sdk.train` / `sdk.evaluate` / `sdk.train_on_traces`: wire a graph, a dataset, a reward and
-a config (or traced tokens and a config) into a training pipeline or an evaluation."""
+"""`sdk.train` / `sdk.evaluate`, and `sdk.train_on_traces` / `sdk.finetune_on_traces`: wire a
+graph, a dataset, a reward and a config into a training pipeline or an evaluation, or train a
+model on the traces a selection holds."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from agentrl_sdk.pipeline import (
 from agentrl_sdk.pipeline.offline import OfflineResult, train_on_samples
 from agentrl_sdk.pipeline.policies import model_path
 from agentrl_sdk.pipeline.rules import Schedule
+from agentrl_sdk.models.warm_start import train_on_sft_examples
 from agentrl_sdk.production import TraceRecord, TraceSelection, training_batch
+from agentrl_sdk.production.finetune import FinetuneResult, Retokenize, best_records, sft_examples
 from agentrl_sdk.rollout import default_input
 from agentrl_sdk.rollout.rewards import RewardFn
 from agentrl_sdk.target import Target
@@ -258,3 +261,56 @@ def train_on_traces(
 
 def _one_group(record: TraceRecord) -> str:
     return "all"
+
+
+def finetune_on_traces(
+    selection: TraceSelection,
+    model: str | Path,
+    output_dir: str | Path,
+    *,
+    min_reward: float | None = None,
+    top_fraction: float | None = None,
+    retokenize: Retokenize = "auto",
+    steps: int = 100,
+    lr: float = 1e-5,
+    batch_size: int = 8,
+    seed: int = 0,
+) -> FinetuneResult:
+    """Fine-tune on the best traces (rejection sampling): supervised training of the model in
+    ``model`` on the traces rated ``min_reward`` or better (then the best ``top_fraction``).
+
+    Traces whose ids are exact under the model's tokenizer are learned token for token (loss
+    on the sampled tokens); the others — another model's traces, e.g. an API model's, as
+    distillation — are retokenized from their conversation with the model's chat template
+    (``retokenize``, see `agentrl_sdk.production.finetune.sft_examples`); the result counts
+    both.
+
+    Args:
+        selection: Traces with a reward.
+        model: A local ``save_pretrained`` folder (model and tokenizer).
+        output_dir: Where the fine-tuned model is written (``final_model`` inside it).
+        min_reward: The lowest reward kept.
+        top_fraction: The share of the kept traces, best first, to learn from.
+        retokenize: ``auto``, ``never`` or ``always``.
+        steps: Optimizer steps; ``lr``, ``batch_size``, ``seed``: as in
+            `agentrl_sdk.models.supervised_warm_start`.
+
+    Raises:
+        ValueError: No trace is left to learn from.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+    best = best_records(selection.records, min_reward=min_reward, top_fraction=top_fraction)
+    made = sft_examples(best, tokenizer, retokenize=retokenize)
+    if not made.examples:
+        raise ValueError(f"no trace to learn from: {len(best)} of {len(selection)} kept by "
+                         f"the reward bounds, left out {made.left_out}")
+    network = AutoModelForCausalLM.from_pretrained(str(model), local_files_only=True)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    losses = train_on_sft_examples(network, made.examples, pad_token_id=pad, steps=steps, lr=lr,
+                                   batch_size=batch_size, seed=seed, progress=False)
+    final = Path(output_dir) / "final_model"
+    network.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    return FinetuneResult(str(final), losses, made.exact, made.retokenized, made.left_out)

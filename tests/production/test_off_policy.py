@@ -100,3 +100,41 @@ def test_an_estimator_that_needs_a_critic_is_refused(served_by_torch_engine, sto
     })
     with pytest.raises(ValueError, match="needs a critic's values"):
         sdk.train_on_traces(selection, config)
+
+
+def test_the_best_traces_are_learned_token_for_token(served_by_torch_engine, store, tmp_path):
+    from agentrl_sdk.production.finetune import sft_examples
+
+    path, _ = served_by_torch_engine
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    selection = sdk.traces(store, experiment="served",
+                           reward=lambda record: float(sum(record.calls[0].response_ids)))
+    best = max(selection.records, key=lambda r: r.reward)
+    made = sft_examples([best], tokenizer)
+    assert made.exact == [best.trace_id] and made.retokenized == []
+    (segment,) = best.segments  # the node's two calls share one segment
+    (example,) = made.examples
+    assert example == (segment.prompt_ids + segment.response_ids,
+                       [0] * len(segment.prompt_ids) + segment.response_mask)
+
+    result = sdk.finetune_on_traces(selection, path, tmp_path, top_fraction=0.5, steps=4,
+                                    lr=1e-2, batch_size=2)
+    assert len(result.exact) == 2 and best.trace_id in result.exact and not result.retokenized
+    assert result.losses[-1] < result.losses[0], result.losses
+    assert (Path(result.final_model) / "config.json").is_file()
+
+
+def test_another_models_traces_are_retokenized_from_their_conversation(served):
+    from agentrl_sdk.production.finetune import sft_examples
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir(0)), local_files_only=True)
+    selection = sdk.traces(served.uri, experiment="served", reward=lambda record: 1.0)
+    made = sft_examples(selection.records, tokenizer)
+    assert made.exact == [] and len(made.retokenized) == 4 and made.left_out == {}
+    learned = [tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m])
+               for ids, mask in made.examples]
+    answers = {f"The answer is {row['answer']}." for row in served.rows}
+    assert all(any(a in text for a in answers) for text in learned), learned
+
+    refused = sft_examples(selection.records, tokenizer, retokenize="never")
+    assert refused.examples == [] and len(refused.left_out["not_exact"]) == 4
