@@ -4,7 +4,6 @@ engine returned, weighted by importance weights that are 1 where the weights did
 
 from __future__ import annotations
 
-import asyncio
 import math
 from pathlib import Path
 
@@ -12,11 +11,8 @@ import pytest
 from transformers import AutoTokenizer
 
 import agentrl_sdk as sdk
-from agentrl_sdk.engines import create_engine
-from agentrl_sdk.tracing import TrainingRun
 from tests.engines._tiny import tiny_model_dir
-from tests.production.conftest import ensure_experiment
-from tests.production.test_torch_engine import Recording, _graph
+from tests.production._torch_serving import serve_on_torch_engine
 
 
 @pytest.fixture
@@ -24,23 +20,8 @@ def served_by_torch_engine(store):
     """Four sampled answers of the tiny model to one question, traced into ``store``, and the
     engine's own record of every request and answer."""
     path = str(tiny_model_dir(0))
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    engine = Recording(create_engine("torch", path))
-    config = sdk.RolloutConfig(n=4, sampling=sdk.SamplingParams(temperature=1.0, max_tokens=8,
-                                                                seed=11))
-    rows = [{"id": "q1", "messages": [{"role": "user", "content": "What is 2 + 3?"}]}]
-    try:
-        trajectories = asyncio.run(sdk.arollout_batch(
-            _graph(), rows, engine, tokenizer=tokenizer, config=config, record_events=True))
-    finally:
-        engine.engine.close()
-    ensure_experiment(store, "served")
-    run = TrainingRun(store, "served")
-    try:
-        run.log_traces(0, trajectories, tokenizer=tokenizer)
-    finally:
-        run.end()
-    return path, engine.answers
+    _, answers = serve_on_torch_engine(store, path, n=4, max_tokens=8, seed=11)
+    return path, answers
 
 
 def test_the_trained_batch_is_the_traced_tokens_and_the_model_moves(
