@@ -5,7 +5,14 @@ from agentrl_sdk import _moved
 _moved.install()  # former module paths keep importing (see `agentrl_sdk._moved`)
 
 from agentrl_sdk import environments, rewards
-from agentrl_sdk.api import aevaluate, atrain, evaluate, train
+from agentrl_sdk.api import (
+    aevaluate,
+    atrain,
+    evaluate,
+    finetune_on_traces,
+    train,
+    train_on_traces,
+)
 from agentrl_sdk.chat import ChatTemplate, TokenChatModel
 from agentrl_sdk.config import ChatConfig, NodeRule, RolloutConfig
 from agentrl_sdk.errors import (
@@ -24,7 +31,9 @@ from agentrl_sdk.graph import (
     trainable,
 )
 from agentrl_sdk.pipeline import EvalConfig, EvalResult, TrainConfig, TrainResult
+from agentrl_sdk.pipeline.offline import OfflineResult
 from agentrl_sdk.production import TraceRecord, TraceSelection, traces
+from agentrl_sdk.production.finetune import FinetuneResult
 from agentrl_sdk.rollout import AgentEndpoint, arollout, arollout_batch, rollout
 from agentrl_sdk.serving import GraphServer, ServeConfig, aserve, serve
 from agentrl_sdk.tools import RLTool
@@ -48,11 +57,13 @@ __all__ = [
     "EngineError",
     "EvalConfig",
     "EvalResult",
+    "FinetuneResult",
     "GenerateResult",
     "GraphServer",
     "LLMCall",
     "NoEngineError",
     "NodeRule",
+    "OfflineResult",
     "RLTool",
     "RewardComponent",
     "RolloutConfig",
@@ -77,6 +88,7 @@ __all__ = [
     "emit_reward",
     "environments",
     "evaluate",
+    "finetune_on_traces",
     "frozen",
     "rewards",
     "rollout",
@@ -84,5 +96,6 @@ __all__ = [
     "tools_condition",
     "traces",
     "train",
+    "train_on_traces",
     "trainable",
 ]

@@ -1,5 +1,6 @@
-"""`sdk.train` / `sdk.evaluate`: wire a graph, a dataset, a reward and a config into a
-training pipeline or an evaluation."""
+"""`sdk.train` / `sdk.evaluate`, and `sdk.train_on_traces` / `sdk.finetune_on_traces`: wire a
+graph, a dataset, a reward and a config into a training pipeline or an evaluation, or train a
+model on the traces a selection holds."""
 
 from __future__ import annotations
 
@@ -18,7 +19,12 @@ from agentrl_sdk.pipeline import (
     run_evaluation,
     run_pipeline,
 )
+from agentrl_sdk.pipeline.offline import OfflineResult, train_on_samples
+from agentrl_sdk.pipeline.policies import model_path
 from agentrl_sdk.pipeline.rules import Schedule
+from agentrl_sdk.models.warm_start import train_on_sft_examples
+from agentrl_sdk.production import TraceRecord, TraceSelection, training_batch
+from agentrl_sdk.production.finetune import FinetuneResult, Retokenize, best_records, sft_examples
 from agentrl_sdk.rollout import default_input
 from agentrl_sdk.rollout.rewards import RewardFn
 from agentrl_sdk.target import Target
@@ -208,3 +214,103 @@ def evaluate(
     """
     return asyncio.run(aevaluate(graph, dataset, reward, config, input_fn=input_fn, model=model,
                                  nodes=nodes))
+
+
+def train_on_traces(
+    selection: TraceSelection,
+    config: ConfigLike,
+    *,
+    group: Callable[[TraceRecord], str] | None = None,
+    per_call: bool | None = None,
+    epochs: int = 1,
+    samples_per_update: int | None = None,
+    output_dir: str | Path | None = None,
+) -> OfflineResult:
+    """Off-policy RL on the traced tokens: ``config.model`` trained on the ids and behaviour
+    logprobs ``selection``'s traces recorded, without generating anything.
+
+    The traced ids are trained as they are (`TraceSelection.samples`; traces of another
+    vocabulary are refused with `TraceMismatchError`, never retokenized). Advantages compare
+    the rewards of the traces that share a ``group`` key (a prompt template, a task, a user
+    segment) — one group of all traces when None — with ``algorithm.advantage_estimator``;
+    each token's loss is weighted by its importance weight (see `train_on_samples`). Drop
+    traces served by weights too old first with `TraceSelection.recent`.
+
+    Args:
+        selection: Traces with a reward (`sdk.traces(..., reward=...)`).
+        config: A `TrainConfig`, a dict, or a YAML path: its model (the one the traces were
+            served by, or one of its vocabulary), trainer and algorithm sections;
+            ``rollout.sampling.temperature`` must be the serving temperature.
+        group: A record's group key.
+        per_call: One sample per LLM call (default: ``algorithm.step_level.enabled``).
+        epochs: Passes over the traces.
+        samples_per_update: Samples per update (all when None).
+        output_dir: Where ``final_model`` is written (``checkpoint.dir`` when None).
+    """
+    from transformers import AutoTokenizer
+
+    resolved = resolve_config(config)
+    tokenizer = AutoTokenizer.from_pretrained(model_path(resolved.model), local_files_only=True)
+    split = resolved.algorithm.step_level.enabled if per_call is None else per_call
+    samples, extra = training_batch(selection.records, tokenizer, per_call=split,
+                                    group=group or _one_group)  # fmt: skip
+    return train_on_samples(samples, resolved, extra=extra, epochs=epochs,
+                            samples_per_update=samples_per_update,
+                            output_dir=output_dir or resolved.checkpoint.dir)  # fmt: skip
+
+
+def _one_group(record: TraceRecord) -> str:
+    return "all"
+
+
+def finetune_on_traces(
+    selection: TraceSelection,
+    model: str | Path,
+    output_dir: str | Path,
+    *,
+    min_reward: float | None = None,
+    top_fraction: float | None = None,
+    retokenize: Retokenize = "auto",
+    steps: int = 100,
+    lr: float = 1e-5,
+    batch_size: int = 8,
+    seed: int = 0,
+) -> FinetuneResult:
+    """Fine-tune on the best traces (rejection sampling): supervised training of the model in
+    ``model`` on the traces rated ``min_reward`` or better (then the best ``top_fraction``).
+
+    Traces whose ids are exact under the model's tokenizer are learned token for token (loss
+    on the sampled tokens); the others — another model's traces, e.g. an API model's, as
+    distillation — are retokenized from their conversation with the model's chat template
+    (``retokenize``, see `agentrl_sdk.production.finetune.sft_examples`); the result counts
+    both.
+
+    Args:
+        selection: Traces with a reward.
+        model: A local ``save_pretrained`` folder (model and tokenizer).
+        output_dir: Where the fine-tuned model is written (``final_model`` inside it).
+        min_reward: The lowest reward kept.
+        top_fraction: The share of the kept traces, best first, to learn from.
+        retokenize: ``auto``, ``never`` or ``always``.
+        steps: Optimizer steps; ``lr``, ``batch_size``, ``seed``: as in
+            `agentrl_sdk.models.supervised_warm_start`.
+
+    Raises:
+        ValueError: No trace is left to learn from.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+    best = best_records(selection.records, min_reward=min_reward, top_fraction=top_fraction)
+    made = sft_examples(best, tokenizer, retokenize=retokenize)
+    if not made.examples:
+        raise ValueError(f"no trace to learn from: {len(best)} of {len(selection)} kept by "
+                         f"the reward bounds, left out {made.left_out}")
+    network = AutoModelForCausalLM.from_pretrained(str(model), local_files_only=True)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    losses = train_on_sft_examples(network, made.examples, pad_token_id=pad, steps=steps, lr=lr,
+                                   batch_size=batch_size, seed=seed, progress=False)
+    final = Path(output_dir) / "final_model"
+    network.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    return FinetuneResult(str(final), losses, made.exact, made.retokenized, made.left_out)

@@ -47,9 +47,10 @@ GROUPS: list[tuple[str, str, list[str], list[str]]] = [
       "agentrl_sdk.environments.textarena", "agentrl_sdk.environments.TextArenaGame",
       "agentrl_sdk.environments.GameDataMissing"]),
     ("Learning from production traces",
-     "MLflow traces and their feedback as training data: exact token samples or replayed "
-     "prompts ([guide](../guides/production-traces.md)).",
-     ["traces", "TraceSelection", "TraceRecord"],
+     "MLflow traces and their feedback as training data: exact token samples, off-policy RL "
+     "on them, fine-tuning on the best, or replayed prompts ([guide](../guides/production-traces.md)).",
+     ["traces", "TraceSelection", "TraceRecord", "train_on_traces", "OfflineResult",
+      "finetune_on_traces", "FinetuneResult"],
      ["agentrl_sdk.production.TracedCall", "agentrl_sdk.identity.TokenizerIdentity",
       "agentrl_sdk.production.redact_text", "agentrl_sdk.production.drop_matching",
       "agentrl_sdk.production.replay_row", "agentrl_sdk.production.rollout_reward",

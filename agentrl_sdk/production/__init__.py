@@ -12,7 +12,7 @@ from agentrl_sdk.production.redact import Redact, drop_matching, redact_text
 from agentrl_sdk.production.replay import RowFn, replay_row
 from agentrl_sdk.production.rescoring import RolloutReward, rollout_reward
 from agentrl_sdk.production.selection import TraceSelection, traces
-from agentrl_sdk.production.tokens import check_tokenizer, training_samples
+from agentrl_sdk.production.tokens import check_tokenizer, training_batch, training_samples
 
 __all__ = [
     "LeftOutReason",
@@ -32,5 +32,6 @@ __all__ = [
     "replay_row",
     "rollout_reward",
     "traces",
+    "training_batch",
     "training_samples",
 ]

@@ -29,13 +29,14 @@ when replaying prompts)."""
 
 LeftOutReason = Literal[
     "no_feedback", "feedback_not_a_number", "no_reward", "reward_error", "redacted",
-    "unreadable", "not_replayable", "not_exact",
+    "unreadable", "not_replayable", "not_exact", "stale",
 ]
 """Why a trace was left out: it has no feedback of the name asked for; its value is not a
 boolean or a finite number; the reward function returned None (or a non-number); the reward
 function raised; the redact hook dropped it; its ledger could not be read; its input is no
 dataset row (`TraceSelection.rows`); its token ids are not exact under the tokenizer asked for
-(`TraceSelection.exact`)."""
+(`TraceSelection.exact`); its weights are too many versions old, or its request too old, to
+train on off-policy (`TraceSelection.recent`)."""
 
 
 def feedback_number(value: Any) -> float | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from agentrl_sdk.production.records import TraceRecord
 
-__all__ = ["RowFn", "replay_row"]
+__all__ = ["RowFn", "chat_messages", "replay_row"]
 
 RowFn = Callable[[TraceRecord], Mapping[str, Any] | None]
 """A user's row for a trace (e.g. its input plus a ground truth from its expectations), or
@@ -37,8 +37,8 @@ def replay_row(record: TraceRecord) -> dict[str, Any] | None:
     key = "messages" if "messages" in inputs else "prompt" if "prompt" in inputs else None
     if key is None:
         return None
-    messages = [_chat_message(m) for m in inputs[key]] if isinstance(inputs[key], list) else []
-    if not messages or any(m is None for m in messages):
+    messages = chat_messages(inputs[key]) if isinstance(inputs[key], list) else None
+    if not messages:
         return None
     row = {k: v for k, v in inputs.items() if k != key}
     row[key] = messages
@@ -63,6 +63,12 @@ def replay_rows(
         else:
             rows.append(dict(row))
     return rows, left_out
+
+
+def chat_messages(messages: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """``messages`` as chat rows hold them, or None if any is not a chat message."""
+    chat = [_chat_message(m) for m in messages]
+    return None if any(m is None for m in chat) else chat  # type: ignore[return-value]
 
 
 def _chat_message(message: Any) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ samples (the traced token ids, exactly).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +91,37 @@ class TraceSelection:
         left_out = {k: list(v) for k, v in self.left_out.items()}
         if not_exact:
             left_out["not_exact"] = [r.trace_id for r in not_exact]
+        return TraceSelection(kept, left_out, self.found, self.filter_string)
+
+    def recent(
+        self, *, max_version_lag: int | None = None, max_age_s: float | None = None,
+        now_ms: int | None = None,
+    ) -> TraceSelection:
+        """The records fresh enough to train on off-policy; the others counted in
+        ``left_out["stale"]`` of the new selection.
+
+        A record is stale when its oldest call was served by weights more than
+        ``max_version_lag`` versions behind the newest version in the selection, or when its
+        request started more than ``max_age_s`` seconds before ``now_ms`` (default: now).
+        Importance correction weighs what stays; these bounds keep out the traces whose
+        weights would mostly be truncated.
+        """
+        newest = max((v for r in self.records for v in r.policy_versions), default=0)
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+
+        def stale(record: TraceRecord) -> bool:
+            versions = record.policy_versions
+            too_far = max_version_lag is not None and bool(versions) and (
+                newest - versions[0] > max_version_lag)
+            too_old = max_age_s is not None and now_ms - record.timestamp_ms > max_age_s * 1000
+            return too_far or too_old
+
+        kept, dropped = [], []
+        for record in self.records:
+            (dropped if stale(record) else kept).append(record)
+        left_out = {k: list(v) for k, v in self.left_out.items()}
+        if dropped:
+            left_out["stale"] = [r.trace_id for r in dropped]
         return TraceSelection(kept, left_out, self.found, self.filter_string)
 
     def samples(

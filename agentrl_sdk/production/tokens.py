@@ -18,7 +18,9 @@ from agentrl_sdk.rollout.credit import credit_policies
 from agentrl_sdk.rollout.samples import samples_of
 from agentrl_sdk.types import Sample
 
-__all__ = ["check_tokenizer", "ledger_problem", "token_problem", "training_samples"]
+__all__ = [
+    "check_tokenizer", "ledger_problem", "token_problem", "training_batch", "training_samples",
+]
 
 _SHOWN = 3
 """Trace ids a refusal names per kind of problem."""
@@ -64,15 +66,16 @@ def ledger_problem(record: TraceRecord) -> str | None:
     return None
 
 
-def training_samples(
+def training_batch(
     records: Sequence[TraceRecord],
     tokenizer: Any,
     *,
     per_call: bool = False,
     group: Callable[[TraceRecord], str] | None = None,
-) -> list[Sample]:
+) -> tuple[list[Sample], dict[str, object]]:
     """The records' trained segments (or calls) as samples: traced ids, logprobs and versions,
-    each record's reward, zero advantages (an estimator fills them).
+    each record's reward, zero advantages (an estimator fills them); and the `Sequences` fields
+    the samples add (per-call step rewards), for the estimator.
 
     Args:
         records: Records with a reward (`traces` with ``reward=``) and a token ledger.
@@ -95,8 +98,18 @@ def training_samples(
     trajectories = [r.trajectory(group(r) if group else None) for r in records]
     for index, traj in enumerate(trajectories):
         traj.sample_index = index
-    samples, _ = samples_of(credit_policies(trajectories), per_call=per_call)
-    return samples
+    return samples_of(credit_policies(trajectories), per_call=per_call)
+
+
+def training_samples(
+    records: Sequence[TraceRecord],
+    tokenizer: Any,
+    *,
+    per_call: bool = False,
+    group: Callable[[TraceRecord], str] | None = None,
+) -> list[Sample]:
+    """The samples of `training_batch`."""
+    return training_batch(records, tokenizer, per_call=per_call, group=group)[0]
 
 
 def token_problem(record: TraceRecord, expected: TokenizerIdentity) -> str | None:
