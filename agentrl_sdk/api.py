@@ -313,4 +313,5 @@ def finetune_on_traces(
     final = Path(output_dir) / "final_model"
     network.save_pretrained(final)
     tokenizer.save_pretrained(final)
-    return FinetuneResult(str(final), losses, made.exact, made.retokenized, made.left_out)
+    learned = sum(sum(mask) for _, mask in made.examples)
+    return FinetuneResult(str(final), losses, made.exact, made.retokenized, made.left_out, learned)

@@ -58,6 +58,7 @@ class FinetuneResult:
         exact: Traces learned token for token.
         retokenized: Traces learned from their retokenized conversation.
         left_out: Trace ids per reason they gave no example.
+        learned_tokens: Tokens with loss over all examples (each counted once).
     """
 
     final_model: str
@@ -65,6 +66,7 @@ class FinetuneResult:
     exact: list[str]
     retokenized: list[str]
     left_out: dict[str, list[str]]
+    learned_tokens: int = 0
 
 
 def best_records(
