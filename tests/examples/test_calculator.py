@@ -27,10 +27,11 @@ def test_calculator_refuses_anything_else(expression):
 
 
 @pytest.mark.slow
-async def test_rollout_demo_writes_three_turn_trajectories(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
+async def test_rollout_demo_writes_three_turn_trajectories(tmp_path):
+    # The run's shared cache, not a private one: the warm start (minutes on 2 cores) is then
+    # built once per run for this demo and examples/openai_agent alike.
     from examples.calculator import rollout_demo
-    from agentrl_sdk.models import cache_root
+    from examples.calculator.model import model_path
 
     out = tmp_path / "trajectories.jsonl"
     await rollout_demo.main(rows=2, n=2, out=out)
@@ -42,7 +43,7 @@ async def test_rollout_demo_writes_three_turn_trajectories(tmp_path, monkeypatch
     assert [len(r["calls"]) for r in rows] == [3, 3, 3, 3]
     assert all(len(r["segments"]) == 1 for r in rows)
 
-    (model_dir,) = cache_root().glob("calculator-*")
+    model_dir = model_path()  # the folder the demo loaded its policy from
     shown = CliRunner().invoke(app, ["show", str(out), "--model-dir", str(model_dir), "--limit", "1"])
     assert shown.exit_code == 0, shown.output
     assert '{"name":"calculator","arguments":{"expression":' in shown.output
