@@ -19,6 +19,7 @@ import asyncio
 import random
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,8 @@ def config(model: str | Path, folder: Path) -> TrainConfig:
 
 async def serve_requests(uri: str, requests: int, seed: int = 11) -> dict[str, int]:
     """``requests`` questions sent to the served agent over HTTP, 16 at a time (sampled at the
-    demo's temperature, as a deployed policy explores); the server's trace counts."""
+    demo's temperature, as a deployed policy explores); the server's trace counts and the
+    answers' HTTP statuses (a request whose agent failed is answered 500 and traced too)."""
     path = str(model_path())
     rollout = config(path, Path("runs")).rollout
     engine = create_engine("torch", path)
@@ -82,16 +84,18 @@ async def serve_requests(uri: str, requests: int, seed: int = 11) -> dict[str, i
     )  # fmt: skip
     rows = make_rows(requests, seed=seed)
     gate = asyncio.Semaphore(16)
+    answers: Counter[int] = Counter()
     try:
         async with server, httpx.AsyncClient(timeout=300) as client:
             async def ask(row: dict[str, Any]) -> None:
                 async with gate:
                     reply = await client.post(f"{server.url}/invoke",
                                               json={"input": graph_input(row)})
-                    reply.raise_for_status()
+                    answers[reply.status_code] += 1  # 500: the agent failed (e.g. looped)
 
             await asyncio.gather(*(ask(row) for row in rows))
-        return dict(server.traces.counts) if server.traces is not None else {}
+        counts = dict(server.traces.counts) if server.traces is not None else {}
+        return {**counts, **{f"http_{code}": n for code, n in sorted(answers.items())}}
     finally:
         engine.close()
 
