@@ -90,9 +90,9 @@ def moved(base: str, trained: str) -> float:
     return max((after[k] - before[k]).abs().max().item() for k in before)
 
 
-# The trainer's placement: the first case keeps the Ray actor whose staged weights the engine
-# maps; the others train in this process (the push reaches vLLM the same way), which skips
-# starting Ray and a trainer actor (~15 s each).
+# The trainer's placement: the first case (and the adapters' test) keeps the Ray actor whose
+# staged weights the engine maps; the other two train in this process (the push reaches vLLM
+# the same way), which skips starting Ray and a trainer actor (~12 s each measured).
 IN_PROCESS = {"placement": "in_process"}
 
 
@@ -124,7 +124,7 @@ def test_two_adapter_policies_on_one_vllm_engine(tmp_path):
     config = vllm_config(
         tmp_path,
         trainer={"lora": {"rank": 8, "alpha": 16, "target_modules": "all-linear",
-                          "sync": "adapter"}, **IN_PROCESS},
+                          "sync": "adapter"}},
         policies={"checker": {"adapter_of": "default"}},
     )  # fmt: skip
     result = sdk.train(build_graph([answer, check]), ROWS, reward=varied_reward, config=config)
