@@ -24,6 +24,10 @@ pytestmark = pytest.mark.slow
 
 def _config(tmp_path, steps: int, **async_options) -> TrainConfig:
     config = demo_config(steps, batch_size=3)
+    # The trainer in this process: what these tests check is the pipeline's (queues, staleness,
+    # stops), the same wherever the rank runs; each run then skips starting Ray and a trainer
+    # actor (~15 s). The last test keeps a Ray trainer, beside engines in Ray actors.
+    config.trainer = config.trainer.model_copy(update={"placement": "in_process"})
     if async_options:
         config.pipeline = "fully_async"
         config.fully_async = config.fully_async.model_copy(update=async_options)
@@ -173,6 +177,7 @@ def test_staleness_must_cover_the_weight_lag():
 
 def test_engines_in_ray_actors_apart_from_the_trainer(tmp_path, trained):
     config = _config(tmp_path, 3, max_staleness=1)
+    config.trainer = config.trainer.model_copy(update={"placement": "ray"})
     config.engine.ray_actors = True
     config.engine.replicas = 2
     result = _train(config)

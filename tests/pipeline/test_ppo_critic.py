@@ -26,7 +26,10 @@ def _ppo_config(steps: int) -> TrainConfig:
     config.trainer = config.trainer.model_copy(update={"lr": 2e-4})
     config.critic.lr = 3e-3
     config.critic.warmup_updates = WARMUP
-    config.critic.trainer = {"ppo_epochs": 4, "num_mini_batches": 2}
+    # The policy trains in this process (one trainer actor less to start per run); the critic,
+    # which may not share the process, stays a Ray worker.
+    config.trainer = config.trainer.model_copy(update={"placement": "in_process"})
+    config.critic.trainer = {"ppo_epochs": 4, "num_mini_batches": 2, "placement": "ray"}
     return config
 
 

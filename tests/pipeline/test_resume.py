@@ -20,6 +20,9 @@ def _config(tmp_path, name: str, steps: int, resume: bool = False) -> TrainConfi
     config.checkpoint.resume = resume
     config.checkpoint.export_final = False
     config.tracking.enabled = False
+    # The trainer in this process: exact resume is the pipeline's and the checkpoint's, wherever
+    # the rank runs; each of the three runs then skips starting Ray and a trainer actor.
+    config.trainer = config.trainer.model_copy(update={"placement": "in_process"})
     return config
 
 

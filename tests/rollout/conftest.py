@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl_sdk.chat.messages import to_openai_tools
 from agentrl_sdk.engines import TorchEngine
 from agentrl_sdk.models import build_tiny_model, supervised_warm_start
-from examples.calculator.agent import calculator, expert_conversation, make_rows
+from examples.calculator.agent import make_rows
 
 CALC_ROWS = make_rows(4, seed=3)
 THINK_CONVERSATION = [
@@ -20,13 +19,15 @@ THINK_CONVERSATION = [
 
 @pytest.fixture(scope="session")
 def calc_engine(qwen_tokenizer):
-    """A policy that solves CALC_ROWS with three tool-using turns (compact JSON calls)."""
-    model = build_tiny_model(qwen_tokenizer, hidden_size=64, num_layers=2)
-    conversations = [expert_conversation(r) for r in CALC_ROWS]
-    supervised_warm_start(
-        model, qwen_tokenizer, conversations, tools=to_openai_tools([calculator]),
-        steps=80, lr=1e-2, progress=False,
-    )
+    """A policy that solves CALC_ROWS with three tool-using turns (compact JSON calls).
+
+    The same recipe as tests/gateway's ``calc_model_dir`` (80 warm-start steps of this
+    tokenizer's tiny model), so it loads that disk-cached build instead of warm-starting it
+    again in every worker process."""
+    from agentrl_sdk.models import load_pretrained_pair
+    from tests.gateway.conftest import calc_model_dir  # (that module imports this one)
+
+    model, _ = load_pretrained_pair(calc_model_dir())
     engine = TorchEngine(model)
     yield engine
     engine.close()
