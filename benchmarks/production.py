@@ -51,9 +51,9 @@ def main(quick: bool) -> None:
             **outcome.details,
         }
         figures[f"minutes_{key}"] = {"value": round(outcome.minutes, 2), "unit": "minutes",
-                                     "mode": outcome.mode}
+                                     "baseline_name": "none", "mode": outcome.mode}
         figures[f"tokens_{key}"] = {"value": outcome.trained_tokens, "mode": outcome.mode,
-                                    "unit": TOKENS[key]}
+                                    "baseline_name": "none", "unit": TOKENS[key]}
     figures["served_requests"] = {
         "value": report["requests"], "unit": "requests", "rated": report["rated"],
         "selection": report["selection"], "serve_minutes": round(report["serve_minutes"], 2),

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -22,8 +23,8 @@ from starlette.types import ASGIApp
 from agentrl_sdk.gateway.limits import BodySizeLimit
 from agentrl_sdk.gateway.stats import GatewayStats
 
-if TYPE_CHECKING:
-    from agentrl_sdk.serving.server import GraphServer
+Invoke = Callable[[Any, Mapping[str, str] | None], Awaitable[Any]]
+"""Runs the target once on an input, with trace tags; answers a `Served`."""
 
 __all__ = ["MAX_TAGS", "create_app"]
 
@@ -34,9 +35,16 @@ _TAG_CHARS = 250
 _STATUS_CODES = {"ok": 200, "timeout": 504}
 
 
-def create_app(server: GraphServer) -> ASGIApp:
-    """The routes over ``server`` (its config's ``api_key`` guards ``/invoke``)."""
-    key = server.config.api_key
+def create_app(
+    run: Invoke,
+    health_counts: Callable[[], dict[str, Any]],
+    *,
+    api_key: str | None,
+    max_request_bytes: int,
+) -> ASGIApp:
+    """The routes over a server's ``run`` and ``health_counts`` (``api_key``, when set, guards
+    ``/invoke``; bodies over ``max_request_bytes`` are refused)."""
+    key = api_key
 
     async def invoke(request: Request) -> JSONResponse:
         if key is not None and not _authorized(request, key):
@@ -48,7 +56,7 @@ def create_app(server: GraphServer) -> ASGIApp:
         problem = _problem(body)
         if problem is not None:
             return _error(422, "invalid_request", problem)
-        served = await server.invoke(body["input"], body.get("tags"))
+        served = await run(body["input"], body.get("tags"))
         return JSONResponse(
             {"request_id": served.request_id, "status": served.status,
              "output": served.output, "trace_id": served.trace_id},
@@ -56,11 +64,11 @@ def create_app(server: GraphServer) -> ASGIApp:
         )
 
     async def health(_request: Request) -> JSONResponse:
-        return JSONResponse(server.health())
+        return JSONResponse(health_counts())
 
     app = Starlette(routes=[Route("/invoke", invoke, methods=["POST"]),
                             Route("/health", health, methods=["GET"])])
-    return BodySizeLimit(app, server.config.max_request_bytes, GatewayStats())
+    return BodySizeLimit(app, max_request_bytes, GatewayStats())
 
 
 def _problem(body: Any) -> str | None:

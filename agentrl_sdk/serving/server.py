@@ -161,7 +161,9 @@ class GraphServer:
         if self._gateway is not None:
             await self._gateway.start()
         self._http = InLoopServer(uvicorn.Config(
-            create_app(self), host=cfg.host, port=cfg.port, log_level="warning",
+            create_app(self.invoke, self.health, api_key=cfg.api_key,
+                       max_request_bytes=cfg.max_request_bytes),
+            host=cfg.host, port=cfg.port, log_level="warning",
             access_log=False, lifespan="off",
         ))
         self._task = asyncio.create_task(self._http.serve(), name="agentrl-serve")
