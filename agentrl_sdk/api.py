@@ -22,7 +22,6 @@ from agentrl_sdk.pipeline import (
 from agentrl_sdk.pipeline.offline import OfflineResult, train_on_samples
 from agentrl_sdk.pipeline.policies import model_path
 from agentrl_sdk.pipeline.rules import Schedule
-from agentrl_sdk.models.warm_start import train_on_sft_examples
 from agentrl_sdk.production import TraceRecord, TraceSelection, training_batch
 from agentrl_sdk.production.finetune import FinetuneResult, Retokenize, best_records, sft_examples
 from agentrl_sdk.rollout import default_input
@@ -299,6 +298,8 @@ def finetune_on_traces(
         ValueError: No trace is left to learn from.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrl_sdk.models.warm_start import train_on_sft_examples
 
     tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
     best = best_records(selection.records, min_reward=min_reward, top_fraction=top_fraction)

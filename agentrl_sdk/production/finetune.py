@@ -13,7 +13,6 @@ from langchain_core.messages import convert_to_messages
 
 from agentrl_sdk.chat.messages import to_template_message
 from agentrl_sdk.identity import tokenizer_identity
-from agentrl_sdk.models.warm_start import build_sft_examples
 from agentrl_sdk.production.records import TraceRecord
 from agentrl_sdk.production.replay import chat_messages
 from agentrl_sdk.production.tokens import token_problem, training_batch
@@ -106,6 +105,9 @@ def sft_examples(
     assistant turns (`build_sft_examples`): the ids are then the tokenizer's, not the ones
     that were served.
     """
+    # Imported here: the warm start's training stack is not loaded with the package.
+    from agentrl_sdk.models.warm_start import build_sft_examples
+
     out = SftExamples()
     expected = tokenizer_identity(tokenizer)
     exact = [r for r in records if retokenize != "always" and token_problem(r, expected) is None]

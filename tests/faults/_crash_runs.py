@@ -52,7 +52,10 @@ def crash_config(folder: Path, steps: int, ray_address: str | None = None) -> Tr
     config.tracking.experiment = EXPERIMENT
     config.tracking.traces = "off"
     # A tenth of the demo's rate: its policy stays sane (short rollouts) through long runs.
-    config.trainer = config.trainer.model_copy(update={"ray_address": ray_address, "lr": 2e-4})
+    # A Ray trainer (the pipeline tests' config trains in process): the drivers join a standing
+    # cluster, and a killed driver's trainer actor dies with it.
+    config.trainer = config.trainer.model_copy(
+        update={"placement": "ray", "ray_address": ray_address, "lr": 2e-4})
     return config
 
 

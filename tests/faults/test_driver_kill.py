@@ -34,6 +34,8 @@ STEPS, KILL_STEP = 4, 3
 
 def _job(tmp_path):
     config = _config(tmp_path, STEPS, max_staleness=1)
+    # A Ray trainer: what a killed driver leaves behind (its Ray session) is what is checked.
+    config.trainer = config.trainer.model_copy(update={"placement": "ray"})
     config.checkpoint.dir = str(tmp_path / "ckpt")
     config.checkpoint.every = 1
     config.checkpoint.export_final = False
