@@ -22,6 +22,9 @@ def test_served_requests_are_traced_and_rated_by_the_rule(tmp_path):
     records = sdk.traces(uri, experiment=EXPERIMENT).records
     assert len(records) == 12
     for record in records:
+        if record.inputs is None or record.outputs is None:  # the agent failed (answered 500)
+            assert called_right_tool(record) is False
+            continue
         row = rows[record.inputs["messages"][-1]["content"]]
         state = {"messages": messages_from_dict(
             [{"type": m["type"], "data": m} for m in record.outputs["messages"]])}
