@@ -89,8 +89,10 @@ def _resume_and_check(tmp_path, config, trained):
     assert queued <= set(after)  # the groups the queue held were trained after the resume
 
     # Resumed again (its driver killed after the last checkpoint), the finished run has
-    # nothing left to do or save. Before: steps 0, and its weights saved again as step_0.
-    done = train_demo(resumed)
+    # nothing left to do or save. Before: steps 0, and its weights saved again as step_0. (Its
+    # trainer in this process: a Ray trainer's checkpoint resumes wherever the trainer runs.)
+    done = train_demo(resumed.model_copy(
+        update={"trainer": resumed.trainer.model_copy(update={"placement": "in_process"})}))
     last = tmp_path / "ckpt" / f"step_{STEPS}"
     assert (done.steps, done.history, done.checkpoint) == (STEPS, [], str(last))
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("step_*")) == [

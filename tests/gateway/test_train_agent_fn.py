@@ -38,7 +38,7 @@ def test_agent_function_trains_through_the_gateway(tmp_path, pipeline):
         "rollout": {"n": 2, "sampling": {"max_tokens": 8, "seed": 0},
                     "chat": {"max_context_tokens": 256}},
         "data": {"batch_size": 2},
-        "trainer": {"world_size": 1, "lr": 0.01},
+        "trainer": {"placement": "in_process", "lr": 0.01},
         "max_steps": 2,
         "checkpoint": {"dir": str(tmp_path / "ckpt")},
         "tracking": {"enabled": False},

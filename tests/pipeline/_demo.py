@@ -9,10 +9,20 @@ from examples.tool_selection.agent import right_tool_reward
 from examples.tool_selection.train import HERE
 
 
-def demo_config(steps: int, *, batch_size: int = 2, n: int = 4) -> TrainConfig:
+IN_PROCESS = {"placement": "in_process"}
+"""The trainer in the job's own process, for tests whose subject is not where the trainer runs:
+it skips starting Ray and a trainer actor (~12 s of CPU a run on 2 cores)."""
+
+
+def demo_config(
+    steps: int, *, batch_size: int = 2, n: int = 4, in_process: bool = False
+) -> TrainConfig:
     """The demo's config for ``steps`` updates of ``batch_size`` rows x ``n`` samples, with
-    no evaluation, checkpoints or tracking (a test turns on what it checks)."""
+    no evaluation, checkpoints or tracking (a test turns on what it checks); its trainer on
+    Ray as the demo's, or ``in_process``."""
     config = TrainConfig.from_yaml(HERE / "config.yaml")
+    if in_process:
+        config.trainer = config.trainer.model_copy(update=IN_PROCESS)
     config.max_steps = steps
     config.evaluation.every = 0  # no held-out rows here
     config.data.batch_size = batch_size

@@ -24,7 +24,7 @@ def _weights(path) -> dict[str, torch.Tensor]:
 
 
 def test_sdk_train_with_lora(trained, tmp_path, caplog):
-    config = demo_config(2)
+    config = demo_config(2, in_process=True)
     config.checkpoint.dir = str(tmp_path / "checkpoints")
     lora = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj"], sync="adapter")
     config.trainer = config.trainer.model_copy(update={"lora": lora, "lr": 1e-2})

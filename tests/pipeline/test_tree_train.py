@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_tree_run_trains_on_every_leaf_and_traces_the_tree(trained, tmp_path):
-    config = demo_config(2, batch_size=2, n=4)
+    config = demo_config(2, batch_size=2, n=4, in_process=True)
     config.rollout.tree.enabled = True  # 2 roots x 2 continuations after the tool node
     config.algorithm.advantage_estimator = "tree"
     config.tracking.enabled, config.tracking.traces = True, "all"
