@@ -24,6 +24,7 @@ def test_train_then_evaluate_the_final_model_from_the_command_line(tmp_path, mon
     config.rollout.n = 4
     config.evaluation.every = 1
     config.evaluation.max_rows = 4
+    config.trainer = config.trainer.model_copy(update={"placement": "in_process"})
     path = tmp_path / "config.yaml"
     config.to_yaml(path)
     runner = CliRunner()

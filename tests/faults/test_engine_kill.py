@@ -55,7 +55,7 @@ def test_a_killed_engine_actor_is_survived_and_replaced(monkeypatch, replicas):
     monkeypatch.setattr(update_module, "update_policy", spy_update)
     monkeypatch.setattr(RayEngine, "generate", kill_first_replica_in_step_1)
     monkeypatch.setattr(RayEngine, "__init__", record)
-    config = demo_config(4)
+    config = demo_config(4, in_process=True)  # the engines on Ray, the trainer in this process
     config.engine.ray_actors = True
     config.engine.replicas = replicas
 
@@ -85,7 +85,7 @@ def test_a_killed_engine_actor_is_survived_and_replaced(monkeypatch, replicas):
 def test_a_batch_without_signal_takes_no_optimizer_step(tmp_path):
     """Every rollout scored alike (as when all failed): zero advantages, so no optimizer step,
     counted; the pushes go on and the final weights are the starting ones, bit for bit."""
-    config = demo_config(2)
+    config = demo_config(2, in_process=True)
     config.checkpoint.dir = str(tmp_path / "ckpt")
     result = train_demo(config, reward=lambda state, row, trajectory: 0.0)
 
