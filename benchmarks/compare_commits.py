@@ -32,7 +32,7 @@ RUN_TIMEOUT_S = 1800.0
 
 def _worktree(rev: str, parent: Path) -> Path:
     """A detached checkout of ``rev`` under ``parent``."""
-    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True,
+    sha = subprocess.run(["git", "rev-parse", "--short", f"{rev}^{{commit}}"], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout.strip()  # fmt: skip
     folder = parent / sha
     subprocess.run(["git", "worktree", "add", "--detach", "-q", str(folder), sha], cwd=ROOT,
