@@ -5,6 +5,7 @@ alternating order (``--rounds`` times each), with this interpreter, and each fig
 commit is its median over the rounds. The figures go to
 ``benchmarks/results/commit_comparison.json``: the value is the new commit's, the baseline the
 old one's, measured in the same sitting (their result files in the worktrees are discarded).
+Runs of other benchmarks are merged into the file, each figure with its own date and command.
 
     python benchmarks/compare_commits.py --base de23a43 weight_sync engine overhead async_vs_sync
 
@@ -32,7 +33,8 @@ RUN_TIMEOUT_S = 1800.0
 
 def _worktree(rev: str, parent: Path) -> Path:
     """A detached checkout of ``rev`` under ``parent``."""
-    sha = subprocess.run(["git", "rev-parse", "--short", f"{rev}^{{commit}}"], cwd=ROOT, check=True,
+    commit = f"{rev}^{{commit}}"  # a tag names its commit
+    sha = subprocess.run(["git", "rev-parse", "--short", commit], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout.strip()  # fmt: skip
     folder = parent / sha
     subprocess.run(["git", "worktree", "add", "--detach", "-q", str(folder), sha], cwd=ROOT,
@@ -40,9 +42,9 @@ def _worktree(rev: str, parent: Path) -> Path:
     return folder
 
 
-def _run(checkout: Path, benchmark: str) -> dict[str, tuple[float, str]]:
-    """One ``--quick`` run of ``benchmark`` in ``checkout``: its numeric figures (value, unit)
-    by name."""
+def _run(checkout: Path, benchmark: str) -> dict[str, tuple[float, str, float | None]]:
+    """One ``--quick`` run of ``benchmark`` in ``checkout``: its numeric figures (value, unit,
+    and the figure's ratio to its own baseline of that run) by name."""
     done = subprocess.run(
         [sys.executable, f"benchmarks/{benchmark}.py", "--quick"], cwd=checkout,
         env=os.environ | {"PYTHONPATH": str(checkout)}, capture_output=True, text=True,
@@ -53,13 +55,20 @@ def _run(checkout: Path, benchmark: str) -> dict[str, tuple[float, str]]:
     payload = json.loads((checkout / "benchmarks" / "results" / f"{benchmark}.json").read_text())
     figures = payload["figures"]
     items = figures.items() if isinstance(figures, dict) else ((f["name"], f) for f in figures)
-    return {name: (float(f["value"]), str(f.get("unit", ""))) for name, f in items
-            if isinstance(f.get("value"), int | float) and not isinstance(f.get("value"), bool)}
+    return {name: (float(f["value"]), str(f.get("unit", "")), _number(f.get("ratio")))
+            for name, f in items if _number(f.get("value")) is not None}
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def compare(base: str, head: str, benchmarks: list[str], rounds: int) -> dict[str, dict]:
     """Run ``benchmarks`` at both commits, alternating; one figure per (benchmark, figure)."""
     measured: dict[str, dict[str, dict[str, list[float]]]] = {"base": {}, "head": {}}
+    # Each run's own ratio to its in-run baseline (e.g. HF generate): it cancels the machine's
+    # drift between runs that the raw values carry.
+    own_ratios: dict[str, dict[str, list[float | None]]] = {"base": {}, "head": {}}
     units: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="agentrl-compare-") as parent:
         checkouts = {"base": _worktree(base, Path(parent)), "head": _worktree(head, Path(parent))}
@@ -69,10 +78,12 @@ def compare(base: str, head: str, benchmarks: list[str], rounds: int) -> dict[st
                     order = ("base", "head") if round_ % 2 == 0 else ("head", "base")
                     for side in order:
                         print(f"round {round_ + 1}/{rounds}: {benchmark} at {side}", flush=True)
-                        for name, (value, unit) in _run(checkouts[side], benchmark).items():
+                        for name, (value, unit, ratio) in _run(checkouts[side], benchmark).items():
+                            key = f"{benchmark}.{name}"
                             runs = measured[side].setdefault(benchmark, {})
                             runs.setdefault(name, []).append(value)
-                            units[f"{benchmark}.{name}"] = unit
+                            own_ratios[side].setdefault(key, []).append(ratio)
+                            units[key] = unit
         finally:
             for folder in checkouts.values():
                 subprocess.run(["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT,
@@ -90,6 +101,8 @@ def compare(base: str, head: str, benchmarks: list[str], rounds: int) -> dict[st
                 "unit": units[f"{benchmark}.{name}"],
                 "baseline_name": f"the same figure at {base}, same sitting",
                 "runs": values, "baseline_runs": before,
+                "own_ratio_runs": own_ratios["head"][f"{benchmark}.{name}"],
+                "baseline_own_ratio_runs": own_ratios["base"][f"{benchmark}.{name}"],
             }  # fmt: skip
     return figures
 
@@ -102,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=1, help="runs of each side per benchmark")
     args = parser.parse_args(argv)
     figures = compare(args.base, args.head, args.benchmarks, args.rounds)
-    path = write_result(RESULT, figures)
+    path = write_result(RESULT, figures, merge=True)  # each run's figures with its own command
     for name, figure in figures.items():
         print(f"{name}: {figure['baseline']} -> {figure['value']} (x{figure['ratio']})")
     print(f"-> {path}")
