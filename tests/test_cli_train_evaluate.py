@@ -13,6 +13,7 @@ from agentrl_sdk.pipeline import TrainConfig
 from agentrl_sdk.types import Trajectory
 from examples.tool_selection.agent import held_out_rows
 from examples.tool_selection.train import HERE
+from tests.pipeline._demo import trainer_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +25,7 @@ def test_train_then_evaluate_the_final_model_from_the_command_line(tmp_path, mon
     config.rollout.n = 4
     config.evaluation.every = 1
     config.evaluation.max_rows = 4
-    config.trainer = config.trainer.model_copy(update={"placement": "in_process"})
+    trainer_in_process(config)
     path = tmp_path / "config.yaml"
     config.to_yaml(path)
     runner = CliRunner()

@@ -9,7 +9,7 @@ from agentrl_sdk.pipeline import TrainConfig
 from examples.data.make_gsm8k_tool_data import convert, extract_answer, write_sample
 from examples.gsm8k_tool_agent.agent import FORMAT_STEP, TOOL_REWARD, build_agents
 from examples.gsm8k_tool_agent.train import HERE, run
-from tests.pipeline._demo import IN_PROCESS
+from tests.pipeline._demo import trainer_in_process
 
 
 def test_gsm8k_records_become_valid_verl_rows(tmp_path):
@@ -43,8 +43,8 @@ def test_brief_training_run(tmp_path):
     config.data.batch_size = 2  # 2 problems x 8 samples: enough calls of the checking tool
     config.checkpoint.dir = None
     config.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    # The trainer in this process: the example's own Ray placement is the demo tests' subject.
-    config.trainer = config.trainer.model_copy(update=IN_PROCESS)
+    # The example's Ray placement is tests/examples/test_tool_selection.py's subject.
+    trainer_in_process(config)
 
     result = run(config)
 

@@ -9,7 +9,7 @@ import agentrl_sdk as sdk
 from examples.calculator.agent import make_rows
 from examples.openai_agent.agent import agent, reward
 from examples.openai_agent.train import config
-from tests.pipeline._demo import IN_PROCESS
+from tests.pipeline._demo import trainer_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 def test_brief_training_run(tmp_path):
     settings = config(steps=2)
     settings.checkpoint.dir = str(tmp_path / "checkpoints")
-    # The trainer in this process: the example's own Ray placement is the demo tests' subject.
-    settings.trainer = settings.trainer.model_copy(update=IN_PROCESS)
+    # The example's Ray placement is tests/examples/test_tool_selection.py's subject.
+    trainer_in_process(settings)
     result = sdk.train(agent, make_rows(8, seed=5), reward, settings)
 
     assert result.steps == 2

@@ -15,7 +15,7 @@ from examples.react_prebuilt.agent import build_graph
 from examples.react_prebuilt.train import HERE, run
 from examples.tool_selection.agent import graph_input, make_rows
 from examples.tool_selection.model import model_path
-from tests.pipeline._demo import IN_PROCESS
+from tests.pipeline._demo import trainer_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +45,8 @@ def test_brief_training_run(tmp_path):
     config.data.batch_size = 4
     config.checkpoint.dir = None
     config.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    # The trainer in this process: the example's own Ray placement is the demo tests' subject.
-    config.trainer = config.trainer.model_copy(update=IN_PROCESS)
+    # The example's Ray placement is tests/examples/test_tool_selection.py's subject.
+    trainer_in_process(config)
     result = run(config)
     assert [m["policy_version"] for m in result.history] == [1, 2]
     # Each step trained, or its batch had no signal: no optimizer step, counted.

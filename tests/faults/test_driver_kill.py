@@ -24,7 +24,7 @@ from agentrl_sdk.pipeline.checkpoints import (
 )
 from agentrl_sdk.tracing import TrainingRun
 from tests.faults import _driver
-from tests.pipeline._demo import train_demo
+from tests.pipeline._demo import train_demo, trainer_in_process
 from tests.pipeline.test_fully_async import _config
 
 pytestmark = pytest.mark.slow
@@ -91,8 +91,7 @@ def _resume_and_check(tmp_path, config, trained):
     # Resumed again (its driver killed after the last checkpoint), the finished run has
     # nothing left to do or save. Before: steps 0, and its weights saved again as step_0. (Its
     # trainer in this process: a Ray trainer's checkpoint resumes wherever the trainer runs.)
-    done = train_demo(resumed.model_copy(
-        update={"trainer": resumed.trainer.model_copy(update={"placement": "in_process"})}))
+    done = train_demo(trainer_in_process(resumed.model_copy(deep=True)))
     last = tmp_path / "ckpt" / f"step_{STEPS}"
     assert (done.steps, done.history, done.checkpoint) == (STEPS, [], str(last))
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("step_*")) == [

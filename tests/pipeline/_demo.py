@@ -9,9 +9,12 @@ from examples.tool_selection.agent import right_tool_reward
 from examples.tool_selection.train import HERE
 
 
-IN_PROCESS = {"placement": "in_process"}
-"""The trainer in the job's own process, for tests whose subject is not where the trainer runs:
-it skips starting Ray and a trainer actor (~12 s of CPU a run on 2 cores)."""
+def trainer_in_process(config: TrainConfig) -> TrainConfig:
+    """``config`` with its trainer in the job's own process, for tests whose subject is not
+    where the trainer runs: no Ray and no trainer actor to start (~30 s of CPU a run under the
+    test suite's load, ~4 s in process)."""
+    config.trainer = config.trainer.model_copy(update={"placement": "in_process"})
+    return config
 
 
 def demo_config(
@@ -22,7 +25,7 @@ def demo_config(
     Ray as the demo's, or ``in_process``."""
     config = TrainConfig.from_yaml(HERE / "config.yaml")
     if in_process:
-        config.trainer = config.trainer.model_copy(update=IN_PROCESS)
+        trainer_in_process(config)
     config.max_steps = steps
     config.evaluation.every = 0  # no held-out rows here
     config.data.batch_size = batch_size

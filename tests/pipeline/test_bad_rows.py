@@ -11,7 +11,7 @@ from agentrl_sdk.entrypoints import resolve_entrypoints
 from agentrl_sdk.pipeline import TrainConfig
 from examples.tool_selection.agent import make_rows
 from examples.tool_selection.train import HERE
-from tests.pipeline._demo import IN_PROCESS
+from tests.pipeline._demo import trainer_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def _config(tmp_path, on_bad_row: str) -> TrainConfig:
     config.checkpoint.export_final = False
     config.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config.tracking.traces = "off"
-    config.trainer = config.trainer.model_copy(update=IN_PROCESS)
+    trainer_in_process(config)
     return config
 
 

@@ -11,7 +11,7 @@ import agentrl_sdk as sdk
 from agentrl_sdk.entrypoints import resolve_entrypoints
 from agentrl_sdk.pipeline import TrainConfig
 from examples.tool_selection.train import HERE
-from tests.pipeline._demo import IN_PROCESS
+from tests.pipeline._demo import trainer_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_have_signal(trained, 
     config.rollout.n = 4
     config.checkpoint.dir = None
     config.tracking.enabled = False
-    config.trainer = config.trainer.model_copy(update=IN_PROCESS)
+    trainer_in_process(config)
     config.algorithm.dynamic_sampling.enabled = True
     config.algorithm.step_level.enabled = step_level  # each LLM call its own sample
     config.algorithm.step_level.anchor_weight = 1.0  # GiGPO anchor groups, when step_level

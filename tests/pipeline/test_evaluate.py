@@ -16,6 +16,7 @@ from examples.tool_selection.agent import build_graph as build_tool_graph
 from examples.tool_selection.agent import graph_input, make_rows as tool_rows, right_tool_reward
 from examples.tool_selection.train import HERE
 from tests.gateway.conftest import CALC_ROWS, calc_model_dir
+from tests.pipeline._demo import trainer_in_process
 
 pytestmark = pytest.mark.slow
 UNSEEN = make_rows(4, seed=11)  # questions the calculator policy was not warm-started on
@@ -110,7 +111,7 @@ def test_training_evaluates_held_out_rows_on_schedule(tmp_path, pipeline, monkey
     config.model.path = str(model_path())
     # The trainer in this process: the schedule, gates and traces checked here are the
     # pipeline's, wherever the rank runs; this skips starting Ray and a trainer actor (~15 s).
-    config.trainer = config.trainer.model_copy(update={"placement": "in_process"})
+    trainer_in_process(config)
     config.pipeline = pipeline
     config.max_steps = 3
     config.data.batch_size = 2

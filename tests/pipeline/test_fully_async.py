@@ -17,7 +17,7 @@ import agentrl_sdk.pipeline.update as update_module
 from agentrl_sdk.entrypoints import resolve_entrypoints
 from agentrl_sdk.pipeline import TrainConfig
 from examples.tool_selection.agent import TOOLS, State, right_tool_reward, solver
-from tests.pipeline._demo import demo_config, train_demo
+from tests.pipeline._demo import demo_config, train_demo, trainer_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ def _config(tmp_path, steps: int, **async_options) -> TrainConfig:
     # The trainer in this process: what these tests check is the pipeline's (queues, staleness,
     # stops), the same wherever the rank runs; each run then skips starting Ray and a trainer
     # actor (~15 s). The last test keeps a Ray trainer, beside engines in Ray actors.
-    config.trainer = config.trainer.model_copy(update={"placement": "in_process"})
+    trainer_in_process(config)
     if async_options:
         config.pipeline = "fully_async"
         config.fully_async = config.fully_async.model_copy(update=async_options)

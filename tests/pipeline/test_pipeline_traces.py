@@ -10,7 +10,7 @@ import pytest
 from agentrl_sdk.pipeline import TrainConfig
 from agentrl_sdk.tracing import load_trace_view, search_rollout_traces
 from examples.tool_selection.train import HERE, run
-from tests.pipeline._demo import IN_PROCESS
+from tests.pipeline._demo import trainer_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ def test_training_run_holds_traces_checkpoints_and_versions(tmp_path):
     config.checkpoint.keep_last = 1
     config.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config.tracking.traces = "all"
-    config.trainer = config.trainer.model_copy(update=IN_PROCESS)
+    trainer_in_process(config)
 
     result = run(config)
 

@@ -33,7 +33,9 @@ class Recording:
         return getattr(self.engine, name)
 
 
-def _graph():
+def two_call_graph():
+    """One trainable node that asks the model, then asks it again to be shorter."""
+
     @sdk.trainable("agent")
     async def agent(state, config):
         llm = sdk.chat_model(config)
@@ -58,7 +60,7 @@ def serve_on_torch_engine(store: str, path: str, *, n: int, max_tokens: int, see
         temperature=1.0, max_tokens=max_tokens, seed=seed))
     try:
         trajectories = asyncio.run(sdk.arollout_batch(
-            _graph(), [QUESTION], engine, tokenizer=tokenizer, config=config, record_events=True))
+            two_call_graph(), [QUESTION], engine, tokenizer=tokenizer, config=config, record_events=True))
     finally:
         engine.engine.close()
     ensure_experiment(store, "served")

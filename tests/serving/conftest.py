@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 import agentrl_sdk as sdk
 from agentrl_sdk.engines import create_engine
 from tests.engines._tiny import tiny_model_dir
-from tests.production._torch_serving import Recording, _graph
+from tests.production._torch_serving import Recording, two_call_graph  # noqa: F401 - shared
 from tests.production.conftest import (  # noqa: F401 - fixtures used by these tests
     _empty_db,
     _fluent_mlflow_restored,
@@ -17,13 +17,8 @@ from tests.production.conftest import (  # noqa: F401 - fixtures used by these t
     store,
 )
 
-
 ROLLOUT = sdk.RolloutConfig(sampling=sdk.SamplingParams(temperature=1.0, max_tokens=10),
                             timeout_s=60.0)
-
-
-# The production tests' recording engine and two-call graph: one definition of each.
-two_call_graph = _graph
 
 
 @pytest.fixture(scope="module")
