@@ -22,10 +22,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._results import ROOT, write_result  # noqa: E402
+from benchmarks._results import ROOT, _is_number, normalise, write_result  # noqa: E402
 
 RESULT = "commit_comparison"
 RUN_TIMEOUT_S = 1800.0
@@ -42,9 +43,8 @@ def _worktree(rev: str, parent: Path) -> Path:
     return folder
 
 
-def _run(checkout: Path, benchmark: str) -> dict[str, tuple[float, str, float | None]]:
-    """One ``--quick`` run of ``benchmark`` in ``checkout``: its numeric figures (value, unit,
-    and the figure's ratio to its own baseline of that run) by name."""
+def _run(checkout: Path, benchmark: str) -> list[dict]:
+    """One ``--quick`` run of ``benchmark`` in ``checkout``: its figures with numeric values."""
     done = subprocess.run(
         [sys.executable, f"benchmarks/{benchmark}.py", "--quick"], cwd=checkout,
         env=os.environ | {"PYTHONPATH": str(checkout)}, capture_output=True, text=True,
@@ -53,23 +53,14 @@ def _run(checkout: Path, benchmark: str) -> dict[str, tuple[float, str, float | 
     if done.returncode != 0:
         raise SystemExit(f"{benchmark} failed in {checkout}:\n{done.stderr[-3000:]}")
     payload = json.loads((checkout / "benchmarks" / "results" / f"{benchmark}.json").read_text())
-    figures = payload["figures"]
-    items = figures.items() if isinstance(figures, dict) else ((f["name"], f) for f in figures)
-    return {name: (float(f["value"]), str(f.get("unit", "")), _number(f.get("ratio")))
-            for name, f in items if _number(f.get("value")) is not None}
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return [f for f in normalise(payload, benchmark)["figures"] if _is_number(f["value"])]
 
 
 def compare(base: str, head: str, benchmarks: list[str], rounds: int) -> dict[str, dict]:
     """Run ``benchmarks`` at both commits, alternating; one figure per (benchmark, figure)."""
-    measured: dict[str, dict[str, dict[str, list[float]]]] = {"base": {}, "head": {}}
-    # Each run's own ratio to its in-run baseline (e.g. HF generate): it cancels the machine's
-    # drift between runs that the raw values carry.
-    own_ratios: dict[str, dict[str, list[float | None]]] = {"base": {}, "head": {}}
-    units: dict[str, str] = {}
+    # By "benchmark.figure": each side's values, and each run's ratio to its own in-run baseline
+    # (e.g. HF generate), which cancels the machine's drift between runs that values carry.
+    runs: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="agentrl-compare-") as parent:
         checkouts = {"base": _worktree(base, Path(parent)), "head": _worktree(head, Path(parent))}
         try:
@@ -78,32 +69,29 @@ def compare(base: str, head: str, benchmarks: list[str], rounds: int) -> dict[st
                     order = ("base", "head") if round_ % 2 == 0 else ("head", "base")
                     for side in order:
                         print(f"round {round_ + 1}/{rounds}: {benchmark} at {side}", flush=True)
-                        for name, (value, unit, ratio) in _run(checkouts[side], benchmark).items():
-                            key = f"{benchmark}.{name}"
-                            runs = measured[side].setdefault(benchmark, {})
-                            runs.setdefault(name, []).append(value)
-                            own_ratios[side].setdefault(key, []).append(ratio)
-                            units[key] = unit
+                        for figure in _run(checkouts[side], benchmark):
+                            entry = runs.setdefault(f"{benchmark}.{figure['name']}", {
+                                "unit": figure.get("unit", ""), "base": ([], []),
+                                "head": ([], [])})  # fmt: skip
+                            entry[side][0].append(figure["value"])
+                            entry[side][1].append(figure.get("ratio"))
         finally:
             for folder in checkouts.values():
                 subprocess.run(["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT,
                                check=False)  # fmt: skip
     figures: dict[str, dict] = {}
-    for benchmark, runs in measured["head"].items():
-        for name, values in runs.items():
-            before = measured["base"].get(benchmark, {}).get(name)
-            if not before:
-                continue
-            after, old = statistics.median(values), statistics.median(before)
-            figures[f"{benchmark}.{name}"] = {
-                "value": round(after, 4), "baseline": round(old, 4),
-                "ratio": round(after / old, 3) if old else None,
-                "unit": units[f"{benchmark}.{name}"],
-                "baseline_name": f"the same figure at {base}, same sitting",
-                "runs": values, "baseline_runs": before,
-                "own_ratio_runs": own_ratios["head"][f"{benchmark}.{name}"],
-                "baseline_own_ratio_runs": own_ratios["base"][f"{benchmark}.{name}"],
-            }  # fmt: skip
+    for name, entry in runs.items():
+        (after_runs, after_ratios), (before_runs, before_ratios) = entry["head"], entry["base"]
+        if not after_runs or not before_runs:
+            continue  # reported by one commit only
+        after, before = statistics.median(after_runs), statistics.median(before_runs)
+        figures[name] = {
+            "value": round(after, 4), "baseline": round(before, 4),
+            "ratio": round(after / before, 3) if before else None, "unit": entry["unit"],
+            "baseline_name": f"the same figure at {base}, same sitting",
+            "runs": after_runs, "baseline_runs": before_runs,
+            "own_ratio_runs": after_ratios, "baseline_own_ratio_runs": before_ratios,
+        }  # fmt: skip
     return figures
 
 
