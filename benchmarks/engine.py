@@ -80,7 +80,7 @@ def main() -> None:
         "goal": GOAL,
         "unit": "tok/s",
     }
-    path = write_result("engine", {"batching_speedup": figure})
+    path = write_result("engine", {"batching_speedup": figure}, merge=True)
     Console().print(f"wrote {path}")
 
 

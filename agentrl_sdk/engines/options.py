@@ -65,6 +65,10 @@ class TorchOptions(EngineOptions):
         None, ge=1, description="Most tokens (padding included) one prefill forward takes, as "
         "vLLM's max_num_batched_tokens: bounds a prefill's activations (default 2048)."
     )
+    share_prompts: bool | None = Field(
+        None, description="Keep a prompt the rows of a group share once in the decode cache "
+        "and read it once a step for all of them (default true; false: a copy per row)."
+    )
     max_batch_size: int | None = Field(
         None, ge=1, description="Most requests decoded at once, as vLLM's max_num_seqs; later "
         "ones wait their turn. Bounds the decode cache: rows x context x 2 x layers x KV "

