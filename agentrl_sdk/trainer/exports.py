@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from agentrl_sdk.trainer.config import TrainerConfig
@@ -25,7 +25,7 @@ from agentrl_sdk.trainer.ranks import RankSet
 from agentrl_sdk.trainer.sharded_model import ShardedRank
 from agentrl_sdk.trainer.worker import on_adapter
 from agentrl_sdk.weights.adapters import AdapterWeights
-from agentrl_sdk.weights.collective import BucketLayout, CollectiveWeights, WeightGroup
+from agentrl_sdk.weights.collective import CollectiveWeights, WeightGroup
 from agentrl_sdk.weights.object_refs import RayWeights
 from agentrl_sdk.weights.push import StateDict, WeightIntake, WeightKind, WeightPush
 from agentrl_sdk.weights.shared_files import SharedWeights
@@ -53,8 +53,7 @@ class WeightExports:
     def __init__(self, ranks: RankSet, config: TrainerConfig) -> None:
         self._ranks = ranks
         self._config = config
-        self._plans: dict[tuple[int, bool], list[list[str]]] = {}
-        self._layouts: dict[tuple[int, str | None, bool], tuple[BucketLayout, ...]] = {}
+        self._planned: dict[tuple[Any, ...], Any] = {}
         self._slot = 1  # the file set `stage` wrote last (0 or 1)
         self._push_group: tuple[tuple[Any, ...], WeightGroup] | None = None
 
@@ -94,7 +93,7 @@ class WeightExports:
             case "object_refs":
                 return self.put(bucket_bytes, dtype, changed_only)
             case "collective":
-                layouts = self._layouts_of(bucket_bytes, dtype, changed_only)
+                layouts = self._planned_once(bucket_layouts, bucket_bytes, dtype, changed_only)
                 return CollectiveWeights(self._push_group_for(audience), layouts, changed_only)
             case "state_dict":
                 state: dict[str, torch.Tensor] = {}
@@ -123,7 +122,7 @@ class WeightExports:
         Floating tensors come cast to ``dtype`` when given (on rank 0, before they travel).
         ``changed_only``: the tensors that may differ from the model folder alone.
         """
-        ranks, plan = self._ranks, self._plan(bucket_bytes, changed_only)
+        ranks, plan = self._ranks, self._planned_once(bucket_plan, bucket_bytes, changed_only)
         gather = gather_packed_bucket
         pending = ranks.submit(gather, plan[0], dtype) if plan else None
         for i in range(len(plan)):
@@ -147,7 +146,7 @@ class WeightExports:
         The files stay until the group shuts down. A rank dying meanwhile: the group is
         rebuilt (`trainer.max_restarts`) and the new rank 0 stages the weights again.
         """
-        ranks, plan = self._ranks, self._plan(bucket_bytes, changed_only)
+        ranks, plan = self._ranks, self._planned_once(bucket_plan, bucket_bytes, changed_only)
         self._slot ^= 1
         # Files of their own per plan (all keys, or those a checkpoint may have widened):
         # a file is never resized under a reader.
@@ -171,7 +170,7 @@ class WeightExports:
         references come here. The objects live while a reference does (and rank 0)."""
         if self._config.placement != "ray":
             raise ValueError("weights in an object store need trainer.placement: ray")
-        ranks, plan = self._ranks, self._plan(bucket_bytes, changed_only)
+        ranks, plan = self._ranks, self._planned_once(bucket_plan, bucket_bytes, changed_only)
 
         def put() -> list[tuple[list[Any], int, int]]:
             pending = [ranks.submit(put_bucket, keys, dtype) for keys in plan]
@@ -205,28 +204,15 @@ class WeightExports:
 
     def forget_plans(self) -> None:
         """A checkpoint was loaded: the keys that may differ from the model folder may be more."""
-        self._plans.clear()
-        self._layouts.clear()
+        self._planned.clear()
 
-    def _plan(self, bucket_bytes: int, changed_only: bool = False) -> list[list[str]]:
-        """The engine keys (``changed_only``: those that may differ from the model folder) cut
-        into buckets of at most ``bucket_bytes``."""
-        plan = self._plans.get((bucket_bytes, changed_only))
-        if plan is None:
-            plan = self._ranks.call(bucket_plan, bucket_bytes, changed_only)[0]
-            self._plans[bucket_bytes, changed_only] = plan
-        return plan
-
-    def _layouts_of(
-        self, bucket_bytes: int, dtype: str | None, changed_only: bool = False
-    ) -> tuple[BucketLayout, ...]:
-        """The broadcast layout of each bucket (shapes and dtypes)."""
-        key = (bucket_bytes, dtype, changed_only)
-        layouts = self._layouts.get(key)
-        if layouts is None:
-            layouts = self._ranks.call(bucket_layouts, bucket_bytes, dtype, changed_only)[0]
-            self._layouts[key] = layouts = tuple(layouts)
-        return layouts
+    def _planned_once(self, planner: Callable[..., Any], *args: Any) -> Any:
+        """Rank 0's ``planner(rank, *args)`` (`bucket_plan`, `bucket_layouts`), asked once: the
+        keys and shapes never change until a checkpoint is loaded (`forget_plans`)."""
+        key = (planner, *args)
+        if key not in self._planned:
+            self._planned[key] = self._ranks.call(planner, *args)[0]
+        return self._planned[key]
 
     def _push_group_for(self, audience: tuple[int, ...]) -> WeightGroup:
         """The push group of rank 0 and the engines ``audience``: made anew when they change or

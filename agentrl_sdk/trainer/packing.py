@@ -17,9 +17,11 @@ from agentrl_sdk.types import Sample
 __all__ = [
     "FlatSamples",
     "PackedBatch",
+    "deal",
     "micro_batches",
     "mini_batches",
     "pack",
+    "padded",
     "per_token_fields",
     "shard_plan",
 ]
@@ -312,9 +314,8 @@ def shard_plan(
 ) -> list[list[list[int]]]:
     """Who trains what: ``plan[rank]`` is that rank's list of micro-batches (sample indices).
 
-    Samples go, longest first, to the rank with the fewest tokens so far (ties: lowest rank).
-    Every rank gets the same number of micro-batches, padded with empty ones, because each
-    forward/backward of an FSDP model is a collective that all ranks must join.
+    Samples go, longest first, to the rank with the fewest tokens so far (`deal`), and every
+    rank gets as many micro-batches (`padded`).
 
     Args:
         lengths: Tokens of every sample of the batch, indexed by sample.
@@ -322,13 +323,25 @@ def shard_plan(
         world_size: Number of ranks.
         micro_batch_tokens: Token budget of one micro-batch.
     """
+    shards = deal(lengths, indices, world_size)
+    return padded([micro_batches(lengths, shard, micro_batch_tokens) for shard in shards])
+
+
+def deal(costs: Sequence[int], items: Sequence[int], world_size: int) -> list[list[int]]:
+    """``items`` (indices of ``costs``) dealt, costliest first, each to the rank with the least
+    cost so far (ties: lowest rank)."""
     load = [0] * world_size
-    shards: list[list[int]] = [[] for _ in range(world_size)]
-    for i in sorted(indices, key=lambda i: (-int(lengths[i]), i)):
+    shares: list[list[int]] = [[] for _ in range(world_size)]
+    for i in sorted(items, key=lambda i: (-int(costs[i]), i)):
         rank = min(range(world_size), key=lambda r: (load[r], r))
-        shards[rank].append(i)
-        load[rank] += int(lengths[i])
-    plan = [micro_batches(lengths, shard, micro_batch_tokens) for shard in shards]
+        shares[rank].append(i)
+        load[rank] += int(costs[i])
+    return shares
+
+
+def padded(plan: list[list[list[int]]]) -> list[list[list[int]]]:
+    """``plan`` with every rank's micro-batches padded with empty ones to the same count: each
+    forward/backward of an FSDP model is a collective that all ranks must join."""
     steps = max(len(p) for p in plan)
     return [p + [[] for _ in range(steps - len(p))] for p in plan]
 

@@ -54,7 +54,7 @@ def stage_buckets(
 def put_bucket(
     rank: ShardedRank, keys: Sequence[str], dtype: str | None
 ) -> tuple[list[Any], int, int] | None:
-    """`ShardedModel.gather_bucket` put in this node's object store by rank 0 (a collective).
+    """`gather_packed_bucket` put in this node's object store by rank 0 (a collective).
 
     Returns:
         On rank 0, ``[ref]`` (in a list, so Ray hands over the reference, not the object),
@@ -62,12 +62,8 @@ def put_bucket(
     """
     import ray
 
-    state = rank.sharded.gather_bucket(keys, dtype=dtype)
-    if state is None:
-        return None
-    unique = {id(t): t for t in state.values()}.values()
-    nbytes = sum(t.numel() * t.element_size() for t in unique)
-    return [ray.put(PackedTensors.pack(state))], len(state), nbytes
+    packed = gather_packed_bucket(rank, keys, dtype)
+    return None if packed is None else ([ray.put(packed)], len(packed.arrays), packed.nbytes)
 
 
 def gather_packed_bucket(
@@ -106,7 +102,7 @@ def bucket_plan(
 
 def bucket_layouts(
     rank: ShardedRank, bucket_bytes: int, dtype: str | None, changed_only: bool = False
-) -> list[BucketLayout]:
+) -> tuple[BucketLayout, ...]:
     """How each bucket of `bucket_plan` is laid out for a broadcast, its
     floating tensors in ``dtype`` (None: the trainer's)."""
     meta = {}
@@ -114,7 +110,7 @@ def bucket_layouts(
         full = cast_floating(torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"), dtype)
         meta |= dict.fromkeys(keys, full)  # tied keys: one tensor object
     plan = bucket_plan(rank, bucket_bytes, changed_only)
-    return [BucketLayout.of({k: meta[k] for k in keys}) for keys in plan]
+    return tuple(BucketLayout.of({k: meta[k] for k in keys}) for keys in plan)
 
 
 def broadcast_buckets(rank: ShardedRank, push: CollectiveWeights) -> int:
