@@ -15,7 +15,7 @@ from agentrl_sdk.weights.adapters import AdapterWeights, write_adapter_folder
 if TYPE_CHECKING:
     from agentrl_sdk.trainer.sharded_model import ShardedModel
 
-__all__ = ["export_pretrained", "save_adapter_folder", "save_merged_folder"]
+__all__ = ["export_pretrained", "save_merged_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,8 @@ def export_pretrained(sharded: ShardedModel, path: str, form: str | None = None)
         adapter = sharded.gather_adapter()
         if sharded.rank == 0:
             weights = AdapterWeights(adapter, lora.scaling, sharded.transposed)
-            save_adapter_folder(path, weights, sharded.model_path)
+            write_adapter_folder(path, weights, base_model=sharded.model_path)
+            _save_tokenizer(path, sharded.model_path)
     else:
         state = sharded.gather_bucket([k for keys, _ in sharded.engine_tensors() for k in keys])
         if sharded.rank == 0:
@@ -57,13 +58,6 @@ def save_merged_folder(path: str | Path, model_path: str, state: dict[str, torch
             model_path, local_files_only=True
         )
     model.save_pretrained(path)
-    _save_tokenizer(path, model_path)
-
-
-def save_adapter_folder(path: str | Path, adapter: AdapterWeights, model_path: str) -> None:
-    """Writes ``adapter`` as a PEFT adapter folder on top of ``model_path`` (recorded as
-    ``base_model_name_or_path``), with the model folder's tokenizer."""
-    write_adapter_folder(path, adapter, base_model=model_path)
     _save_tokenizer(path, model_path)
 
 

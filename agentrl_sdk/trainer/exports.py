@@ -41,14 +41,9 @@ DEFAULT_BUCKET_BYTES = 256 << 20
 
 
 class WeightExports:
-    """The weights of a trainer group's ranks, as pushes (a `WeightSource`): bucket plans and
-    layouts (the keys and shapes never change: planned once), the staged file set written
-    last, the push group.
-
-    Args:
-        ranks: The ranks that hold the weights.
-        config: Their trainer options (placement, LoRA).
-    """
+    """The weights of the trainer group's ``ranks``, as pushes (a `WeightSource`): bucket plans
+    and layouts (the keys and shapes never change: planned once), the staged file set written
+    last, the push group."""
 
     def __init__(self, ranks: RankSet, config: TrainerConfig) -> None:
         self._ranks = ranks

@@ -30,12 +30,8 @@ CLOSE_TIMEOUT_S = 30.0
 
 
 class InProcessRank:
-    """Rank 0 of a world of one, built in this process; the same calls as `RayRanks`.
-
-    Args:
-        worker_cls: The rank class (`PolicyWorker`, `ValueWorker`), built as
-            ``worker_cls(0, 1, *args)``.
-        args: The rest of the rank's constructor arguments.
+    """Rank 0 of a world of one, ``worker_cls(0, 1, *args)`` built in this process; the same
+    calls as `RayRanks`.
 
     Raises:
         TrainerError: This process already holds a torch.distributed group (another

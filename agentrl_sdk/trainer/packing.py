@@ -92,18 +92,10 @@ class FlatSamples:
     def placeholder(cls, pad_id: int = 0) -> FlatSamples:
         """One weightless, fully masked 2-token sample: what a rank with no work runs so that it
         still joins the collectives of a forward/backward."""
-        one = np.array([pad_id], dtype=np.int64)
-        offsets = np.array([0, 1], dtype=np.int64)
-        return cls(
-            prompt_ids=one,
-            prompt_offsets=offsets,
-            response_ids=one,
-            response_mask=np.zeros(1, dtype=np.int8),
-            old_logprobs=np.zeros(1, dtype=np.float32),
-            response_offsets=offsets,
-            advantages=np.zeros(1, dtype=np.float32),
-            weights=np.zeros(1, dtype=np.float32),
-        )
+        return cls.from_samples([Sample(
+            row_id="", sample_index=0, prompt_ids=[pad_id], response_ids=[pad_id],
+            response_mask=[0], old_logprobs=[0.0], token_advantages=[0.0], weight=0.0,
+        )])  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.weights)
@@ -146,20 +138,16 @@ class FlatSamples:
 
     def with_old_logprobs(self, old_logprobs: np.ndarray) -> FlatSamples:
         """A copy whose old logprobs are ``old_logprobs`` (same layout as ``response_ids``)."""
-        if old_logprobs.shape != self.old_logprobs.shape:
-            raise ValueError(
-                f"old_logprobs must have shape {self.old_logprobs.shape}, got {old_logprobs.shape}"
-            )
-        return replace(self, old_logprobs=old_logprobs.astype(np.float32, copy=False))
+        return self._with_per_token("old_logprobs", old_logprobs)
 
     def with_token_weights(self, token_weights: np.ndarray) -> FlatSamples:
         """A copy whose per-token loss weights are ``token_weights`` (layout of ``response_ids``)."""
-        if token_weights.shape != self.response_ids.shape:
-            raise ValueError(
-                f"token_weights must have shape {self.response_ids.shape}, "
-                f"got {token_weights.shape}"
-            )
-        return replace(self, token_weights=token_weights.astype(np.float32, copy=False))
+        return self._with_per_token("token_weights", token_weights)
+
+    def _with_per_token(self, name: str, values: np.ndarray) -> FlatSamples:
+        if values.shape != self.response_ids.shape:
+            raise ValueError(f"{name} must have shape {self.response_ids.shape}, got {values.shape}")
+        return replace(self, **{name: values.astype(np.float32, copy=False)})
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,8 @@ class RankSet:
 
     A call made through `recovering` survives a rank's death: the ranks are rebuilt in the state
     before it (the last checkpoint, then every update since replayed from `replay_log`), at most
-    ``max_restarts`` times in all, and the call is made again.
-
-    Args:
-        worker_cls: The rank class, built as ``worker_cls(rank, world_size, *args)``.
-        config: The trainer options (placement, timeouts, restarts).
-        args: The rest of each rank's constructor arguments.
-        replay_log: The updates made since the last checkpoint, for a rebuild.
+    ``max_restarts`` times in all, and the call is made again. Each rank is
+    ``worker_cls(rank, world_size, *args)``.
     """
 
     def __init__(

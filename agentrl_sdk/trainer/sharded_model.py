@@ -37,7 +37,7 @@ from agentrl_sdk.trainer.lora import (
     engine_key,
     inject_lora,
 )
-from agentrl_sdk.trainer.ray_cluster import ray_node_id, rendezvous_address
+from agentrl_sdk.trainer.ray_cluster import ray_if_started, rendezvous_address
 from agentrl_sdk.weights.adapters import merged_weight
 from agentrl_sdk.weights.push import cast_floating
 from agentrl_sdk.weights.shared_files import StagedFileSet, host_id
@@ -78,10 +78,6 @@ class ShardedModel:
     recomputed and training logprobs agree.
 
     Args:
-        rank: This rank.
-        world_size: Number of ranks.
-        model_path: Local ``save_pretrained`` folder of the model.
-        config: Trainer options.
         loader: Builds the float32 model from ``model_path`` (default: the causal LM).
         freeze: Leaves trainable what should train, without LoRA (default: `freeze_all_but_last`).
         reference: Whether to hold a frozen KL reference (the base itself under LoRA).
@@ -176,7 +172,7 @@ class ShardedModel:
         self.pad_id = int(getattr(self.model.config, "pad_token_id", None) or 0)
         num_params = sum(p.numel() for p in self.model.parameters())
         trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-        lora = {}
+        lora, ray = {}, ray_if_started()
         if self._adapted:
             lora = {"lora_weights": len(self._adapted),
                     "lora_fan_in_fan_out": sorted(self.transposed)}
@@ -188,7 +184,7 @@ class ShardedModel:
             "trained_params": trained,
             "threads": torch.get_num_threads(),
             "nice": os.nice(0),
-            "node_id": ray_node_id(),
+            "node_id": ray.get_runtime_context().get_node_id() if ray else None,  # its placement
             "host": host_id(),
             "pid": os.getpid(),
         }
@@ -303,12 +299,11 @@ class ShardedModel:
     def engine_tensors(self) -> list[tuple[list[str], torch.Tensor]]:
         """The engine's state dict as the trainer holds it: keys of the base model (adapters
         left out, a LoRA base under its plain name), tied keys grouped."""
-        out = []
-        for keys, tensor in _tensors_by_identity(self.model):
-            names = [name for name in map(engine_key, keys) if name is not None]
-            if names:
-                out.append((names, tensor))
-        return out
+        groups: dict[int, tuple[list[str], torch.Tensor]] = {}
+        for key, tensor in self.model.state_dict(keep_vars=True).items():
+            if (name := engine_key(key)) is not None:
+                groups.setdefault(id(tensor), ([], tensor))[0].append(name)
+        return list(groups.values())
 
     def changed_keys(self) -> set[str]:
         """Engine keys whose values may differ from the model folder's: trained parameters,
@@ -464,14 +459,6 @@ def _adapter_of(name: str) -> str | None:
         if part in ("lora_A", "lora_B"):
             return parts[i + 1]
     return None
-
-
-def _tensors_by_identity(model: nn.Module) -> list[tuple[list[str], torch.Tensor]]:
-    """The state dict's tensors in order, each with all its keys (tied weights share one)."""
-    groups: dict[int, tuple[list[str], torch.Tensor]] = {}
-    for key, tensor in model.state_dict(keep_vars=True).items():
-        groups.setdefault(id(tensor), ([], tensor))[0].append(key)
-    return list(groups.values())
 
 
 def _seed_all(seed: int) -> None:

@@ -39,11 +39,6 @@ class PolicyWorker(ShardedRank):
     Its methods are what `TrainerGroup` calls on every rank (`RankSet.call`).
 
     Args:
-        rank: This worker's rank.
-        world_size: Number of ranks.
-        model_path: Local ``save_pretrained`` folder of the causal LM.
-        config: Trainer options.
-        loss_config: Loss options.
         adapters: With ``config.lora``, the names of the LoRA adapters to hold (several
             policies as adapters of one base: one PEFT adapter and one optimizer each, see
             `for_adapter`); empty: one adapter, ``"default"``.

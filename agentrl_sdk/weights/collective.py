@@ -12,7 +12,9 @@ tensor.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,10 +76,7 @@ class BucketLayout:
     def _views(self, buffer: torch.Tensor) -> Iterator[torch.Tensor]:
         for slot in self.slots:
             dtype = getattr(torch, slot.dtype)
-            count = 1
-            for dim in slot.shape:
-                count *= dim
-            end = slot.offset + count * dtype.itemsize
+            end = slot.offset + math.prod(slot.shape) * dtype.itemsize
             yield buffer[slot.offset : end].view(dtype).view(slot.shape)
 
     def to_json(self) -> dict[str, Any]:
@@ -123,8 +122,7 @@ class WeightGroup:
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for RPCs that only carry JSON-like values."""
-        return {"address": self.address, "port": self.port, "world_size": self.world_size,
-                "backend": self.backend, "timeout_s": self.timeout_s}  # fmt: skip
+        return dataclasses.asdict(self)
 
 
 def broadcast_bucket(
