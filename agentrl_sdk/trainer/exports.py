@@ -91,12 +91,9 @@ class WeightExports:
                 layouts = self._planned_once(bucket_layouts, bucket_bytes, dtype, changed_only)
                 return CollectiveWeights(self._push_group_for(audience), layouts, changed_only)
             case "state_dict":
-                state: dict[str, torch.Tensor] = {}
-                buckets = 0
-                for bucket in self.full_state_dict(bucket_bytes, dtype, changed_only):
-                    state.update(bucket)
-                    buckets += 1
-                return StateDict(state, buckets, changed_only)
+                buckets = list(self.full_state_dict(bucket_bytes, dtype, changed_only))
+                state = {key: t for bucket in buckets for key, t in bucket.items()}
+                return StateDict(state, len(buckets), changed_only)
         raise ValueError(f"unknown weight push kind {kind!r}")
 
     def send_weights(self, push: WeightPush) -> None:
@@ -118,14 +115,11 @@ class WeightExports:
         ``changed_only``: the tensors that may differ from the model folder alone.
         """
         ranks, plan = self._ranks, self._planned_once(bucket_plan, bucket_bytes, changed_only)
-        gather = gather_packed_bucket
-        pending = ranks.submit(gather, plan[0], dtype) if plan else None
-        for i in range(len(plan)):
-            current = pending
-            if i + 1 < len(plan):
-                pending = ranks.submit(gather, plan[i + 1], dtype)
-            packed = ranks.wait(current, gather)[0]
-            yield packed.unpack()
+        gather, pending = gather_packed_bucket, None
+        for keys in [*plan, None]:
+            current, pending = pending, None if keys is None else ranks.submit(gather, keys, dtype)
+            if current is not None:
+                yield ranks.wait(current, gather)[0].unpack()
 
     def stage(
         self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None,

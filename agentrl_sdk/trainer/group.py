@@ -51,8 +51,6 @@ class TrainerGroup:
 
     Args:
         model_path: Local ``save_pretrained`` folder of the policy (also the KL reference).
-        trainer_config: Trainer options; defaults when None.
-        loss_config: Loss options; defaults when None.
         adapters: With ``trainer.lora``, several named LoRA adapters on the one base (several
             policies as adapters of one base): each trains with its own optimizer, through
             the ``adapter`` argument of the calls (see `AdapterGroup`); empty: one adapter.

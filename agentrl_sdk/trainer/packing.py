@@ -200,19 +200,10 @@ class PackedBatch:
         return PackedBatch(**moved)
 
 
-def pack(
-    flat: FlatSamples, indices: Sequence[int], pad_id: int = 0
-) -> PackedBatch:
-    """Pads samples ``indices`` of ``flat`` into one micro-batch (right padding).
-
-    Args:
-        flat: The batch.
-        indices: Which samples, in row order; must not be empty.
-        pad_id: Token id written at padded positions (masked out everywhere).
-
-    Returns:
-        The padded tensors; ``T`` is the longest response of the rows (at least 1).
-    """
+def pack(flat: FlatSamples, indices: Sequence[int], pad_id: int = 0) -> PackedBatch:
+    """Pads samples ``indices`` (in row order; not empty) of ``flat`` into one micro-batch,
+    right-padded with ``pad_id`` (masked out everywhere); ``T`` is the longest response of the
+    rows (at least 1)."""
     if len(indices) == 0:
         raise ValueError("pack needs at least one sample index")
     idx = np.asarray(indices, dtype=np.int64)
@@ -273,15 +264,8 @@ def micro_batches(
 
     A micro-batch costs ``rows * longest row`` tokens. Samples are taken longest first (less
     padding) and added to the current micro-batch while it stays within the budget; a sample
-    longer than the budget forms a micro-batch of its own.
-
-    Args:
-        lengths: Tokens (prompt + response) of every sample of the batch, indexed by sample.
-        indices: The samples to group.
-        micro_batch_tokens: The budget.
-
-    Returns:
-        Lists of sample indices; deterministic for given inputs.
+    longer than the budget forms a micro-batch of its own. ``lengths``: the tokens (prompt +
+    response) of every sample of the batch, indexed by sample.
     """
     order = sorted(indices, key=lambda i: (-int(lengths[i]), i))
     groups: list[list[int]] = []
@@ -295,22 +279,11 @@ def micro_batches(
 
 
 def shard_plan(
-    lengths: Sequence[int],
-    indices: Sequence[int],
-    world_size: int,
-    micro_batch_tokens: int,
+    lengths: Sequence[int], indices: Sequence[int], world_size: int, micro_batch_tokens: int
 ) -> list[list[list[int]]]:
-    """Who trains what: ``plan[rank]`` is that rank's list of micro-batches (sample indices).
-
-    Samples go, longest first, to the rank with the fewest tokens so far (`deal`), and every
-    rank gets as many micro-batches (`padded`).
-
-    Args:
-        lengths: Tokens of every sample of the batch, indexed by sample.
-        indices: The samples to distribute (e.g. one mini-batch).
-        world_size: Number of ranks.
-        micro_batch_tokens: Token budget of one micro-batch.
-    """
+    """Who trains samples ``indices`` (e.g. one mini-batch): ``plan[rank]`` is that rank's list
+    of micro-batches (`micro_batches`). Samples go, longest first, to the rank with the fewest
+    tokens so far (`deal`), and every rank gets as many micro-batches (`padded`)."""
     shards = deal(lengths, indices, world_size)
     return padded([micro_batches(lengths, shard, micro_batch_tokens) for shard in shards])
 

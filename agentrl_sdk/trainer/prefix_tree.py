@@ -47,9 +47,7 @@ def prefix_plan(
     return padded([[batches[b] for b in share] for share in shares])
 
 
-def pack_shared(
-    flat: FlatSamples, indices: Sequence[int], pad_id: int = 0
-) -> PackedBatch:
+def pack_shared(flat: FlatSamples, indices: Sequence[int], pad_id: int = 0) -> PackedBatch:
     """Lays samples ``indices`` of ``flat`` in one input row as a prefix tree: each sample's
     longest prefix that an earlier sample holds is laid out once, and only the rest is added;
     every token attends to the tokens of its own sample before it, wherever they lie.

@@ -32,14 +32,8 @@ def stage_buckets(
     rank: ShardedRank, plan: Sequence[Sequence[str]], slot: str, dtype: str | None
 ) -> list[tuple[str, int, int]] | None:
     """Each bucket of ``plan`` gathered (a collective) and written by rank 0 as staged file
-    ``index`` of ``slot`` (0 or 1, and the plan's digest), in one call per push (one state
-    dict, no round trip per bucket). Pushes alternate slots, so an engine may serve the
-    tensors of one push straight from its files until the next push has moved it to the
-    other slot.
-
-    Returns:
-        On rank 0, each file's path, tensor count and bytes; else None.
-    """
+    ``index`` of ``slot`` (see `WeightExports.stage`), in one call per push: no round trip per
+    bucket. On rank 0, each file's path, tensor count and bytes; else None."""
     sharded = rank.sharded
     state = sharded.model.state_dict(keep_vars=True)
     files = []
@@ -54,12 +48,9 @@ def stage_buckets(
 def put_bucket(
     rank: ShardedRank, keys: Sequence[str], dtype: str | None
 ) -> tuple[list[Any], int, int] | None:
-    """`gather_packed_bucket` put in this node's object store by rank 0 (a collective).
-
-    Returns:
-        On rank 0, ``[ref]`` (in a list, so Ray hands over the reference, not the object),
-        its tensor count and distinct bytes; else None.
-    """
+    """`gather_packed_bucket` put in this node's object store by rank 0 (a collective). On
+    rank 0, ``[ref]`` (in a list, so Ray hands over the reference, not the object), its tensor
+    count and distinct bytes; else None."""
     import ray
 
     packed = gather_packed_bucket(rank, keys, dtype)

@@ -121,11 +121,8 @@ class ShardedModel:
         self._inactive: dict[str, _AdapterState] = {}
 
     def setup(self, master_addr: str, master_port: int) -> dict[str, Any]:
-        """Joins the process group, loads and shards the model(s), builds optimizer and schedule.
-
-        Returns:
-            ``rank``, ``device``, ``dtype`` and ``num_params`` (unsharded).
-        """
+        """Joins the process group, loads and shards the model(s), builds optimizer and schedule;
+        returns the rank's setup info (`RankSet.info`)."""
         from torch.distributed.device_mesh import init_device_mesh
         from transformers.utils import logging as hf_logging
 
@@ -141,7 +138,10 @@ class ShardedModel:
             # Ray starts actors with one OMP thread whatever num_cpus says: use what was given.
             # (In the job's process, `InProcessRank`, this sets the rank's own thread alone.)
             torch.set_num_threads(cfg.cpu_threads or max(1, int(cfg.num_cpus_per_worker)))
-        _seed_all(cfg.seed + self.rank)
+        seed = cfg.seed + self.rank
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
         backend = cfg.backend
         if backend == "auto":
             backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -459,9 +459,3 @@ def _adapter_of(name: str) -> str | None:
         if part in ("lora_A", "lora_B"):
             return parts[i + 1]
     return None
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)

@@ -117,25 +117,20 @@ class PolicyWorker(ShardedRank):
         return train(self.sharded, flat, self._objective) | correction
 
     def _prepared(self, flat: FlatSamples) -> tuple[FlatSamples, dict[str, float]]:
-        """The batch as the optimizer steps use it (recomputed or corrected old logprobs), and
-        the metrics of that preparation."""
-        if self.loss_config.correction != "none":
-            return self._corrected(flat)
-        if self.config.recompute_old_logprobs:
-            return flat.with_old_logprobs(self.compute_logprobs(flat)), {}
-        return flat, {}
-
-    def _corrected(self, flat: FlatSamples) -> tuple[FlatSamples, dict[str, float]]:
-        """The batch with proximal old logprobs (recomputed here) and the off-policy weights
-        ``pi_prox / pi_behav`` of its recorded behaviour logprobs; identical on every rank."""
+        """The batch as the optimizer steps use it, and the metrics of that preparation: with a
+        correction, proximal old logprobs (recomputed here) and the off-policy weights
+        ``pi_prox / pi_behav`` of its recorded behaviour logprobs (identical on every rank)."""
         lc = self.loss_config
+        if lc.correction == "none":
+            if self.config.recompute_old_logprobs:
+                return flat.with_old_logprobs(self.compute_logprobs(flat)), {}
+            return flat, {}
         prox = self.compute_logprobs(flat)
         weights, metrics = importance_weights(
             torch.from_numpy(prox), torch.from_numpy(flat.old_logprobs),
             torch.from_numpy(flat.response_mask), lc.correction, lc.is_cap,
         )  # fmt: skip
-        flat = flat.with_old_logprobs(prox).with_token_weights(weights.numpy())
-        return flat, metrics
+        return flat.with_old_logprobs(prox).with_token_weights(weights.numpy()), metrics
 
     def _ppo_loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """One micro-batch: the model's outputs (and the reference's, with a KL term), then

@@ -16,7 +16,7 @@ import dataclasses
 import datetime
 import math
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -29,7 +29,6 @@ __all__ = [
     "WeightGroup",
     "broadcast_bucket",
     "joined",
-    "receive_buckets",
 ]
 
 
@@ -132,16 +131,6 @@ def broadcast_bucket(
     group.broadcast(layout.flatten(tensors, device), 0).wait()
 
 
-def receive_buckets(
-    group: Any, layouts: Sequence[BucketLayout], device: torch.device
-) -> Iterator[dict[str, torch.Tensor]]:
-    """An engine's side: each bucket's tensors as rank 0 broadcasts them, in order."""
-    for layout in layouts:
-        buffer = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
-        group.broadcast(buffer, 0).wait()
-        yield layout.unflatten(buffer)
-
-
 _NEXT_RANK = "agentrl/next_engine_rank"
 _JOINED: dict[WeightGroup, tuple[Any, torch.device]] = {}
 _JOINING = threading.Lock()
@@ -173,8 +162,12 @@ class CollectiveWeights:
         """Every bucket rank 0 broadcasts, received in this process (joining the group on the
         first push; blocking)."""
         member, device = joined(self.group)
-        return {key: tensor for bucket in receive_buckets(member, self.layouts, device)
-                for key, tensor in bucket.items()}  # fmt: skip
+        state: dict[str, torch.Tensor] = {}
+        for layout in self.layouts:
+            buffer = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
+            member.broadcast(buffer, 0).wait()
+            state.update(layout.unflatten(buffer))
+        return state
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for RPCs that only carry JSON-like values (vLLM's ``collective_rpc``)."""
