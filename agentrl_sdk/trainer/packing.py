@@ -70,12 +70,8 @@ class FlatSamples:
         responses = [s.response_ids for s in samples]
         critic = {}
         if samples and all(s.values and s.returns for s in samples if s.response_ids):
-            critic = {
-                "values": cat([s.values or [0.0] * len(s.response_ids) for s in samples],
-                              np.float32),
-                "returns": cat([s.returns or [0.0] * len(s.response_ids) for s in samples],
-                               np.float32),
-            }  # fmt: skip
+            critic = {name: cat([getattr(s, name) or [0] * len(s.response_ids) for s in samples],
+                                np.float32) for name in ("values", "returns")}  # fmt: skip
         return cls(
             prompt_ids=cat([s.prompt_ids for s in samples], np.int64),
             prompt_offsets=offsets([len(s.prompt_ids) for s in samples]),
@@ -145,8 +141,9 @@ class FlatSamples:
         return self._with_per_token("token_weights", token_weights)
 
     def _with_per_token(self, name: str, values: np.ndarray) -> FlatSamples:
-        if values.shape != self.response_ids.shape:
-            raise ValueError(f"{name} must have shape {self.response_ids.shape}, got {values.shape}")
+        shape = self.response_ids.shape
+        if values.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {values.shape}")
         return replace(self, **{name: values.astype(np.float32, copy=False)})
 
 

@@ -106,7 +106,7 @@ class ShardedModel:
         self._freeze = freeze or freeze_all_but_last
         self._reference = reference
         self.step = 0  # optimizer steps taken
-        self.staged = StagedFileSet()  # rank 0's staged weight files (`rank_weights`)
+        self.staged = StagedFileSet()  # rank 0's staged weight files (`exports.stage_buckets`)
         self.updates = 0  # updates (of the objective) made
         self.device = torch.device("cpu")
         self.model: nn.Module | None = None
@@ -412,7 +412,7 @@ class ShardedRank:
 
     def run(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(self, *args)`` on this rank: a method of the rank's class, or a function of a
-        rank (the weight exporters of `rank_weights`)."""
+        rank (the weight exporters of `exports`)."""
         return fn(self, *args)
 
     def update(self, flat: FlatSamples) -> dict[str, float]:
