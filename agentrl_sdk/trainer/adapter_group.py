@@ -117,4 +117,3 @@ class AdapterExports:
             f"policy adapter {self.adapter!r} pushes its adapter only; its engine must take "
             "named adapters (TorchEngine, or vLLM with enable_lora)"
         )
-

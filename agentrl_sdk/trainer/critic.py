@@ -70,12 +70,7 @@ class ValueWorker(ShardedRank):
         return per_token(self.sharded, flat, self._values)
 
     def update(self, flat: FlatSamples) -> dict[str, float]:
-        """``ppo_epochs`` passes of the value loss over ``num_mini_batches`` mini-batches.
-
-        Returns:
-            ``value_loss``, ``clip_fraction``, ``values_mean``, ``grad_norm``, ``lr``, ...
-            as `update_loop.train`.
-        """
+        """One update of the value loss on ``flat``, with the metrics of `update_loop.train`."""
         if flat.values is None or flat.returns is None:
             raise ValueError("a critic update needs samples with values and returns (GAE)")
         return train(self.sharded, flat, self._objective)

@@ -142,14 +142,9 @@ class WeightExports:
         slot = f"{self._slot}-{hashlib.blake2s(repr(plan).encode(), digest_size=4).hexdigest()}"
 
         files = ranks.recovering(lambda: ranks.call(stage_buckets, plan, slot, dtype)[0])
-        return SharedWeights(
-            host=self.staging_host,
-            folder=os.path.dirname(files[0][0]),
-            paths=tuple(path for path, _, _ in files),
-            tensors=sum(count for _, count, _ in files),
-            nbytes=sum(nbytes for _, _, nbytes in files),
-            partial=changed_only,
-        )
+        paths, counts, sizes = zip(*files, strict=True)
+        host, folder = self.staging_host, os.path.dirname(paths[0])
+        return SharedWeights(host, folder, paths, sum(counts), sum(sizes), changed_only)
 
     def put(
         self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None,
@@ -176,8 +171,7 @@ class WeightExports:
     def adapter_state_dict(self, adapter: str | None = None) -> dict[str, torch.Tensor]:
         """The full LoRA tensors (``trainer.lora`` only), by the keys of PEFT's
         ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight``)."""
-        gather = on_adapter(adapter, ShardedRank.gather_packed_adapter)
-        packed: PackedTensors = self._ranks.call(*gather)[0]
+        packed = self._ranks.call(*on_adapter(adapter, ShardedRank.gather_packed_adapter))[0]
         return packed.unpack()
 
     def adapter_weights(self, adapter: str | None = None) -> AdapterWeights | None:
@@ -293,14 +287,11 @@ def bucket_layouts(
     return tuple(BucketLayout.of({k: meta[k] for k in keys}) for keys in plan)
 
 
-def broadcast_buckets(rank: ShardedRank, push: CollectiveWeights) -> int:
+def broadcast_buckets(rank: ShardedRank, push: CollectiveWeights) -> None:
     """Every bucket of ``push`` gathered (a collective on every rank) and broadcast by rank 0
-    to the push group (which it joins as rank 0 on the first push); returns the bytes."""
+    to the push group (which it joins as rank 0 on the first push)."""
     member, device = joined(push.group, 0) if rank.sharded.rank == 0 else (None, None)
-    sent = 0
     for layout in push.layouts:
         state = rank.sharded.gather_bucket([slot.key for slot in layout.slots])
         if state is not None:
             broadcast_bucket(member, layout, state, device)
-            sent += layout.nbytes
-    return sent

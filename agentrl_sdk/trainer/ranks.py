@@ -45,12 +45,9 @@ class RankSet:
         self.replay_log = replay_log
         self.restarts = 0
         self._ranks: InProcessRank | RayRanks | None = None
-        self.info: dict[str, Any] = {}
-        """Rank 0's setup info (device, dtype, host, parameters ...)."""
-        self.node_ids: list[str | None] = []
-        """The Ray node of each rank."""
-        self.pids: list[int] = []
-        """The process of each rank."""
+        self.info: dict[str, Any] = {}  # rank 0's setup info (device, dtype, host, parameters)
+        self.node_ids: list[str | None] = []  # the Ray node of each rank
+        self.pids: list[int] = []  # the process of each rank
 
     def start(self) -> None:
         """Start the ranks, rendezvous, and load the model in each."""
@@ -130,4 +127,3 @@ class RankSet:
             lambda adapter, folder: self.call(*on_adapter(adapter, load, folder)),
             lambda adapter, batch: self.call(*on_adapter(adapter, update, batch)),
         )
-

@@ -10,7 +10,6 @@ import os
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -58,15 +57,9 @@ Freeze = Callable[["nn.Module", Sequence["nn.Module"], "int | None"], None]
 """``(model, decoder layers, trainable_layers)``: leaves trainable what should train."""
 
 
-@dataclass
-class _AdapterState:
-    """What one LoRA adapter trains with, while another adapter is active."""
-
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    step: int
-    updates: int
-    adapted: dict[str, AdaptedWeight]
+_ADAPTER_STATE = ("optimizer", "scheduler", "step", "updates", "_adapted")
+"""What each LoRA adapter trains with: the active one's are the model's attributes, the others'
+wait in ``_inactive`` (`switch`)."""
 
 
 class ShardedModel:
@@ -118,7 +111,7 @@ class ShardedModel:
             raise ValueError(f"adapters {list(adapters)} need trainer.lora")
         self.adapters = tuple(adapters) or (ADAPTER,)
         self.active = self.adapters[0]  # its optimizer, schedule and counters are self's
-        self._inactive: dict[str, _AdapterState] = {}
+        self._inactive: dict[str, tuple[Any, ...]] = {}  # by adapter, its `_ADAPTER_STATE` values
 
     def setup(self, master_addr: str, master_port: int) -> dict[str, Any]:
         """Joins the process group, loads and shards the model(s), builds optimizer and schedule;
@@ -166,9 +159,8 @@ class ShardedModel:
             self.ref_model = self._load_sharded(trainable=False)
         self.optimizer, self.scheduler = self._new_optimizer(self.active)
         for name in self.adapters[1:]:
-            optimizer, scheduler = self._new_optimizer(name)
             adapted = adapted_weights(self.model, name)
-            self._inactive[name] = _AdapterState(optimizer, scheduler, 0, 0, adapted)
+            self._inactive[name] = (*self._new_optimizer(name), 0, 0, adapted)
         self.pad_id = int(getattr(self.model.config, "pad_token_id", None) or 0)
         num_params = sum(p.numel() for p in self.model.parameters())
         trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
@@ -211,12 +203,9 @@ class ShardedModel:
         """Makes LoRA adapter ``adapter`` the one the forward uses and the optimizer trains."""
         if adapter == self.active:
             return
-        self._inactive[self.active] = _AdapterState(
-            self.optimizer, self.scheduler, self.step, self.updates, self._adapted
-        )
-        state = self._inactive.pop(adapter)
-        self.optimizer, self.scheduler = state.optimizer, state.scheduler
-        self.step, self.updates, self._adapted = state.step, state.updates, state.adapted
+        self._inactive[self.active] = tuple(getattr(self, name) for name in _ADAPTER_STATE)
+        for name, value in zip(_ADAPTER_STATE, self._inactive.pop(adapter), strict=True):
+            setattr(self, name, value)
         activate_adapter(self.model, adapter)
         self.active = adapter
 
@@ -279,11 +268,8 @@ class ShardedModel:
             yield self.model
 
     def optimizer_step(self) -> dict[str, float]:
-        """Clips the accumulated gradients, steps the optimizer and schedule.
-
-        Returns:
-            ``grad_norm`` (before clipping) and the ``lr`` the step used.
-        """
+        """Clips the accumulated gradients, steps the optimizer and schedule; returns
+        ``grad_norm`` (before clipping) and the ``lr`` the step used."""
         max_norm = self.config.max_grad_norm or float("inf")
         trained = [p for group in self.optimizer.param_groups for p in group["params"]]
         norm = torch.nn.utils.clip_grad_norm_(trained, max_norm)
@@ -320,9 +306,7 @@ class ShardedModel:
         A LoRA-adapted weight comes merged, ``W + scaling * B @ A``. ``state``: the model's
         ``state_dict(keep_vars=True)`` when the caller gathers several buckets (taken once).
         ``dtype``: floating tensors cast to it, as the engines serve them (None: float32).
-
-        Returns:
-            On rank 0, the full CPU tensors by key (tied keys share one tensor); else None.
+        On rank 0, returns the full CPU tensors by key (tied keys share one tensor); else None.
         """
         if state is None:
             state = self.model.state_dict(keep_vars=True)

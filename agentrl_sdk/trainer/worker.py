@@ -91,8 +91,6 @@ class PolicyWorker(ShardedRank):
         finally:
             sharded.switch(previous)
 
-    # ---------------------------------------------------------------- logprobs
-
     def _logprobs(
         self, model: nn.Module, batch: PackedBatch, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -101,25 +99,15 @@ class PolicyWorker(ShardedRank):
         return response_logprobs(model, batch, self.config.temperature, with_entropy=with_entropy)
 
     def compute_logprobs(self, flat: FlatSamples) -> np.ndarray:
-        """Per-token logprobs of every response token under the current weights.
-
-        Returns:
-            A float32 array laid out like ``flat.response_ids``, 0.0 at mask-0 positions (the
-            convention of ``Sample.old_logprobs``); identical on every rank.
-        """
+        """Logprobs of every response token under the current weights, a float32 array laid
+        out like ``flat.response_ids``, 0.0 at mask-0 positions (as ``Sample.old_logprobs``);
+        identical on every rank."""
         model = self.sharded.model
         return per_token(self.sharded, flat, lambda batch: self._logprobs(model, batch)[0])
 
-    # ---------------------------------------------------------------- update
-
     def update(self, flat: FlatSamples) -> dict[str, float]:
-        """``ppo_epochs`` passes over ``num_mini_batches`` mini-batches, one optimizer step each.
-
-        Returns:
-            Metrics averaged over the optimizer steps (``lr`` is the last step's), plus
-            ``tokens``, ``trained_tokens``, ``samples``, ``samples_skipped``,
-            ``optimizer_steps`` and ``step`` (see `update_loop.train`).
-        """
+        """One update of the PPO objective on ``flat``, with the metrics of `update_loop.train`
+        and of the old-logprob correction."""
         flat, correction = self._prepared(flat)
         return train(self.sharded, flat, self._objective) | correction
 
@@ -149,8 +137,6 @@ class PolicyWorker(ShardedRank):
                 reference_logp = self._logprobs(reference, batch)[0]
         outputs = PolicyOutputs(logp, entropy, reference_logp)
         return policy_objective(outputs, batch, self.loss_config)
-
-    # ---------------------------------------------------------------- weights, checkpoints
 
     def export_pretrained(self, path: str, form: str | None = None) -> None:
         """Writes the current weights as a ``save_pretrained`` folder (rank 0; a collective),
