@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentrl_sdk.trainer.group import TrainerError, TrainerGroup
 from agentrl_sdk.types import Batch
-from agentrl_sdk.weights.adapters import AdapterWeights
 from agentrl_sdk.weights.push import WeightIntake, WeightKind, WeightPush
 
 if TYPE_CHECKING:
@@ -85,23 +84,24 @@ class AdapterExports:
     """One adapter of a shared group as pushes (a `WeightSource`): always the named adapter,
     never merged weights; the shared base never moves."""
 
+    weight_offer = WeightIntake(frozenset({"adapter"}))
+
     def __init__(self, group: TrainerGroup, adapter: str) -> None:
         self.group = group
         self.adapter = adapter
-
-    @property
-    def weight_offer(self) -> WeightIntake:
-        """Its named adapter only."""
-        return WeightIntake(frozenset({"adapter"}))
 
     def export_weights(
         self, kind: WeightKind, bucket_bytes: int = 0, audience: tuple[int, ...] = (),
         dtype: str | None = None, changed_only: bool = False,
     ) -> WeightPush:  # fmt: skip
-        """This adapter, named (``kind`` must be 'adapter': see `full_state_dict`)."""
+        """This adapter, named whatever ``lora.sync`` says (``kind`` must be 'adapter': see
+        `full_state_dict`)."""
         if kind != "adapter":
             self.full_state_dict()
-        return self.adapter_weights()
+        with self.group.lock:
+            adapter = self.group.weights.adapter_weights(self.adapter)
+        assert adapter is not None  # a named adapter of a LoRA group
+        return adapter
 
     def send_weights(self, push: WeightPush) -> None:
         """Nothing: an adapter travels whole in its push."""
@@ -111,17 +111,9 @@ class AdapterExports:
         with self.group.lock:
             return self.group.weights.adapter_state_dict(self.adapter)
 
-    def adapter_weights(self) -> AdapterWeights:
-        """This adapter as a push carries it: named, whatever ``lora.sync`` says."""
-        with self.group.lock:
-            adapter = self.group.weights.adapter_weights(self.adapter)
-        assert adapter is not None  # a named adapter of a LoRA group
-        return adapter
-
     def full_state_dict(self, bucket_bytes: int = 0) -> Iterator[dict[str, torch.Tensor]]:
         """Refused: the shared base never moves; the engine must take named adapters."""
         raise TrainerError(
             f"policy adapter {self.adapter!r} pushes its adapter only; its engine must take "
             "named adapters (TorchEngine, or vLLM with enable_lora)"
         )
-

@@ -50,16 +50,10 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     trained_only: bool = False,
 ) -> None:
-    """Writes a checkpoint into ``path.partial``, then renames it to ``path`` (replacing it).
-
-    Args:
-        path: The checkpoint folder; visible to every rank.
-        model: The FSDP2 model.
-        optimizer: Its optimizer.
-        scheduler: Its learning-rate scheduler (state must be JSON-serialisable).
-        trainer_state: Counters and the caller's ``extra``; JSON-serialisable; rank 0's is kept.
-        trained_only: Leave out parameters that do not train (see the module docstring).
-    """
+    """Writes a checkpoint into ``path.partial`` (a folder every rank sees), then renames it to
+    ``path`` (replacing it). ``trainer_state`` (counters and the caller's ``extra``) and the
+    scheduler's state must be JSON-serialisable; rank 0's is kept. ``trained_only``: see the
+    module docstring."""
     import torch.distributed.checkpoint as dcp
 
     rank = dist.get_rank()
@@ -94,10 +88,8 @@ def load_checkpoint(
     trained_only: bool = False,
 ) -> dict[str, Any]:
     """Restores model, optimizer, scheduler and this rank's RNG states from ``path``
-    (``trained_only`` as it was saved: frozen parameters keep their current values).
-
-    Returns:
-        The ``trainer_state`` given to `save_checkpoint`.
+    (``trained_only`` as it was saved: frozen parameters keep their current values); returns
+    the ``trainer_state`` given to `save_checkpoint`.
 
     Raises:
         FileNotFoundError: ``path`` holds no checkpoint.

@@ -36,14 +36,7 @@ class ValueWorker(ShardedRank):
     The head starts at zero (every value 0), so the first advantages are the plain returns and
     every rank starts from the same weights. The value of response token ``t`` is the head's
     output at the position that predicts it: the state before the token is sampled.
-
-    Args:
-        rank: This worker's rank.
-        world_size: Number of ranks.
-        model_path: Local ``save_pretrained`` folder of the causal LM the critic starts from.
-        config: Trainer options of the critic (its own lr, world size, ...).
-        loss_config: The value loss options.
-        adapters: Must be empty (the group passes the policy's argument list).
+    ``adapters`` must be empty (the group passes the policy's argument list).
     """
 
     def __init__(
@@ -77,12 +70,7 @@ class ValueWorker(ShardedRank):
         return per_token(self.sharded, flat, self._values)
 
     def update(self, flat: FlatSamples) -> dict[str, float]:
-        """``ppo_epochs`` passes of the value loss over ``num_mini_batches`` mini-batches.
-
-        Returns:
-            ``value_loss``, ``clip_fraction``, ``values_mean``, ``grad_norm``, ``lr``, ...
-            as `update_loop.train`.
-        """
+        """One update of the value loss on ``flat``, with the metrics of `update_loop.train`."""
         if flat.values is None or flat.returns is None:
             raise ValueError("a critic update needs samples with values and returns (GAE)")
         return train(self.sharded, flat, self._objective)
@@ -124,11 +112,7 @@ def _freeze_with_head(model: nn.Module, layers: Sequence[nn.Module], count: int 
 
 class BackboneWithValueHead(torch.nn.Module):
     """``AutoModel`` backbone + ``Linear(hidden, 1)`` on its last hidden states: the value model
-    of an architecture without a ``...ForTokenClassification`` class in transformers.
-
-    Args:
-        backbone: The base model (``AutoModel``) of the policy's folder.
-    """
+    of an architecture without a ``...ForTokenClassification`` class in transformers."""
 
     def __init__(self, backbone: nn.Module) -> None:
         super().__init__()
@@ -171,12 +155,7 @@ class CriticGroup(TrainerGroup):
     calls, rank recovery (rebuild, last checkpoint, replayed updates) and checkpoints. Its
     ``update`` (samples with ``values`` and ``returns``) returns ``value_loss``,
     ``clip_fraction``, ``values_mean``, ``grad_norm``, ``lr``, ... as `TrainerGroup.update`.
-
-    Args:
-        model_path: Local folder of the model the critic starts from (the policy's, or its own
-            with the same tokenizer).
-        trainer_config: The critic's trainer options.
-        loss_config: The value loss options.
+    ``model_path``: the policy's, or a folder of its own with the same tokenizer.
     """
 
     worker_cls = ValueWorker

@@ -1,38 +1,38 @@
 """`WeightExports`: a `TrainerGroup`'s weights as each kind of `WeightPush` (``group.weights``).
 
-It plans the buckets once, asks the ranks for them (the exporters of `rank_weights`, run inside
-each rank) and builds the push value. A new transport is one case in `export_weights` and,
-where it moves tensors its own way, one exporter in `rank_weights`.
+It plans the buckets once, asks the ranks for them and builds the push value. The exporters
+below the class run inside each rank, on its `ShardedModel` (functions of a rank, for
+`RankSet.call`): every rank gathers each bucket (a collective) and rank 0 hands it on, written
+to its staged files, put in its object store, packed for the driver, or broadcast to a push
+group. A new transport is one case in `export_weights` and, where it moves tensors its own way,
+one exporter here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
 
 from agentrl_sdk.trainer.config import TrainerConfig
-from agentrl_sdk.trainer.rank_weights import (
-    broadcast_buckets,
-    bucket_layouts,
-    bucket_plan,
-    gather_packed_bucket,
-    put_bucket,
-    stage_buckets,
-)
 from agentrl_sdk.trainer.ranks import RankSet
 from agentrl_sdk.trainer.sharded_model import ShardedRank
 from agentrl_sdk.trainer.worker import on_adapter
 from agentrl_sdk.weights.adapters import AdapterWeights
-from agentrl_sdk.weights.collective import BucketLayout, CollectiveWeights, WeightGroup
+from agentrl_sdk.weights.collective import (
+    BucketLayout,
+    CollectiveWeights,
+    WeightGroup,
+    broadcast_bucket,
+    joined,
+)
 from agentrl_sdk.weights.object_refs import RayWeights
-from agentrl_sdk.weights.push import StateDict, WeightIntake, WeightKind, WeightPush
+from agentrl_sdk.weights.push import StateDict, WeightIntake, WeightKind, WeightPush, cast_floating
 from agentrl_sdk.weights.shared_files import SharedWeights
 from agentrl_sdk.weights.tensor_transport import PackedTensors
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = ["DEFAULT_BUCKET_BYTES", "WeightExports"]
 
@@ -41,20 +41,14 @@ DEFAULT_BUCKET_BYTES = 256 << 20
 
 
 class WeightExports:
-    """The weights of a trainer group's ranks, as pushes (a `WeightSource`): bucket plans and
-    layouts (the keys and shapes never change: planned once), the staged file set written
-    last, the push group.
-
-    Args:
-        ranks: The ranks that hold the weights.
-        config: Their trainer options (placement, LoRA).
-    """
+    """The weights of the trainer group's ``ranks``, as pushes (a `WeightSource`): bucket plans
+    and layouts (the keys and shapes never change: planned once), the staged file set written
+    last, the push group."""
 
     def __init__(self, ranks: RankSet, config: TrainerConfig) -> None:
         self._ranks = ranks
         self._config = config
-        self._plans: dict[tuple[int, bool], list[list[str]]] = {}
-        self._layouts: dict[tuple[int, str | None, bool], tuple[BucketLayout, ...]] = {}
+        self._planned: dict[tuple[Any, ...], Any] = {}
         self._slot = 1  # the file set `stage` wrote last (0 or 1)
         self._push_group: tuple[tuple[Any, ...], WeightGroup] | None = None
 
@@ -94,15 +88,12 @@ class WeightExports:
             case "object_refs":
                 return self.put(bucket_bytes, dtype, changed_only)
             case "collective":
-                layouts = self._layouts_of(bucket_bytes, dtype, changed_only)
+                layouts = self._planned_once(bucket_layouts, bucket_bytes, dtype, changed_only)
                 return CollectiveWeights(self._push_group_for(audience), layouts, changed_only)
             case "state_dict":
-                state: dict[str, torch.Tensor] = {}
-                buckets = 0
-                for bucket in self.full_state_dict(bucket_bytes, dtype, changed_only):
-                    state.update(bucket)
-                    buckets += 1
-                return StateDict(state, buckets, changed_only)
+                buckets = list(self.full_state_dict(bucket_bytes, dtype, changed_only))
+                state = {key: t for bucket in buckets for key, t in bucket.items()}
+                return StateDict(state, len(buckets), changed_only)
         raise ValueError(f"unknown weight push kind {kind!r}")
 
     def send_weights(self, push: WeightPush) -> None:
@@ -123,15 +114,12 @@ class WeightExports:
         Floating tensors come cast to ``dtype`` when given (on rank 0, before they travel).
         ``changed_only``: the tensors that may differ from the model folder alone.
         """
-        ranks, plan = self._ranks, self._plan(bucket_bytes, changed_only)
-        gather = gather_packed_bucket
-        pending = ranks.submit(gather, plan[0], dtype) if plan else None
-        for i in range(len(plan)):
-            current = pending
-            if i + 1 < len(plan):
-                pending = ranks.submit(gather, plan[i + 1], dtype)
-            packed = ranks.wait(current, gather)[0]
-            yield packed.unpack()
+        ranks, plan = self._ranks, self._planned_once(bucket_plan, bucket_bytes, changed_only)
+        gather, pending = gather_packed_bucket, None
+        for keys in [*plan, None]:
+            current, pending = pending, None if keys is None else ranks.submit(gather, keys, dtype)
+            if current is not None:
+                yield ranks.wait(current, gather)[0].unpack()
 
     def stage(
         self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None,
@@ -147,21 +135,16 @@ class WeightExports:
         The files stay until the group shuts down. A rank dying meanwhile: the group is
         rebuilt (`trainer.max_restarts`) and the new rank 0 stages the weights again.
         """
-        ranks, plan = self._ranks, self._plan(bucket_bytes, changed_only)
+        ranks, plan = self._ranks, self._planned_once(bucket_plan, bucket_bytes, changed_only)
         self._slot ^= 1
         # Files of their own per plan (all keys, or those a checkpoint may have widened):
         # a file is never resized under a reader.
         slot = f"{self._slot}-{hashlib.blake2s(repr(plan).encode(), digest_size=4).hexdigest()}"
 
         files = ranks.recovering(lambda: ranks.call(stage_buckets, plan, slot, dtype)[0])
-        return SharedWeights(
-            host=self.staging_host,
-            folder=os.path.dirname(files[0][0]),
-            paths=tuple(path for path, _, _ in files),
-            tensors=sum(count for _, count, _ in files),
-            nbytes=sum(nbytes for _, _, nbytes in files),
-            partial=changed_only,
-        )
+        paths, counts, sizes = zip(*files, strict=True)
+        host, folder = self.staging_host, os.path.dirname(paths[0])
+        return SharedWeights(host, folder, paths, sum(counts), sum(sizes), changed_only)
 
     def put(
         self, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: str | None = None,
@@ -171,7 +154,7 @@ class WeightExports:
         references come here. The objects live while a reference does (and rank 0)."""
         if self._config.placement != "ray":
             raise ValueError("weights in an object store need trainer.placement: ray")
-        ranks, plan = self._ranks, self._plan(bucket_bytes, changed_only)
+        ranks, plan = self._ranks, self._planned_once(bucket_plan, bucket_bytes, changed_only)
 
         def put() -> list[tuple[list[Any], int, int]]:
             pending = [ranks.submit(put_bucket, keys, dtype) for keys in plan]
@@ -188,8 +171,7 @@ class WeightExports:
     def adapter_state_dict(self, adapter: str | None = None) -> dict[str, torch.Tensor]:
         """The full LoRA tensors (``trainer.lora`` only), by the keys of PEFT's
         ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight``)."""
-        gather = on_adapter(adapter, ShardedRank.gather_packed_adapter)
-        packed: PackedTensors = self._ranks.call(*gather)[0]
+        packed = self._ranks.call(*on_adapter(adapter, ShardedRank.gather_packed_adapter))[0]
         return packed.unpack()
 
     def adapter_weights(self, adapter: str | None = None) -> AdapterWeights | None:
@@ -205,28 +187,15 @@ class WeightExports:
 
     def forget_plans(self) -> None:
         """A checkpoint was loaded: the keys that may differ from the model folder may be more."""
-        self._plans.clear()
-        self._layouts.clear()
+        self._planned.clear()
 
-    def _plan(self, bucket_bytes: int, changed_only: bool = False) -> list[list[str]]:
-        """The engine keys (``changed_only``: those that may differ from the model folder) cut
-        into buckets of at most ``bucket_bytes``."""
-        plan = self._plans.get((bucket_bytes, changed_only))
-        if plan is None:
-            plan = self._ranks.call(bucket_plan, bucket_bytes, changed_only)[0]
-            self._plans[bucket_bytes, changed_only] = plan
-        return plan
-
-    def _layouts_of(
-        self, bucket_bytes: int, dtype: str | None, changed_only: bool = False
-    ) -> tuple[BucketLayout, ...]:
-        """The broadcast layout of each bucket (shapes and dtypes)."""
-        key = (bucket_bytes, dtype, changed_only)
-        layouts = self._layouts.get(key)
-        if layouts is None:
-            layouts = self._ranks.call(bucket_layouts, bucket_bytes, dtype, changed_only)[0]
-            self._layouts[key] = layouts = tuple(layouts)
-        return layouts
+    def _planned_once(self, planner: Callable[..., Any], *args: Any) -> Any:
+        """Rank 0's ``planner(rank, *args)`` (`bucket_plan`, `bucket_layouts`), asked once: the
+        keys and shapes never change until a checkpoint is loaded (`forget_plans`)."""
+        key = (planner, *args)
+        if key not in self._planned:
+            self._planned[key] = self._ranks.call(planner, *args)[0]
+        return self._planned[key]
 
     def _push_group_for(self, audience: tuple[int, ...]) -> WeightGroup:
         """The push group of rank 0 and the engines ``audience``: made anew when they change or
@@ -240,3 +209,89 @@ class WeightExports:
             spec = WeightGroup(ip, port, 1 + len(audience), backend, self._config.call_timeout_s)
             self._push_group = (key, spec)
         return self._push_group[1]
+
+
+def stage_buckets(
+    rank: ShardedRank, plan: Sequence[Sequence[str]], slot: str, dtype: str | None
+) -> list[tuple[str, int, int]] | None:
+    """Each bucket of ``plan`` gathered (a collective) and written by rank 0 as staged file
+    ``index`` of ``slot`` (see `WeightExports.stage`), in one call per push: no round trip per
+    bucket. On rank 0, each file's path, tensor count and bytes; else None."""
+    sharded = rank.sharded
+    state = sharded.model.state_dict(keep_vars=True)
+    files = []
+    for index, keys in enumerate(plan):
+        bucket = sharded.gather_bucket(keys, state, dtype)
+        if bucket is not None:
+            name = f"slot{slot}-{dtype or 'as-trained'}-bucket-{index:05d}.safetensors"
+            files.append(sharded.staged.write(bucket, name))  # a dtype of its own: never resized
+    return files if sharded.rank == 0 else None
+
+
+def put_bucket(
+    rank: ShardedRank, keys: Sequence[str], dtype: str | None
+) -> tuple[list[Any], int, int] | None:
+    """`gather_packed_bucket` put in this node's object store by rank 0 (a collective). On
+    rank 0, ``[ref]`` (in a list, so Ray hands over the reference, not the object), its tensor
+    count and distinct bytes; else None."""
+    import ray
+
+    packed = gather_packed_bucket(rank, keys, dtype)
+    return None if packed is None else ([ray.put(packed)], len(packed.arrays), packed.nbytes)
+
+
+def gather_packed_bucket(
+    rank: ShardedRank, keys: Sequence[str], dtype: str | None
+) -> PackedTensors | None:
+    """`ShardedModel.gather_bucket` as numpy arrays, which leave the actor without a copy."""
+    state = rank.sharded.gather_bucket(keys, dtype=dtype)
+    return None if state is None else PackedTensors.pack(state)
+
+
+def bucket_plan(
+    rank: ShardedRank, bucket_bytes: int, changed_only: bool = False
+) -> list[list[str]]:
+    """Keys of the engine's full state dict (``changed_only``: of the tensors that may differ
+    from the model folder, `ShardedModel.changed_keys`) cut into buckets of at most
+    ``bucket_bytes`` (unsharded). With LoRA these are the base model's keys, for merged weights.
+
+    Tied parameters (one tensor under several keys) stay in one bucket; a tensor larger
+    than the budget gets a bucket of its own. Identical on every rank.
+    """
+    changed = rank.sharded.changed_keys() if changed_only else None
+    buckets: list[list[str]] = []
+    size = 0
+    for keys, tensor in rank.sharded.engine_tensors():
+        if changed is not None and changed.isdisjoint(keys):
+            continue
+        nbytes = tensor.numel() * tensor.element_size()
+        if buckets and size + nbytes <= bucket_bytes:
+            buckets[-1].extend(keys)
+            size += nbytes
+        else:
+            buckets.append(list(keys))
+            size = nbytes
+    return buckets
+
+
+def bucket_layouts(
+    rank: ShardedRank, bucket_bytes: int, dtype: str | None, changed_only: bool = False
+) -> tuple[BucketLayout, ...]:
+    """How each bucket of `bucket_plan` is laid out for a broadcast, its
+    floating tensors in ``dtype`` (None: the trainer's)."""
+    meta = {}
+    for keys, tensor in rank.sharded.engine_tensors():
+        full = cast_floating(torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"), dtype)
+        meta |= dict.fromkeys(keys, full)  # tied keys: one tensor object
+    plan = bucket_plan(rank, bucket_bytes, changed_only)
+    return tuple(BucketLayout.of({k: meta[k] for k in keys}) for keys in plan)
+
+
+def broadcast_buckets(rank: ShardedRank, push: CollectiveWeights) -> None:
+    """Every bucket of ``push`` gathered (a collective on every rank) and broadcast by rank 0
+    to the push group (which it joins as rank 0 on the first push)."""
+    member, device = joined(push.group, 0) if rank.sharded.rank == 0 else (None, None)
+    for layout in push.layouts:
+        state = rank.sharded.gather_bucket([slot.key for slot in layout.slots])
+        if state is not None:
+            broadcast_bucket(member, layout, state, device)

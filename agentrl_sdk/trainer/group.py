@@ -51,8 +51,6 @@ class TrainerGroup:
 
     Args:
         model_path: Local ``save_pretrained`` folder of the policy (also the KL reference).
-        trainer_config: Trainer options; defaults when None.
-        loss_config: Loss options; defaults when None.
         adapters: With ``trainer.lora``, several named LoRA adapters on the one base (several
             policies as adapters of one base): each trains with its own optimizer, through
             the ``adapter`` argument of the calls (see `AdapterGroup`); empty: one adapter.
@@ -119,8 +117,6 @@ class TrainerGroup:
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    # ------------------------------------------------------------------ public API
-
     def update(self, batch: Batch, adapter: str | None = None) -> dict[str, float]:
         """One policy update on ``batch`` (``ppo_epochs`` x ``num_mini_batches`` optimizer steps),
         of LoRA adapter ``adapter`` when the group holds several.
@@ -133,7 +129,6 @@ class TrainerGroup:
             ``peak_rss_gb`` (the largest peak resident memory of any rank so far) and
             ``restarts`` (times the group was rebuilt after a rank died).
         """
-
         if not batch.samples:
             raise ValueError("update needs a batch with at least one sample")
         start = time.perf_counter()
@@ -155,7 +150,6 @@ class TrainerGroup:
         Each list aligns with the sample's ``response_ids``; mask-0 positions hold 0.0, as in
         ``Sample.old_logprobs``. Logits are divided by ``TrainerConfig.temperature``.
         """
-
         return self._per_token(PolicyWorker.compute_logprobs, batch, adapter)
 
     def _per_token(

@@ -30,12 +30,8 @@ CLOSE_TIMEOUT_S = 30.0
 
 
 class InProcessRank:
-    """Rank 0 of a world of one, built in this process; the same calls as `RayRanks`.
-
-    Args:
-        worker_cls: The rank class (`PolicyWorker`, `ValueWorker`), built as
-            ``worker_cls(0, 1, *args)``.
-        args: The rest of the rank's constructor arguments.
+    """Rank 0 of a world of one, ``worker_cls(0, 1, *args)`` built in this process; the same
+    calls as `RayRanks`.
 
     Raises:
         TrainerError: This process already holds a torch.distributed group (another
@@ -75,26 +71,23 @@ class InProcessRank:
         """
         import torch
 
-        outcome: list[Any] = []
+        outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def run() -> None:
             if self._threads:
                 torch.set_num_threads(self._threads)
             return_free_memory()  # what the rollouts freed, before an update allocates
             try:
-                outcome.append((True, call(*args)))
+                outcome.set_result(call(*args))
             except BaseException as exc:  # noqa: BLE001 - raised again in the pool's thread
-                outcome.append((False, exc))
+                outcome.set_exception(exc)
             self._threads = torch.get_num_threads()
             return_free_memory()  # the next call's thread may be given another malloc arena
 
         thread = threading.Thread(target=run, name="agentrl-trainer-call", daemon=True)
         thread.start()
         thread.join()
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
+        return outcome.result()
 
     @staticmethod
     def wait(

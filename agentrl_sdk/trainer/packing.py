@@ -17,9 +17,11 @@ from agentrl_sdk.types import Sample
 __all__ = [
     "FlatSamples",
     "PackedBatch",
+    "deal",
     "micro_batches",
     "mini_batches",
     "pack",
+    "padded",
     "per_token_fields",
     "shard_plan",
 ]
@@ -68,12 +70,8 @@ class FlatSamples:
         responses = [s.response_ids for s in samples]
         critic = {}
         if samples and all(s.values and s.returns for s in samples if s.response_ids):
-            critic = {
-                "values": cat([s.values or [0.0] * len(s.response_ids) for s in samples],
-                              np.float32),
-                "returns": cat([s.returns or [0.0] * len(s.response_ids) for s in samples],
-                               np.float32),
-            }  # fmt: skip
+            critic = {name: cat([getattr(s, name) or [0] * len(s.response_ids) for s in samples],
+                                np.float32) for name in ("values", "returns")}  # fmt: skip
         return cls(
             prompt_ids=cat([s.prompt_ids for s in samples], np.int64),
             prompt_offsets=offsets([len(s.prompt_ids) for s in samples]),
@@ -90,18 +88,10 @@ class FlatSamples:
     def placeholder(cls, pad_id: int = 0) -> FlatSamples:
         """One weightless, fully masked 2-token sample: what a rank with no work runs so that it
         still joins the collectives of a forward/backward."""
-        one = np.array([pad_id], dtype=np.int64)
-        offsets = np.array([0, 1], dtype=np.int64)
-        return cls(
-            prompt_ids=one,
-            prompt_offsets=offsets,
-            response_ids=one,
-            response_mask=np.zeros(1, dtype=np.int8),
-            old_logprobs=np.zeros(1, dtype=np.float32),
-            response_offsets=offsets,
-            advantages=np.zeros(1, dtype=np.float32),
-            weights=np.zeros(1, dtype=np.float32),
-        )
+        return cls.from_samples([Sample(
+            row_id="", sample_index=0, prompt_ids=[pad_id], response_ids=[pad_id],
+            response_mask=[0], old_logprobs=[0.0], token_advantages=[0.0], weight=0.0,
+        )])  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.weights)
@@ -144,20 +134,17 @@ class FlatSamples:
 
     def with_old_logprobs(self, old_logprobs: np.ndarray) -> FlatSamples:
         """A copy whose old logprobs are ``old_logprobs`` (same layout as ``response_ids``)."""
-        if old_logprobs.shape != self.old_logprobs.shape:
-            raise ValueError(
-                f"old_logprobs must have shape {self.old_logprobs.shape}, got {old_logprobs.shape}"
-            )
-        return replace(self, old_logprobs=old_logprobs.astype(np.float32, copy=False))
+        return self._with_per_token("old_logprobs", old_logprobs)
 
     def with_token_weights(self, token_weights: np.ndarray) -> FlatSamples:
         """A copy whose per-token loss weights are ``token_weights`` (layout of ``response_ids``)."""
-        if token_weights.shape != self.response_ids.shape:
-            raise ValueError(
-                f"token_weights must have shape {self.response_ids.shape}, "
-                f"got {token_weights.shape}"
-            )
-        return replace(self, token_weights=token_weights.astype(np.float32, copy=False))
+        return self._with_per_token("token_weights", token_weights)
+
+    def _with_per_token(self, name: str, values: np.ndarray) -> FlatSamples:
+        shape = self.response_ids.shape
+        if values.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {values.shape}")
+        return replace(self, **{name: values.astype(np.float32, copy=False)})
 
 
 @dataclass(frozen=True)
@@ -210,19 +197,10 @@ class PackedBatch:
         return PackedBatch(**moved)
 
 
-def pack(
-    flat: FlatSamples, indices: Sequence[int], pad_id: int = 0
-) -> PackedBatch:
-    """Pads samples ``indices`` of ``flat`` into one micro-batch (right padding).
-
-    Args:
-        flat: The batch.
-        indices: Which samples, in row order; must not be empty.
-        pad_id: Token id written at padded positions (masked out everywhere).
-
-    Returns:
-        The padded tensors; ``T`` is the longest response of the rows (at least 1).
-    """
+def pack(flat: FlatSamples, indices: Sequence[int], pad_id: int = 0) -> PackedBatch:
+    """Pads samples ``indices`` (in row order; not empty) of ``flat`` into one micro-batch,
+    right-padded with ``pad_id`` (masked out everywhere); ``T`` is the longest response of the
+    rows (at least 1)."""
     if len(indices) == 0:
         raise ValueError("pack needs at least one sample index")
     idx = np.asarray(indices, dtype=np.int64)
@@ -283,15 +261,8 @@ def micro_batches(
 
     A micro-batch costs ``rows * longest row`` tokens. Samples are taken longest first (less
     padding) and added to the current micro-batch while it stays within the budget; a sample
-    longer than the budget forms a micro-batch of its own.
-
-    Args:
-        lengths: Tokens (prompt + response) of every sample of the batch, indexed by sample.
-        indices: The samples to group.
-        micro_batch_tokens: The budget.
-
-    Returns:
-        Lists of sample indices; deterministic for given inputs.
+    longer than the budget forms a micro-batch of its own. ``lengths``: the tokens (prompt +
+    response) of every sample of the batch, indexed by sample.
     """
     order = sorted(indices, key=lambda i: (-int(lengths[i]), i))
     groups: list[list[int]] = []
@@ -305,30 +276,30 @@ def micro_batches(
 
 
 def shard_plan(
-    lengths: Sequence[int],
-    indices: Sequence[int],
-    world_size: int,
-    micro_batch_tokens: int,
+    lengths: Sequence[int], indices: Sequence[int], world_size: int, micro_batch_tokens: int
 ) -> list[list[list[int]]]:
-    """Who trains what: ``plan[rank]`` is that rank's list of micro-batches (sample indices).
+    """Who trains samples ``indices`` (e.g. one mini-batch): ``plan[rank]`` is that rank's list
+    of micro-batches (`micro_batches`). Samples go, longest first, to the rank with the fewest
+    tokens so far (`deal`), and every rank gets as many micro-batches (`padded`)."""
+    shards = deal(lengths, indices, world_size)
+    return padded([micro_batches(lengths, shard, micro_batch_tokens) for shard in shards])
 
-    Samples go, longest first, to the rank with the fewest tokens so far (ties: lowest rank).
-    Every rank gets the same number of micro-batches, padded with empty ones, because each
-    forward/backward of an FSDP model is a collective that all ranks must join.
 
-    Args:
-        lengths: Tokens of every sample of the batch, indexed by sample.
-        indices: The samples to distribute (e.g. one mini-batch).
-        world_size: Number of ranks.
-        micro_batch_tokens: Token budget of one micro-batch.
-    """
+def deal(costs: Sequence[int], items: Sequence[int], world_size: int) -> list[list[int]]:
+    """``items`` (indices of ``costs``) dealt, costliest first, each to the rank with the least
+    cost so far (ties: lowest rank)."""
     load = [0] * world_size
-    shards: list[list[int]] = [[] for _ in range(world_size)]
-    for i in sorted(indices, key=lambda i: (-int(lengths[i]), i)):
+    shares: list[list[int]] = [[] for _ in range(world_size)]
+    for i in sorted(items, key=lambda i: (-int(costs[i]), i)):
         rank = min(range(world_size), key=lambda r: (load[r], r))
-        shards[rank].append(i)
-        load[rank] += int(lengths[i])
-    plan = [micro_batches(lengths, shard, micro_batch_tokens) for shard in shards]
+        shares[rank].append(i)
+        load[rank] += int(costs[i])
+    return shares
+
+
+def padded(plan: list[list[list[int]]]) -> list[list[list[int]]]:
+    """``plan`` with every rank's micro-batches padded with empty ones to the same count: each
+    forward/backward of an FSDP model is a collective that all ranks must join."""
     steps = max(len(p) for p in plan)
     return [p + [[] for _ in range(steps - len(p))] for p in plan]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, per_token_fields
+from agentrl_sdk.trainer.packing import FlatSamples, PackedBatch, deal, padded, per_token_fields
 
 __all__ = ["pack_shared", "prefix_plan"]
 
@@ -27,8 +27,7 @@ def prefix_plan(
     sample shares with any earlier one is the one it shares with its predecessor; a
     micro-batch takes them while the tokens it lays out stay within ``micro_batch_tokens`` (a
     sample longer than that gets one of its own). Micro-batches go, largest first, to the rank
-    laying out the fewest tokens so far, and every rank gets as many (padded with empty ones):
-    each forward/backward of an FSDP model is a collective that all ranks join.
+    laying out the fewest tokens so far (`deal`), and every rank gets as many (`padded`).
     """
     order = sorted(indices, key=lambda i: (flat.tokens(i).tolist(), i))
     batches: list[list[int]] = []
@@ -44,19 +43,11 @@ def prefix_plan(
             batches.append([i])
             costs.append(len(seq))
         previous = seq
-    load = [0] * world_size
-    plan: list[list[list[int]]] = [[] for _ in range(world_size)]
-    for b in sorted(range(len(batches)), key=lambda b: (-costs[b], b)):
-        rank = min(range(world_size), key=lambda r: (load[r], r))
-        plan[rank].append(batches[b])
-        load[rank] += costs[b]
-    steps = max(len(p) for p in plan)
-    return [p + [[] for _ in range(steps - len(p))] for p in plan]
+    shares = deal(costs, range(len(batches)), world_size)
+    return padded([[batches[b] for b in share] for share in shares])
 
 
-def pack_shared(
-    flat: FlatSamples, indices: Sequence[int], pad_id: int = 0
-) -> PackedBatch:
+def pack_shared(flat: FlatSamples, indices: Sequence[int], pad_id: int = 0) -> PackedBatch:
     """Lays samples ``indices`` of ``flat`` in one input row as a prefix tree: each sample's
     longest prefix that an earlier sample holds is laid out once, and only the rest is added;
     every token attends to the tokens of its own sample before it, wherever they lie.

@@ -1,12 +1,11 @@
-"""A trainer group's ranks: where they run (`Ranks`: Ray actors, `RayRanks`, or this process,
-`InProcessRank`) and `RankSet`, which starts them, broadcasts calls to them, and rebuilds them
-when one dies."""
+"""`RankSet`: a trainer group's ranks (Ray actors, `RayRanks`, or this process, `InProcessRank`),
+started, called in lockstep, and rebuilt when one dies."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
@@ -16,30 +15,11 @@ from agentrl_sdk.trainer.replay import ReplayLog
 from agentrl_sdk.trainer.sharded_model import ShardedRank
 from agentrl_sdk.trainer.worker import on_adapter
 
-__all__ = ["RankSet", "Ranks"]
+__all__ = ["RankSet"]
 
 _T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
-
-
-class Ranks(Protocol):
-    """A trainer group's ranks: calls started on them, their results awaited, and an end."""
-
-    def submit(self, fn: Callable[..., Any], *args: Any, first_only: bool = False) -> list[Any]:
-        """Starts ``fn(rank, *args)`` on every rank (rank 0 alone with ``first_only``); one
-        handle per rank, for `wait`."""
-        ...
-
-    def wait(self, handles: list[Any], method: str, timeout: float) -> list[Any]:
-        """The handles' results in rank order within ``timeout`` seconds; a failure raises
-        `TrainerError` naming the rank and the call ``method`` (`RankDiedError` for a dead
-        rank)."""
-        ...
-
-    def stop(self, graceful: bool = True) -> None:
-        """Ends the ranks (``graceful``: their ``close`` first, within a bound)."""
-        ...
 
 
 class RankSet:
@@ -48,13 +28,8 @@ class RankSet:
 
     A call made through `recovering` survives a rank's death: the ranks are rebuilt in the state
     before it (the last checkpoint, then every update since replayed from `replay_log`), at most
-    ``max_restarts`` times in all, and the call is made again.
-
-    Args:
-        worker_cls: The rank class, built as ``worker_cls(rank, world_size, *args)``.
-        config: The trainer options (placement, timeouts, restarts).
-        args: The rest of each rank's constructor arguments.
-        replay_log: The updates made since the last checkpoint, for a rebuild.
+    ``max_restarts`` times in all, and the call is made again. Each rank is
+    ``worker_cls(rank, world_size, *args)``.
     """
 
     def __init__(
@@ -69,13 +44,10 @@ class RankSet:
         self.args = args
         self.replay_log = replay_log
         self.restarts = 0
-        self._ranks: Ranks | None = None
-        self.info: dict[str, Any] = {}
-        """Rank 0's setup info (device, dtype, host, parameters ...)."""
-        self.node_ids: list[str | None] = []
-        """The Ray node of each rank."""
-        self.pids: list[int] = []
-        """The process of each rank."""
+        self._ranks: InProcessRank | RayRanks | None = None
+        self.info: dict[str, Any] = {}  # rank 0's setup info (device, dtype, host, parameters)
+        self.node_ids: list[str | None] = []  # the Ray node of each rank
+        self.pids: list[int] = []  # the process of each rank
 
     def start(self) -> None:
         """Start the ranks, rendezvous, and load the model in each."""
@@ -87,7 +59,8 @@ class RankSet:
         try:
             address = self.submit(ShardedRank.rendezvous_address, first_only=True)
             ip, port = self.wait(address, ShardedRank.rendezvous_address, cfg.init_timeout_s)[0]
-            if ip == _node_ip():
+            ray = ray_if_started()
+            if ray and ip == ray.util.get_node_ip_address():
                 ip = "127.0.0.1"  # rank 0 shares the driver's node: stay on loopback
             ranks = self.call(ShardedRank.setup, ip, port, timeout=cfg.init_timeout_s)
         except BaseException:
@@ -107,9 +80,7 @@ class RankSet:
         """Starts ``fn(rank, *args)`` on every rank (rank 0 alone with ``first_only``): ``fn`` is
         a method of the rank class (``PolicyWorker.update``) or a function of a rank. Returns
         one handle per rank, for `wait`."""
-        if self._ranks is None:
-            raise TrainerError(f"{fn.__name__}: the trainer group is shut down")
-        return self._ranks.submit(fn, *args, first_only=first_only)
+        return self._live(fn).submit(fn, *args, first_only=first_only)
 
     def wait(
         self, handles: list[Any], fn: Callable[..., _T], timeout: float | None = None
@@ -117,9 +88,12 @@ class RankSet:
         """The results of `submit`'s ``handles`` of ``fn`` in rank order, within ``timeout``
         (default ``call_timeout_s``); a failure raises `TrainerError` (`RankDiedError` for a
         dead rank)."""
+        return self._live(fn).wait(handles, fn.__name__, timeout or self.config.call_timeout_s)
+
+    def _live(self, fn: Callable[..., Any]) -> InProcessRank | RayRanks:
         if self._ranks is None:
             raise TrainerError(f"{fn.__name__}: the trainer group is shut down")
-        return self._ranks.wait(handles, fn.__name__, timeout or self.config.call_timeout_s)
+        return self._ranks
 
     def call(self, fn: Callable[..., _T], *args: Any, timeout: float | None = None) -> list[_T]:
         """Runs ``fn(rank, *args)`` on every rank; returns the results in rank order."""
@@ -153,9 +127,3 @@ class RankSet:
             lambda adapter, folder: self.call(*on_adapter(adapter, load, folder)),
             lambda adapter, batch: self.call(*on_adapter(adapter, update, batch)),
         )
-
-
-def _node_ip() -> str | None:
-    """This node's IP in Ray's eyes (None without Ray)."""
-    ray = ray_if_started()
-    return ray.util.get_node_ip_address() if ray else None

@@ -17,8 +17,8 @@ from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
 
 __all__ = [
-    "RayRanks", "check_resources", "init_ray", "ray_if_started", "ray_node_id",
-    "rendezvous_address", "wait_ranks",
+    "RayRanks", "check_resources", "init_ray", "ray_if_started", "rendezvous_address",
+    "wait_ranks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -102,52 +102,6 @@ def _wait_reachable(address: str, timeout_s: float) -> None:
             time.sleep(1.0)
 
 
-class RayRanks:
-    """``config.world_size`` ranks of ``worker_cls``, one Ray actor (a process) each.
-
-    Args:
-        worker_cls: The rank class (`PolicyWorker`, `ValueWorker`), built as
-            ``worker_cls(rank, world_size, *args)``.
-        config: Trainer options (the actors' CPUs, GPUs and custom resources).
-        args: The rest of the rank's constructor arguments.
-    """
-
-    def __init__(self, worker_cls: type, config: TrainerConfig, args: Sequence[Any]) -> None:
-        import ray
-
-        actor_cls = ray.remote(worker_cls)
-        self._actors = [
-            actor_cls.options(
-                num_cpus=config.num_cpus_per_worker, num_gpus=config.num_gpus_per_worker,
-                resources=dict(config.resources) or None,
-            ).remote(rank, config.world_size, *args)
-            for rank in range(config.world_size)
-        ]
-
-    def submit(self, fn: Callable[..., Any], *args: Any, first_only: bool = False) -> list[Any]:
-        """Starts ``fn(rank, *args)`` (through the rank's ``run``) on every rank (rank 0 alone
-        with ``first_only``); returns one handle per rank, for `wait`."""
-        actors = self._actors[:1] if first_only else self._actors
-        with RAY_SUBMIT_LOCK:
-            return [actor.run.remote(fn, *args) for actor in actors]
-
-    @staticmethod
-    def wait(handles: list[Any], method: str, timeout: float) -> list[Any]:
-        """The results of ``handles``, in rank order (see `wait_ranks`)."""
-        return wait_ranks(handles, method, timeout)
-
-    def stop(self, graceful: bool = True) -> None:
-        """Closes the ranks (``graceful``: their ``close`` first, at most 30 s) and kills them."""
-        import ray
-
-        actors, self._actors = self._actors, []
-        if actors and graceful:
-            refs = [a.close.remote() for a in actors]
-            ray.wait(refs, num_returns=len(refs), timeout=30)
-        for actor in actors:
-            ray.kill(actor)
-
-
 def ray_if_started() -> ModuleType | None:
     """Ray, when this process has started (or joined) it; None otherwise. A process that never
     imported Ray (an in-process trainer's) does not import it here."""
@@ -164,12 +118,6 @@ def rendezvous_address() -> tuple[str, int]:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return ip, s.getsockname()[1]
-
-
-def ray_node_id() -> str | None:
-    """The Ray node this worker runs on (None outside Ray): where a multi-node job placed it."""
-    ray = ray_if_started()
-    return ray.get_runtime_context().get_node_id() if ray else None
 
 
 def wait_ranks(refs: list[Any], method: str, timeout: float) -> list[Any]:
@@ -226,3 +174,40 @@ def _failed_ranks(
         except Exception:  # noqa: BLE001 - only which ranks failed matters here
             failed.append(rank_of[ref])
     return sorted(failed), sorted(died)
+
+
+class RayRanks:
+    """``config.world_size`` ranks ``worker_cls(rank, world_size, *args)``, one Ray actor (a
+    process) each, with the CPUs, GPUs and custom resources of ``config``."""
+
+    def __init__(self, worker_cls: type, config: TrainerConfig, args: Sequence[Any]) -> None:
+        import ray
+
+        actor_cls = ray.remote(worker_cls)
+        self._actors = [
+            actor_cls.options(
+                num_cpus=config.num_cpus_per_worker, num_gpus=config.num_gpus_per_worker,
+                resources=dict(config.resources) or None,
+            ).remote(rank, config.world_size, *args)
+            for rank in range(config.world_size)
+        ]
+
+    def submit(self, fn: Callable[..., Any], *args: Any, first_only: bool = False) -> list[Any]:
+        """Starts ``fn(rank, *args)`` (through the rank's ``run``) on every rank (rank 0 alone
+        with ``first_only``); returns one handle per rank, for `wait`."""
+        actors = self._actors[:1] if first_only else self._actors
+        with RAY_SUBMIT_LOCK:
+            return [actor.run.remote(fn, *args) for actor in actors]
+
+    wait = staticmethod(wait_ranks)
+
+    def stop(self, graceful: bool = True) -> None:
+        """Closes the ranks (``graceful``: their ``close`` first, at most 30 s) and kills them."""
+        import ray
+
+        actors, self._actors = self._actors, []
+        if actors and graceful:
+            refs = [a.close.remote() for a in actors]
+            ray.wait(refs, num_returns=len(refs), timeout=30)
+        for actor in actors:
+            ray.kill(actor)

@@ -10,7 +10,6 @@ import os
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,7 +36,7 @@ from agentrl_sdk.trainer.lora import (
     engine_key,
     inject_lora,
 )
-from agentrl_sdk.trainer.ray_cluster import ray_node_id, rendezvous_address
+from agentrl_sdk.trainer.ray_cluster import ray_if_started, rendezvous_address
 from agentrl_sdk.weights.adapters import merged_weight
 from agentrl_sdk.weights.push import cast_floating
 from agentrl_sdk.weights.shared_files import StagedFileSet, host_id
@@ -58,15 +57,9 @@ Freeze = Callable[["nn.Module", Sequence["nn.Module"], "int | None"], None]
 """``(model, decoder layers, trainable_layers)``: leaves trainable what should train."""
 
 
-@dataclass
-class _AdapterState:
-    """What one LoRA adapter trains with, while another adapter is active."""
-
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    step: int
-    updates: int
-    adapted: dict[str, AdaptedWeight]
+_ADAPTER_STATE = ("optimizer", "scheduler", "step", "updates", "_adapted")
+"""What each LoRA adapter trains with: the active one's are the model's attributes, the others'
+wait in ``_inactive`` (`switch`)."""
 
 
 class ShardedModel:
@@ -78,10 +71,6 @@ class ShardedModel:
     recomputed and training logprobs agree.
 
     Args:
-        rank: This rank.
-        world_size: Number of ranks.
-        model_path: Local ``save_pretrained`` folder of the model.
-        config: Trainer options.
         loader: Builds the float32 model from ``model_path`` (default: the causal LM).
         freeze: Leaves trainable what should train, without LoRA (default: `freeze_all_but_last`).
         reference: Whether to hold a frozen KL reference (the base itself under LoRA).
@@ -110,7 +99,7 @@ class ShardedModel:
         self._freeze = freeze or freeze_all_but_last
         self._reference = reference
         self.step = 0  # optimizer steps taken
-        self.staged = StagedFileSet()  # rank 0's staged weight files (`rank_weights`)
+        self.staged = StagedFileSet()  # rank 0's staged weight files (`exports.stage_buckets`)
         self.updates = 0  # updates (of the objective) made
         self.device = torch.device("cpu")
         self.model: nn.Module | None = None
@@ -122,14 +111,11 @@ class ShardedModel:
             raise ValueError(f"adapters {list(adapters)} need trainer.lora")
         self.adapters = tuple(adapters) or (ADAPTER,)
         self.active = self.adapters[0]  # its optimizer, schedule and counters are self's
-        self._inactive: dict[str, _AdapterState] = {}
+        self._inactive: dict[str, tuple[Any, ...]] = {}  # by adapter, its `_ADAPTER_STATE` values
 
     def setup(self, master_addr: str, master_port: int) -> dict[str, Any]:
-        """Joins the process group, loads and shards the model(s), builds optimizer and schedule.
-
-        Returns:
-            ``rank``, ``device``, ``dtype`` and ``num_params`` (unsharded).
-        """
+        """Joins the process group, loads and shards the model(s), builds optimizer and schedule;
+        returns the rank's setup info (`RankSet.info`)."""
         from torch.distributed.device_mesh import init_device_mesh
         from transformers.utils import logging as hf_logging
 
@@ -145,7 +131,10 @@ class ShardedModel:
             # Ray starts actors with one OMP thread whatever num_cpus says: use what was given.
             # (In the job's process, `InProcessRank`, this sets the rank's own thread alone.)
             torch.set_num_threads(cfg.cpu_threads or max(1, int(cfg.num_cpus_per_worker)))
-        _seed_all(cfg.seed + self.rank)
+        seed = cfg.seed + self.rank
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
         backend = cfg.backend
         if backend == "auto":
             backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -170,13 +159,12 @@ class ShardedModel:
             self.ref_model = self._load_sharded(trainable=False)
         self.optimizer, self.scheduler = self._new_optimizer(self.active)
         for name in self.adapters[1:]:
-            optimizer, scheduler = self._new_optimizer(name)
             adapted = adapted_weights(self.model, name)
-            self._inactive[name] = _AdapterState(optimizer, scheduler, 0, 0, adapted)
+            self._inactive[name] = (*self._new_optimizer(name), 0, 0, adapted)
         self.pad_id = int(getattr(self.model.config, "pad_token_id", None) or 0)
         num_params = sum(p.numel() for p in self.model.parameters())
         trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-        lora = {}
+        lora, ray = {}, ray_if_started()
         if self._adapted:
             lora = {"lora_weights": len(self._adapted),
                     "lora_fan_in_fan_out": sorted(self.transposed)}
@@ -188,7 +176,7 @@ class ShardedModel:
             "trained_params": trained,
             "threads": torch.get_num_threads(),
             "nice": os.nice(0),
-            "node_id": ray_node_id(),
+            "node_id": ray.get_runtime_context().get_node_id() if ray else None,  # its placement
             "host": host_id(),
             "pid": os.getpid(),
         }
@@ -215,12 +203,9 @@ class ShardedModel:
         """Makes LoRA adapter ``adapter`` the one the forward uses and the optimizer trains."""
         if adapter == self.active:
             return
-        self._inactive[self.active] = _AdapterState(
-            self.optimizer, self.scheduler, self.step, self.updates, self._adapted
-        )
-        state = self._inactive.pop(adapter)
-        self.optimizer, self.scheduler = state.optimizer, state.scheduler
-        self.step, self.updates, self._adapted = state.step, state.updates, state.adapted
+        self._inactive[self.active] = tuple(getattr(self, name) for name in _ADAPTER_STATE)
+        for name, value in zip(_ADAPTER_STATE, self._inactive.pop(adapter), strict=True):
+            setattr(self, name, value)
         activate_adapter(self.model, adapter)
         self.active = adapter
 
@@ -283,11 +268,8 @@ class ShardedModel:
             yield self.model
 
     def optimizer_step(self) -> dict[str, float]:
-        """Clips the accumulated gradients, steps the optimizer and schedule.
-
-        Returns:
-            ``grad_norm`` (before clipping) and the ``lr`` the step used.
-        """
+        """Clips the accumulated gradients, steps the optimizer and schedule; returns
+        ``grad_norm`` (before clipping) and the ``lr`` the step used."""
         max_norm = self.config.max_grad_norm or float("inf")
         trained = [p for group in self.optimizer.param_groups for p in group["params"]]
         norm = torch.nn.utils.clip_grad_norm_(trained, max_norm)
@@ -303,12 +285,11 @@ class ShardedModel:
     def engine_tensors(self) -> list[tuple[list[str], torch.Tensor]]:
         """The engine's state dict as the trainer holds it: keys of the base model (adapters
         left out, a LoRA base under its plain name), tied keys grouped."""
-        out = []
-        for keys, tensor in _tensors_by_identity(self.model):
-            names = [name for name in map(engine_key, keys) if name is not None]
-            if names:
-                out.append((names, tensor))
-        return out
+        groups: dict[int, tuple[list[str], torch.Tensor]] = {}
+        for key, tensor in self.model.state_dict(keep_vars=True).items():
+            if (name := engine_key(key)) is not None:
+                groups.setdefault(id(tensor), ([], tensor))[0].append(name)
+        return list(groups.values())
 
     def changed_keys(self) -> set[str]:
         """Engine keys whose values may differ from the model folder's: trained parameters,
@@ -325,9 +306,7 @@ class ShardedModel:
         A LoRA-adapted weight comes merged, ``W + scaling * B @ A``. ``state``: the model's
         ``state_dict(keep_vars=True)`` when the caller gathers several buckets (taken once).
         ``dtype``: floating tensors cast to it, as the engines serve them (None: float32).
-
-        Returns:
-            On rank 0, the full CPU tensors by key (tied keys share one tensor); else None.
+        On rank 0, returns the full CPU tensors by key (tied keys share one tensor); else None.
         """
         if state is None:
             state = self.model.state_dict(keep_vars=True)
@@ -417,7 +396,7 @@ class ShardedRank:
 
     def run(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(self, *args)`` on this rank: a method of the rank's class, or a function of a
-        rank (the weight exporters of `rank_weights`)."""
+        rank (the weight exporters of `exports`)."""
         return fn(self, *args)
 
     def update(self, flat: FlatSamples) -> dict[str, float]:
@@ -464,17 +443,3 @@ def _adapter_of(name: str) -> str | None:
         if part in ("lora_A", "lora_B"):
             return parts[i + 1]
     return None
-
-
-def _tensors_by_identity(model: nn.Module) -> list[tuple[list[str], torch.Tensor]]:
-    """The state dict's tensors in order, each with all its keys (tied weights share one)."""
-    groups: dict[int, tuple[list[str], torch.Tensor]] = {}
-    for key, tensor in model.state_dict(keep_vars=True).items():
-        groups.setdefault(id(tensor), ([], tensor))[0].append(key)
-    return list(groups.values())
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)

@@ -93,6 +93,7 @@ def _chunk_outputs(
     entropy = lse.squeeze(-1) - (torch.exp(z - lse) * z).sum(-1)  # as `entropy_from_logits`
     return torch.stack([logp, entropy], dim=-1)
 
+
 @contextmanager
 def _head_replaced(
     model: nn.Module, select: Callable[[Tensor, Callable[[Tensor], Tensor]], Tensor]
@@ -115,4 +116,3 @@ def _head_replaced(
         yield returned
     finally:
         del head.forward  # the class's forward again
-

@@ -119,7 +119,10 @@ def _optimizer_step(
     cfg, agg = sharded.config, objective.agg
     # The loss's denominators are the whole mini-batch's (every rank holds the whole batch).
     mass, longest = _mass(flat, mini, agg), int(flat.response_lengths[mini].max(initial=1))
-    trained = _trained(flat, mini, objective)
+    trained = mini
+    if objective.skips_inert:  # samples without signal skip the passes (see `Objective`)
+        signal = flat.carries_signal
+        trained = [i for i in mini if signal[i]]
     if not trained:
         return _zero_step(sharded, objective, skipped=len(mini))
     tokens = float(flat.trained_tokens[trained].sum())
@@ -145,15 +148,6 @@ def _optimizer_step(
     dist.all_reduce(totals)
     skipped = float(len(mini) - len(trained))
     return dict(zip(sums, totals.tolist(), strict=True)) | stepped | {"samples_skipped": skipped}
-
-
-def _trained(flat: FlatSamples, mini: list[int], objective: Objective) -> list[int]:
-    """The samples of ``mini`` that go through the model: all, or those carrying signal when
-    the objective skips inert ones."""
-    if not objective.skips_inert:
-        return mini
-    signal = flat.carries_signal
-    return [i for i in mini if signal[i]]
 
 
 def _zero_step(sharded: ShardedModel, objective: Objective, skipped: int) -> dict[str, float]:

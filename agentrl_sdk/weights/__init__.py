@@ -1,12 +1,5 @@
-"""The weight handoff between trainer and engines: what one push carries and how it travels.
-
-Below both engines and trainer: an engine says which kinds it takes (`WeightIntake`) and loads
-a `WeightPush`; the trainer makes them (``TrainerGroup.weights``). Kinds: `StateDict` (tensors
-through the caller), `SharedWeights` (files in one host's shared memory, `shared_files`),
-`RayWeights` (object-store references, `object_refs`), `CollectiveWeights` (a broadcast,
-`collective`) and `AdapterWeights` (LoRA tensors, `adapters`). The ways a push may take, by
-the name ``trainer.weight_transport`` gives them: `TRANSPORTS` (`transports`).
-"""
+"""The weight handoff between trainer and engines, below both: what one push carries (`push`
+lists the kinds) and the ways it may take (`TRANSPORTS`)."""
 
 from agentrl_sdk.weights.adapters import AdapterWeights
 from agentrl_sdk.weights.collective import CollectiveWeights

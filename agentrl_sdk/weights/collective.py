@@ -12,9 +12,11 @@ tensor.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import math
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -27,7 +29,6 @@ __all__ = [
     "WeightGroup",
     "broadcast_bucket",
     "joined",
-    "receive_buckets",
 ]
 
 
@@ -74,10 +75,7 @@ class BucketLayout:
     def _views(self, buffer: torch.Tensor) -> Iterator[torch.Tensor]:
         for slot in self.slots:
             dtype = getattr(torch, slot.dtype)
-            count = 1
-            for dim in slot.shape:
-                count *= dim
-            end = slot.offset + count * dtype.itemsize
+            end = slot.offset + math.prod(slot.shape) * dtype.itemsize
             yield buffer[slot.offset : end].view(dtype).view(slot.shape)
 
     def to_json(self) -> dict[str, Any]:
@@ -123,8 +121,7 @@ class WeightGroup:
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for RPCs that only carry JSON-like values."""
-        return {"address": self.address, "port": self.port, "world_size": self.world_size,
-                "backend": self.backend, "timeout_s": self.timeout_s}  # fmt: skip
+        return dataclasses.asdict(self)
 
 
 def broadcast_bucket(
@@ -132,16 +129,6 @@ def broadcast_bucket(
 ) -> None:
     """Rank 0's side of one bucket: flatten ``tensors`` by ``layout`` and broadcast them."""
     group.broadcast(layout.flatten(tensors, device), 0).wait()
-
-
-def receive_buckets(
-    group: Any, layouts: Sequence[BucketLayout], device: torch.device
-) -> Iterator[dict[str, torch.Tensor]]:
-    """An engine's side: each bucket's tensors as rank 0 broadcasts them, in order."""
-    for layout in layouts:
-        buffer = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
-        group.broadcast(buffer, 0).wait()
-        yield layout.unflatten(buffer)
 
 
 _NEXT_RANK = "agentrl/next_engine_rank"
@@ -175,8 +162,12 @@ class CollectiveWeights:
         """Every bucket rank 0 broadcasts, received in this process (joining the group on the
         first push; blocking)."""
         member, device = joined(self.group)
-        return {key: tensor for bucket in receive_buckets(member, self.layouts, device)
-                for key, tensor in bucket.items()}  # fmt: skip
+        state: dict[str, torch.Tensor] = {}
+        for layout in self.layouts:
+            buffer = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
+            member.broadcast(buffer, 0).wait()
+            state.update(layout.unflatten(buffer))
+        return state
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for RPCs that only carry JSON-like values (vLLM's ``collective_rpc``)."""

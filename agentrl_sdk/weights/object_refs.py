@@ -18,21 +18,14 @@ __all__ = ["RayWeights"]
 
 @dataclass(frozen=True)
 class RayWeights:
-    """A push's weights in the object store (a `WeightPush` of kind ``object_refs``).
-
-    Attributes:
-        refs: One ``ObjectRef`` of a `PackedTensors` per bucket, owned by trainer rank 0.
-        tensors: How many tensors the buckets hold.
-        nbytes: Their bytes.
-        partial: Only the tensors that may differ from the engines' model folder.
-    """
+    """A push's weights in the object store (a `WeightPush` of kind ``object_refs``)."""
 
     kind: ClassVar[Literal["object_refs"]] = "object_refs"
     serves_in_place: ClassVar[bool] = False
-    refs: tuple[Any, ...]
+    refs: tuple[Any, ...]  # an ``ObjectRef`` of a `PackedTensors` per bucket, rank 0's
     tensors: int
     nbytes: int
-    partial: bool = False
+    partial: bool = False  # only the tensors that may differ from the engines' model folder
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The tensors, fetched from the object store (blocking; Ray must be initialised)."""

@@ -1,14 +1,6 @@
-"""The weight handoff: what one push carries (`WeightPush`), which kinds an engine takes
-(`WeightIntake`), and the version a push installs.
-
-A push is one typed value, whatever the transport:
-
-- `StateDict`: the tensors themselves (through the caller; packed as arrays for Ray).
-- `SharedWeights` (`shared_files`): safetensors files in one host's shared memory.
-- `RayWeights` (`object_refs`): one object-store reference per bucket, owned by trainer rank 0.
-- `CollectiveWeights` (`collective`): a push group and the buckets' layouts; the
-  tensors arrive by broadcast while the engines load.
-- `AdapterWeights` (`adapters`): LoRA tensors by name, merged or served per request.
+"""The weight handoff: what one push carries (`WeightPush`: one typed value per transport,
+`StateDict`, `SharedWeights`, `RayWeights`, `CollectiveWeights` or `AdapterWeights`), which
+kinds an engine takes (`WeightIntake`), and the version a push installs.
 
 A full-weights push is ``partial`` when it carries only the tensors that may differ from the
 engines' model folder (those the trainer trains; `WeightSync`'s ``changed_only``): the others

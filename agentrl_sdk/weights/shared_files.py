@@ -56,12 +56,8 @@ def host_id() -> str:
 
 
 def shm_root() -> str | None:
-    """Where weight files go: /dev/shm (memory) when writable, else the temp folder."""
-    return (
-        "/dev/shm"
-        if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
-        else None
-    )
+    """Where weight files go: /dev/shm (memory) when writable, else None (the temp folder)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def make_stage_folder() -> str:
@@ -243,11 +239,7 @@ def write_bucket_file(
     from safetensors.torch import save_file
 
     tied = _tied_names(tensors)
-    out = {
-        name: tensor.detach().to("cpu").contiguous()
-        for name, tensor in tensors.items()
-        if name not in tied
-    }
+    out = {k: t.detach().to("cpu").contiguous() for k, t in tensors.items() if k not in tied}
     save_file(out, str(path), metadata={_ALIASES: json.dumps(tied)} if tied else None)
     return sum(tensor.numel() * tensor.element_size() for tensor in out.values())
 
@@ -256,30 +248,19 @@ def write_bucket_file(
 class SharedWeights:
     """A push's weights as files on ``host`` (a `WeightPush` of kind ``shared_files``; see the
     module docstring). An engine may serve the mapped tensors without a copy
-    (``serves_in_place``): the trainer rewrites them only two pushes later.
-
-    Attributes:
-        host: `host_id` of the machine whose shared memory holds the files.
-        folder: The staging folder (the trainer rank's; see the module docstring).
-        paths: The bucket files, in order.
-        tensors: How many tensors the files hold.
-        nbytes: Their bytes.
-        partial: Only the tensors that may differ from the engines' model folder.
-    """
+    (``serves_in_place``): the trainer rewrites them only two pushes later."""
 
     kind: ClassVar[Literal["shared_files"]] = "shared_files"
     serves_in_place: ClassVar[bool] = True
-    host: str
+    host: str  # `host_id` of the machine whose shared memory holds the files
     folder: str
-    paths: tuple[str, ...]
+    paths: tuple[str, ...]  # the bucket files, in order
     tensors: int
     nbytes: int
-    partial: bool = False
+    partial: bool = False  # only the tensors that may differ from the engines' model folder
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The tensors by key, memory-mapped from the files (read where ``host`` is this one)."""
         if self.host != host_id():
-            raise RuntimeError(
-                f"weights staged on {self.host!r} cannot be mapped on {host_id()!r}"
-            )
+            raise RuntimeError(f"weights staged on {self.host!r} cannot be mapped on {host_id()!r}")
         return _READER.state_dict(self)

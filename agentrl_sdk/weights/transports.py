@@ -14,18 +14,13 @@ __all__ = ["TRANSPORTS", "TransportName", "WeightTransport"]
 
 @dataclass(frozen=True)
 class WeightTransport:
-    """One way pushed weights take from the trainer to the engines.
-
-    Attributes:
-        kinds: The full-weights kinds it tries, in order (`WeightSync` takes the first the
-            source makes and every engine takes; an adapter, when offered, comes first).
-        needs_ray: Only a trainer on Ray (``trainer.placement: ray``) pushes this way.
-        summary: What it does, for the config reference.
-    """
+    """One way pushed weights take from the trainer to the engines: the full-weights ``kinds``
+    it tries, in order (`WeightSync` takes the first the source makes and every engine takes;
+    an adapter, when offered, comes first)."""
 
     kinds: tuple[WeightKind, ...]
-    needs_ray: bool
-    summary: str
+    needs_ray: bool  # only a trainer on Ray (``trainer.placement: ray``) pushes this way
+    summary: str  # what it does, for the config reference
 
 
 TRANSPORTS: dict[str, WeightTransport] = {
