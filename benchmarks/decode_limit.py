@@ -20,6 +20,11 @@ second) that takes ``step_bytes / bandwidth`` seconds, so no engine can exceed
 held to the smaller bound, the others to the per-row one. ``bandwidth_fraction`` is measured
 tok/s over that bound (prefill time counts against it, as users feel it).
 
+On CPUs without fast bf16 (AVX2 only) the float32 matmuls, not memory, bound a decode step:
+``compute_bound`` states that limit too (the step's multiply-adds at the GFLOP/s the model's own
+MLP matmul reaches at the batch's width, same run), and a profiled run says where a decode
+step's time goes (attention, the rest of the forward, sampling, the scheduler around them).
+
 Figures, in ``benchmarks/results/engine.json`` (merged beside ``benchmarks/engine.py``'s):
 ``torch_vs_vllm_cpu`` and ``bandwidth_fraction`` on the demo shape (goals 1.5 and 0.5),
 ``torch_vs_vllm_cpu_long``, ``bandwidth_fraction_long``, and ``shared_prompts_speedup``.
@@ -114,6 +119,95 @@ def copy_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
     return source.numel() * 4 / best
 
 
+def matmul_flops(model: torch.nn.Module, rows: int, repeats: int = 200) -> float:
+    """Multiply-adds x 2 per second of the model's first MLP up-projection on ``rows`` rows,
+    its dtype: the rate a decode step's matmuls can reach here (best of 3 batches)."""
+    weight = model.model.layers[0].mlp.up_proj.weight  # (I, H)
+    x = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(repeats):
+                torch.nn.functional.linear(x, weight)
+            best = min(best, (time.perf_counter() - start) / repeats)
+    return 2 * rows * weight.numel() / best
+
+
+def step_flops(model: torch.nn.Module, shape: Shape) -> float:
+    """FLOPs of one decode step over the whole batch: every matmul weight (the LM head's too)
+    once per row, and each row's attention over its mean context."""
+    config = model.config
+    matmul_params = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2)
+    context = shape.prompt_tokens + shape.new_tokens / 2
+    attention = 4 * context * config.num_attention_heads * (
+        config.hidden_size // config.num_attention_heads
+    ) * config.num_hidden_layers  # scores and weighted values
+    return shape.rows * (2 * matmul_params + attention)
+
+
+def profile_steps(engine: TorchEngine, jobs: list) -> dict[str, float]:
+    """Milliseconds per decode step in each part (one run, wall clock on the engine thread):
+    attention, the rest of the decode forward, sampling (noise and the draw), and the scheduler's
+    own work around them; plus the prefill forwards' seconds."""
+    from transformers import AttentionInterface
+
+    from agentrl_sdk.engines.torch import decode_attention, scheduler
+    from agentrl_sdk.engines.torch.running_batch import RunningBatch
+
+    spent: dict[str, float] = dict.fromkeys(("decode", "forward", "attention", "sample"), 0.0)
+    steps = [0]
+
+    def timed(part, fn, decoding=lambda args, kwargs: True):
+        def wrapper(*args, **kwargs):
+            if not decoding(args, kwargs):
+                return fn(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[part] += time.perf_counter() - start
+                steps[0] += part == "decode"
+        return wrapper
+
+    def decode_forward(args, kwargs):  # `_forward(self, rows, input_ids=(B, L), ...)`
+        return kwargs["input_ids"].shape[1] == 1
+
+    def decode_attention_call(args, kwargs):  # `_attention(module, query=(B, H, L, D), ...)`
+        return args[1].shape[2] == 1
+
+    attention = decode_attention._attention
+    patches = [(scheduler.Scheduler, "_decode", timed("decode", scheduler.Scheduler._decode)),
+               (scheduler.Scheduler, "_forward",
+                timed("forward", scheduler.Scheduler._forward, decode_forward)),
+               (scheduler, "sample_next", timed("sample", scheduler.sample_next)),
+               (RunningBatch, "noise", timed("sample", RunningBatch.noise))]  # fmt: skip
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, new in patches:
+        setattr(owner, name, new)
+    timed_attention = timed("attention", attention, decode_attention_call)
+    AttentionInterface.register(decode_attention.NAME, timed_attention)
+    try:
+        _, seconds = asyncio.run(_run(engine, jobs))
+    finally:
+        for owner, name, old in saved:
+            setattr(owner, name, old)
+        AttentionInterface.register(decode_attention.NAME, attention)
+    per_step = 1000 / max(1, steps[0])
+    return {
+        "steps": steps[0],
+        "decode_step_ms": round(spent["decode"] * per_step, 2),
+        "attention_ms": round(spent["attention"] * per_step, 2),
+        "forward_other_ms": round((spent["forward"] - spent["attention"]) * per_step, 2),
+        "sampling_ms": round(spent["sample"] * per_step, 2),
+        "bookkeeping_ms": round(
+            (spent["decode"] - spent["forward"] - spent["sample"]) * per_step, 2
+        ),
+        "outside_decode_s": round(seconds - spent["decode"], 2),  # prefills, admission, answers
+        "whole_run_s": round(seconds, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one round instead of three")
@@ -130,12 +224,14 @@ def main() -> None:
     per_token *= torch.finfo(dtype).bits // 8
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     bandwidth = copy_bandwidth()
+    flops = {shape.name: matmul_flops(model, shape.rows) for shape in (DEMO, LONG)}
 
     from agentrl_sdk.engines.vllm.engine import VLLMEngine
 
     systems = {
         "torch": TorchEngine(model, eos_token_ids=(), max_batch_size=64),
-        "torch_copies": TorchEngine(model, eos_token_ids=(), max_batch_size=64, share_prompts=False),
+        "torch_copies": TorchEngine(model, eos_token_ids=(), max_batch_size=64,
+                                    share_prompts=False),
         "vllm": VLLMEngine(path, dtype=name, eos_token_ids=(), max_batch_size=64,
                            max_model_len=2048),
     }  # fmt: skip
@@ -150,6 +246,10 @@ def main() -> None:
                     tokens, seconds = asyncio.run(_run(engine, jobs))
                     assert tokens == shape.rows * shape.new_tokens, (system, tokens)
                     rates.setdefault((system, shape.name), []).append(tokens / seconds)
+        profiles = {
+            shape.name: profile_steps(systems["torch"], shape.requests(config.vocab_size))
+            for shape in (DEMO, LONG)
+        }
     finally:
         for engine in systems.values():
             engine.close()
@@ -168,8 +268,9 @@ def main() -> None:
             table.add_row(shape.name, system, f"{median[system]:.0f}", f"{bounds[system]:.0f}",
                           f"{median[system] / bounds[system]:.2f}")  # fmt: skip
         suffix = "" if shape is DEMO else "_long"
-        shape_note = (f"{shape.groups} groups x {shape.per_group} rows, {shape.prompt_tokens}-token "
-                      f"prompts, {shape.new_tokens} new tokens, {name}")  # fmt: skip
+        shape_note = (f"{shape.groups} groups x {shape.per_group} rows, "
+                      f"{shape.prompt_tokens}-token prompts, {shape.new_tokens} new tokens, "
+                      f"{name}")  # fmt: skip
         figures[f"torch_vs_vllm_cpu{suffix}"] = {
             "value": round(median["torch"], 1),
             "unit": f"generated tok/s ({shape_note})",
@@ -190,6 +291,17 @@ def main() -> None:
             "vllm_fraction": round(median["vllm"] / bounds["vllm"], 3),
             "torch_copies_fraction": round(median["torch_copies"] / bounds["torch_copies"], 3),
         }
+        compute = shape.rows * flops[shape.name] / step_flops(model, shape)
+        figures[f"compute_bound{suffix}"] = {
+            "value": round(median["torch"] / compute, 3),
+            "unit": "TorchEngine tok/s over the compute bound",
+            "baseline": "bound: rows x matmul FLOP/s at this width / FLOPs of a decode step",
+            "baseline_value": round(compute, 1),
+            "ratio": round(median["torch"] / compute, 3),
+            "matmul_gflop_s": round(flops[shape.name] / 1e9, 1),
+            "vllm_fraction": round(median["vllm"] / compute, 3),
+            "decode_step_profile": profiles[shape.name],
+        }
         if shape is DEMO:
             figures["shared_prompts_speedup"] = {
                 "value": round(median["torch"], 1),
@@ -200,6 +312,10 @@ def main() -> None:
             }
     console = Console()
     console.print(table)
+    for shape in (DEMO, LONG):
+        bound = shape.rows * flops[shape.name] / step_flops(model, shape)
+        console.print(f"{shape.name}: compute bound {bound:.0f} tok/s "
+                      f"({flops[shape.name] / 1e9:.0f} GFLOP/s); profile {profiles[shape.name]}")
     console.print(f"wrote {write_result('engine', figures, merge=True)}")
 
 

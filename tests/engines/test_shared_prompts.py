@@ -120,7 +120,7 @@ async def test_engine_sharing_prompts_returns_the_same_tokens(model, greedy: boo
 
 async def test_a_groups_prompt_is_stored_once(model) -> None:
     prompt = list(range(1, 201))
-    sampling = SamplingParams(temperature=1.0, max_tokens=64)
+    sampling = SamplingParams(temperature=1.0, max_tokens=500)
     held = {}
     for share in (True, False):
         engine = TorchEngine(model, share_prompts=share)
@@ -134,12 +134,17 @@ async def test_a_groups_prompt_is_stored_once(model) -> None:
             ]
             await asyncio.sleep(0.05)
             await engine.resume()
-            await asyncio.sleep(0.3)
+            for _ in range(500):  # until the 8 rows are decoding (a few steps in)
+                await asyncio.sleep(0.01)
+                batch = engine._scheduler._batch
+                if len(batch.rows) == 8 and batch.mask.shape[1] > 2:
+                    break
             await engine.pause()
             batch = engine._scheduler._batch
+            assert len(batch.rows) == 8
             held[share] = (batch.cache_bytes, batch.shared)
-            await engine.resume()
-            await asyncio.gather(*tasks)
+            for task in tasks:
+                task.cancel()
         finally:
             engine.close()
     bytes_shared, prompts = held[True]
@@ -168,3 +173,34 @@ async def test_smollm2_greedy_ids_unchanged_by_sharing(smollm2_folder) -> None:
         finally:
             engine.close()
     assert [r.token_ids for r in results[True]] == [r.token_ids for r in results[False]]
+
+
+async def test_a_finished_rows_cache_serves_its_next_call(model) -> None:
+    """A row of a shared prompt leaves its keys to the prefix cache (prompt and own tokens
+    joined): the tool loop's next call reuses them and decodes what a fresh engine does."""
+    g = torch.Generator().manual_seed(9)
+    prompt = torch.randint(0, ID_VOCAB, (70,), generator=g).tolist()
+    group = [SamplingParams(temperature=1.0, max_tokens=30, seed=k) for k in range(4)]
+    greedy = SamplingParams(temperature=0.0, max_tokens=12)
+    answers = {}
+    for name, options in (("shared", {"prefix_cache_mb": 64}),
+                          ("fresh", {"prefix_cache_mb": 0, "share_prompts": False})):  # fmt: skip
+        engine = TorchEngine(model, **options)
+        try:
+            await engine.pause()  # the group is admitted together
+            calls = [asyncio.ensure_future(engine.generate(prompt, s, f"g{k}"))
+                     for k, s in enumerate(group)]  # fmt: skip
+            await asyncio.sleep(0.05)
+            await engine.resume()
+            first = await asyncio.gather(*calls)
+            follow = [prompt + r.token_ids + [5, 6, 7] for r in first]
+            answers[name] = [r.token_ids for r in first], [
+                (await engine.generate(context, greedy, f"next{k}")).token_ids
+                for k, context in enumerate(follow)
+            ]
+            if name == "shared":
+                # 70 + 30 tokens of each row: 96 in whole blocks, found again on its next call
+                assert engine._scheduler.prefixes.hit_tokens >= 4 * 96
+        finally:
+            engine.close()
+    assert answers["shared"] == answers["fresh"]

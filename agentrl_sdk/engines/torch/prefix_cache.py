@@ -145,18 +145,22 @@ class PrefixCache:
         keys: list[torch.Tensor],
         values: list[torch.Tensor],
         columns: torch.Tensor | None = None,
+        offset: int = 0,
     ) -> None:
         """Keep ``tokens``' keys and values (whole blocks only), copying only those of the
         tokens no entry holds yet. ``keys``/``values``: per layer ``(H, n, D)``, the tokens'
-        at ``columns`` (default: the first ``len(tokens)``). A tensor that holds exactly the
-        new tokens is kept as it is: pass copies or ``columns``, not plain views of a batch."""
+        from ``offset`` on (those before it must be held already: see `held`), at ``columns``
+        (default: in order). A tensor that holds exactly the new tokens is kept as it is: pass
+        copies or ``columns``, not plain views of a batch."""
         length = len(tokens) // BLOCK_TOKENS * BLOCK_TOKENS
         found = self._longest(adapter, tokens, length)
         base, start = found if found is not None else (None, 0)
-        if start == length:
+        if start == length or start < offset:
             return
         own = (
-            slice(start, length) if columns is None else columns[start:length]
+            slice(start - offset, length - offset)
+            if columns is None
+            else columns[start - offset : length - offset]
         )  # the tokens' own columns
         entry = _Entry(
             adapter,
@@ -177,6 +181,13 @@ class PrefixCache:
         self._touch(entry)
         while self._bytes > self.max_bytes:
             self._evict(next(iter(self._entries)))
+
+    def held(self, adapter: str | None, tokens: Sequence[int]) -> tuple[int, int]:
+        """How many leading tokens of ``tokens`` entries hold, and how many `insert` would
+        keep (its whole blocks): what an insert must still copy lies between."""
+        length = len(tokens) // BLOCK_TOKENS * BLOCK_TOKENS
+        found = self._longest(adapter, tokens, length)
+        return (0 if found is None else found[1]), length
 
     def clear(self, adapter: str | None = None, *, everything: bool = False) -> None:
         """Drop the entries of ``adapter`` (its weights changed), or all of them."""

@@ -247,20 +247,30 @@ class RunningBatch:
         )
         return own + (0 if self.shared is None else self.shared.nbytes)
 
-    def row_cache(self, index: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Row ``index``'s per-layer ``(H, n, D)`` keys and values of its ``n`` cached
-        positions, in order (its group's prompt, then its own)."""
-        columns = self.mask[index].nonzero().squeeze(1)
-        layers = _layers(self.cache)
-        keys = [la.keys[index].index_select(1, columns) for la in layers]
-        values = [la.values[index].index_select(1, columns) for la in layers]
-        group, prompt = (-1, columns[:0]) if self.shared is None else self.shared.row_columns(index)
-        if group >= 0:
-            assert self.shared is not None
-            keys = [torch.cat([t[group].index_select(1, prompt), k], dim=1)
-                    for t, k in zip(self.shared.keys, keys, strict=True)]  # fmt: skip
-            values = [torch.cat([t[group].index_select(1, prompt), v], dim=1)
-                      for t, v in zip(self.shared.values, values, strict=True)]  # fmt: skip
+    def cached_length(self, index: int) -> int:
+        """How many positions row ``index`` has cached: its group's prompt and its own."""
+        prompt = 0 if self.shared is None else len(self.shared.row_columns(index)[1])
+        return int(self.mask[index].sum()) + prompt
+
+    def row_cache(
+        self, index: int, start: int, stop: int
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Copies of row ``index``'s per-layer ``(H, stop - start, D)`` keys and values of its
+        cached positions ``start`` to ``stop`` (its group's prompt first, then its own)."""
+        own = self.mask[index].nonzero().squeeze(1)
+        group, prompt = (-1, own[:0]) if self.shared is None else self.shared.row_columns(index)
+        before = len(prompt)
+        prompt, own = prompt[start:stop], own[max(start - before, 0) : max(stop - before, 0)]
+        keys, values = [], []
+        for layer, own_layer in enumerate(_layers(self.cache)):
+            pieces = []
+            if len(prompt):
+                assert self.shared is not None
+                pieces.append((self.shared.keys[layer][group], self.shared.values[layer][group],
+                               prompt))  # fmt: skip
+            pieces.append((own_layer.keys[index], own_layer.values[index], own))
+            keys.append(_joined([k.index_select(1, at) for k, _, at in pieces]))
+            values.append(_joined([v.index_select(1, at) for _, v, at in pieces]))
         return keys, values
 
     def noise(self, vocab: int) -> torch.Tensor:
@@ -288,6 +298,11 @@ _E_INV = 0.36787944117144233  # 1/e
 
 def _layers(cache: DynamicCache | None) -> list[Any]:
     return [] if cache is None else list(cache.layers)
+
+
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    """``parts`` end to end along dim 1 (a lone part as it is: no second copy)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 def _storage_bytes(t: torch.Tensor) -> int:

@@ -378,10 +378,11 @@ class Scheduler:
         """Keep a finished row's keys and values: the next call of its tool loop extends it."""
         if self.prefixes is None or batch.cache is None:
             return
-        keys, values = batch.row_cache(index)
         tokens = row.context[:-1]  # its newest token was sampled, never fed
-        if keys and keys[0].shape[1] == len(tokens):
-            self.prefixes.insert(row.sampling.adapter, tokens, keys, values)
+        held, wanted = self.prefixes.held(row.sampling.adapter, tokens)
+        if held < wanted and batch.cached_length(index) == len(tokens):
+            keys, values = batch.row_cache(index, held, wanted)  # only what is new
+            self.prefixes.insert(row.sampling.adapter, tokens, keys, values, offset=held)
 
     def _decode(self) -> None:
         batch = self._batch
