@@ -101,9 +101,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base", required=True, help="the old commit")
     parser.add_argument("--head", default="HEAD", help="the new commit (default HEAD)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each side per benchmark")
+    parser.add_argument("--name", default=RESULT,
+                        help=f"the result file's name (default {RESULT}): a comparison of "
+                        "its own, beside the others")  # fmt: skip
     args = parser.parse_args(argv)
     figures = compare(args.base, args.head, args.benchmarks, args.rounds)
-    path = write_result(RESULT, figures, merge=True)  # each run's figures with its own command
+    path = write_result(args.name, figures, merge=True)  # each run's figures with its own command
     for name, figure in figures.items():
         print(f"{name}: {figure['baseline']} -> {figure['value']} (x{figure['ratio']})")
     print(f"-> {path}")
