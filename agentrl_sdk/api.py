@@ -252,14 +252,10 @@ def train_on_traces(
     tokenizer = AutoTokenizer.from_pretrained(model_path(resolved.model), local_files_only=True)
     split = resolved.algorithm.step_level.enabled if per_call is None else per_call
     samples, extra = training_batch(selection.records, tokenizer, per_call=split,
-                                    group=group or _one_group)  # fmt: skip
+                                    group=group or (lambda record: "all"))  # fmt: skip
     return train_on_samples(samples, resolved, extra=extra, epochs=epochs,
                             samples_per_update=samples_per_update,
                             output_dir=output_dir or resolved.checkpoint.dir)  # fmt: skip
-
-
-def _one_group(record: TraceRecord) -> str:
-    return "all"
 
 
 def finetune_on_traces(

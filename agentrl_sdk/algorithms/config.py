@@ -109,15 +109,11 @@ class AlgorithmConfig(PolicyLossConfig):
     them."""
 
     @model_validator(mode="after")
-    def _step_baseline(self) -> AlgorithmConfig:
+    def _estimator_and_its_options(self) -> AlgorithmConfig:
         baselines = get_args(AdvantageEstimator)
         if self.step_level.enabled and self.advantage_estimator not in baselines:
             raise ValueError(f"algorithm.step_level needs algorithm.advantage_estimator in "
                              f"{baselines}, not {self.advantage_estimator!r}")
-        return self
-
-    @model_validator(mode="after")
-    def _options_of_the_chosen_estimator(self) -> AlgorithmConfig:
         # A value other than the default is taken as set by the user: a set-fields check
         # would refuse a dumped and reloaded config, whose every field is set.
         for field, owner in self._OPTIONS_OF.items():

@@ -205,7 +205,8 @@ class _Trainer:
         row again in the next epoch) waits for the next batch: a batch's samples of a row are
         one group to the estimator. On-policy, a step's rows are one loader batch, distinct,
         and the bound would leave no other row to wait for."""
-        schedule = self.schedule
+        schedule, algorithm = self.schedule, self.job.config.algorithm
+        trained = [p.name for p in self.job.trained]
         groups: list[Taken] = []
         flat: list[Taken] = []
         rows: set[str] = set()
@@ -225,7 +226,9 @@ class _Trainer:
                     later.append(group)
                     continue
                 rows.add(row)
-                credit = self._credit(group)
+                credit = credit_rollouts(group.trajectories, policies=trained,
+                                         outcome_weight=algorithm.outcome_reward_weight,
+                                         drop_truncated=algorithm.overlong.drop_truncated)
                 if schedule.flat_budget and not credit.has_signal:
                     # It does not count toward the batch; the slot it frees admits another row.
                     await self.rollouter.discard(group, retry=False, stale=False)
@@ -237,14 +240,6 @@ class _Trainer:
         finally:
             self.queue.put_back(later)
         return groups, flat
-
-    def _credit(self, group: FinishedGroup) -> GroupCredit:
-        algorithm = self.job.config.algorithm
-        return credit_rollouts(
-            group.trajectories, policies=[p.name for p in self.job.trained],
-            outcome_weight=algorithm.outcome_reward_weight,
-            drop_truncated=algorithm.overlong.drop_truncated,
-        )  # fmt: skip
 
     async def _next_group(self, step: int) -> FinishedGroup:
         """The queue's next group; raises the rollouter's failure instead of waiting forever.
