@@ -20,14 +20,9 @@ if TYPE_CHECKING:
     from agentrl_sdk.pipeline.config import TrainConfig
 
 __all__ = [
-    "Schedule",
-    "dynamic_sampling_metrics",
-    "rollout_config",
-    "rows_to_admit",
-    "sampled_steps",
-    "seed_step",
-    "staleness_metrics",
-]
+    "Schedule", "dynamic_sampling_metrics", "rollout_config", "rows_to_admit", "sampled_steps",
+    "seed_step", "staleness_metrics",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
