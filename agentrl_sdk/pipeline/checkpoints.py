@@ -18,7 +18,6 @@ from agentrl_sdk.errors import CheckpointError
 from agentrl_sdk.pipeline.policies import DEFAULT_POLICY, critic_checkpoint_dir
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.threads import run_blocking
-from agentrl_sdk.tracing import TrainingRun
 
 if TYPE_CHECKING:
     from agentrl_sdk.pipeline.config import TrainConfig
@@ -216,14 +215,12 @@ def prune_checkpoints(directory: Path, keep: int | None) -> list[Path]:
     return stale
 
 
-async def save_checkpoint(
-    job: Job, step: int, position: LoaderPosition, state: BaseModel | None = None
-) -> str:
-    """Checkpoint every trained policy after ``step`` steps; ``position`` is where the next
-    step's rows start and ``state`` what else the pipeline needs to continue (written as
-    `PIPELINE_STATE` beside the default policy's checkpoint). The `MANIFEST` is written last,
-    so a save cut short leaves a folder a resume skips. Returns that folder."""
-    extra = {"step": step, "data_position": position.model_dump()}
+async def save_checkpoint(job: Job, step: int, state: BaseModel | None = None) -> str:
+    """Checkpoint every trained policy after ``step`` steps, with where the loader's next rows
+    start; ``state`` is what else the pipeline needs to continue (written as `PIPELINE_STATE`
+    beside the default policy's checkpoint). The `MANIFEST` is written last, so a save cut
+    short leaves a folder a resume skips. Returns that folder."""
+    extra = {"step": step, "data_position": job.loader.position.model_dump()}
     root = job.config.checkpoint.dir
     folder = Path(root) / f"step_{step}"
     (folder / MANIFEST).unlink(missing_ok=True)  # rewriting a step: incomplete until done
@@ -248,12 +245,12 @@ async def save_checkpoint(
     return str(folder)
 
 
-async def finish(job: Job, result: TrainResult, run: TrainingRun | None) -> TrainResult:
+async def finish(job: Job, result: TrainResult) -> TrainResult:
     """Checkpoint the last step (if not yet) and export the final policies."""
     checkpoint = job.config.checkpoint
     if checkpoint.dir:
         if result.checkpoint is None or not result.checkpoint.endswith(f"step_{result.steps}"):
-            result.checkpoint = await save_checkpoint(job, result.steps, job.loader.position)
+            result.checkpoint = await save_checkpoint(job, result.steps)
         if checkpoint.export_final:
             for policy in job.trained:
                 final = policy.checkpoint_dir(checkpoint.dir) / "final_model"
@@ -262,6 +259,6 @@ async def finish(job: Job, result: TrainResult, run: TrainingRun | None) -> Trai
                     result.final_model = str(final)
                 else:
                     result.final_models[policy.name] = str(final)
-                if run:
-                    run.log_artifacts(final, policy.prefix("final_model").rstrip("/"))
+                if job.run:
+                    job.run.log_artifacts(final, policy.prefix("final_model").rstrip("/"))
     return result

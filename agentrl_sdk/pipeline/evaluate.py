@@ -40,9 +40,8 @@ async def evaluate_job(job: Job, updates: int) -> EvalResult:
             record_events=job.traced and settings.traces != "off",
         )  # fmt: skip
     seconds = time.perf_counter() - started
-    counts = await score_rollouts(trajectories, rows, job.reward_fn, job.config.reward)
-    metrics = eval_metrics(trajectories, seconds, pass_threshold=settings.pass_threshold)
-    metrics |= counts
+    counts = await score_rollouts(job, trajectories, rows)  # the metrics read the rewards
+    metrics = eval_metrics(trajectories, seconds, pass_threshold=settings.pass_threshold) | counts
     if job.run is not None:
         job.run.log_metrics(updates, {f"eval/{k}": v for k, v in metrics.items()})
         if job.traced and settings.traces != "off":

@@ -106,7 +106,7 @@ async def run_pipeline(
             result.stopped = True
         if config.checkpoint.dir and result.steps > start:
             result.checkpoint = await trainer.checkpoint(result.steps)
-        return await finish(job, result, job.run)
+        return await finish(job, result)
 
 
 class _Trainer:
@@ -295,6 +295,4 @@ class _Trainer:
 
     async def checkpoint(self, step: int) -> str:
         """The trainer after ``step`` updates, with the queue and the unfinished rows."""
-        return await save_checkpoint(
-            self.job, step, self.job.loader.position, self.rollouter.state()
-        )
+        return await save_checkpoint(self.job, step, self.rollouter.state())

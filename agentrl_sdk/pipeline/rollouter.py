@@ -8,7 +8,6 @@ import logging
 from collections import deque
 from typing import Any
 
-from agentrl_sdk.pipeline.config import RewardConfig
 from agentrl_sdk.pipeline.job import Job
 from agentrl_sdk.pipeline.rules import (
     Schedule, rollout_config, rows_to_admit, sampled_steps, seed_step,
@@ -18,7 +17,7 @@ from agentrl_sdk.pipeline.trajectory_queue import (
 )  # fmt: skip
 from agentrl_sdk.rollout import arollout_batch, row_id_of
 from agentrl_sdk.rollout.overlong import add_overlong_penalties
-from agentrl_sdk.rollout.rewards import RewardFn, score
+from agentrl_sdk.rollout.rewards import score
 from agentrl_sdk.types import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -189,7 +188,7 @@ class Rollouter:
         """A row's rollouts, scored (and over-long ones penalised, when configured), as the
         group the trainer takes."""
         job, config = self.job, self.job.config
-        counts = await score_rollouts(trajectories, [pending.row], job.reward_fn, config.reward)
+        counts = await score_rollouts(job, trajectories, [pending.row])
         overlong = config.algorithm.overlong
         if overlong.buffer:  # training's reward shaping (evaluations score without it)
             penalised = add_overlong_penalties(
@@ -230,14 +229,13 @@ class Rollouter:
 
 
 async def score_rollouts(
-    trajectories: list[Trajectory],
-    rows: list[dict[str, Any]],
-    reward_fn: RewardFn | None,
-    reward: RewardConfig,
+    job: Job, trajectories: list[Trajectory], rows: list[dict[str, Any]]
 ) -> dict[str, float]:
-    """Reward every trajectory in place; returns the ``count/...`` metrics of the outcomes."""
+    """Reward every trajectory in place with ``job``'s reward; returns the ``count/...`` metrics
+    of the outcomes."""
+    reward = job.config.reward
     counts = await score(
-        trajectories, {row_id_of(r): r for r in rows}, reward_fn,
+        trajectories, {row_id_of(r): r for r in rows}, job.reward_fn,
         on_error=reward.on_error, failed_rollout_reward=reward.failed_rollout_reward,
     )  # fmt: skip
     return {f"count/{k}": float(v) for k, v in counts.items()}
