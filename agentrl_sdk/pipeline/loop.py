@@ -150,7 +150,18 @@ class _Trainer:
                 metrics[key] = metrics.get(key, 0.0) + value
         metrics |= staleness_metrics([g.staleness(step) for g, _ in groups])
         metrics |= dynamic_sampling_metrics(schedule, len(groups), len(flat))
-        metrics |= self._pipeline_metrics(wait_s, [g for g, _ in groups])
+        rollouter = self.rollouter
+        metrics |= {
+            "async/wait_s": wait_s,
+            "async/queued_groups": float(len(self.queue)),
+            "async/in_flight_groups": float(rollouter.in_flight),
+            "async/dropped_stale": float(rollouter.dropped_stale),
+            "async/retried_stale": float(rollouter.retried_stale),
+            "async/dropped_no_signal": float(rollouter.dropped_no_signal),
+            "async/engine_retries": float(rollouter.engine_retries),
+            "async/repushes": float(self.repushes),
+            "async/partial_rollouts": float(sum(g.mixed_versions for g, _ in groups)),
+        }
         more = step + 1 < job.config.max_steps  # another update follows this one
         prefetch = schedule.prefetch and more
         with held(p.gate for p in self.job.policies.values() if prefetch):
@@ -180,20 +191,6 @@ class _Trainer:
         values = await critic_values(self.job.critics, samples)
         samples, metrics = advantages(samples, extra, estimator, values)
         return samples, metrics | counts
-
-    def _pipeline_metrics(self, wait_s: float, groups: list[FinishedGroup]) -> dict[str, float]:
-        rollouter = self.rollouter
-        return {
-            "async/wait_s": wait_s,
-            "async/queued_groups": float(len(self.queue)),
-            "async/in_flight_groups": float(rollouter.in_flight),
-            "async/dropped_stale": float(rollouter.dropped_stale),
-            "async/retried_stale": float(rollouter.retried_stale),
-            "async/dropped_no_signal": float(rollouter.dropped_no_signal),
-            "async/engine_retries": float(rollouter.engine_retries),
-            "async/repushes": float(self.repushes),
-            "async/partial_rollouts": float(sum(g.mixed_versions for g in groups)),
-        }
 
     async def _take_batch(
         self, step: int, stop: asyncio.Event

@@ -99,8 +99,7 @@ def engine_kwargs(config: TrainConfig) -> dict[str, Any]:
         kwargs.setdefault("cpu_threads", threads)
     lora = config.trainer.lora
     adapters = lora is not None and (lora.sync == "adapter" or bool(config.adapter_policies))
-    if config.engine.backend == "vllm" and adapters:
-        assert lora is not None
+    if config.engine.backend == "vllm" and lora is not None and adapters:
         args = dict(kwargs.get("engine_args") or {})
         args.setdefault("enable_lora", True)
         fits = [r for r in _VLLM_LORA_RANKS if r >= lora.rank]
