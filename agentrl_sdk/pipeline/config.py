@@ -166,9 +166,7 @@ class EvalConfig(ConfigSection):
 
     def due(self, updates: int) -> bool:
         """Whether the weights after ``updates`` policy updates are evaluated in training."""
-        if not self.every:
-            return False
-        return updates % self.every == 0 if updates else self.before_train
+        return bool(self.every) and (updates % self.every == 0 if updates else self.before_train)
 
 
 class AsyncConfig(ConfigSection):

@@ -74,11 +74,8 @@ def eval_line(evaluation: EvalResult, subject: str | None = None) -> str:
     (default: the weights after the evaluation's updates in training)."""
     m = evaluation.metrics
     passes = " · ".join(f"{k} {v:.3f}" for k, v in m.items() if k.startswith("pass_at_"))
-    subject = subject or f"after {evaluation.step} updates"
-    return (
-        f"eval {subject}: reward {m['reward/mean']:.3f} ± "
-        f"{m['reward/std']:.3f} · {passes} · {m.get('rows', 0):.0f} rows"
-    )
+    return (f"eval {subject or f'after {evaluation.step} updates'}: reward {m['reward/mean']:.3f}"
+            f" ± {m['reward/std']:.3f} · {passes} · {m.get('rows', 0):.0f} rows")
 
 
 async def run_evaluation(spec: JobSpec, *, console: Console | None = None) -> EvalResult:
