@@ -79,10 +79,7 @@ async def run_pipeline(
         queue = GroupQueue(schedule.queue_capacity())
         for group in state.queued:
             await queue.put(group)
-        rollouter = Rollouter(
-            job, queue, state, schedule,
-            trained_groups=start * config.data.batch_size, served_step=start,
-        )  # fmt: skip
+        rollouter = Rollouter(job, queue, state, schedule, start)
         if start == 0:  # a resumed run evaluated its starting weights before
             await maybe_evaluate(job, result, 0, console)
         trainer = _Trainer(job, queue, rollouter, schedule)  # its clocks start with the rollouts

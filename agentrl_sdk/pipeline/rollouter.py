@@ -39,31 +39,24 @@ class Rollouter:
         queue: Where finished groups go.
         state: Where to continue from (a resumed run's queue and unfinished rows).
         schedule: The admission rules.
-        trained_groups: Groups already trained (``start_step * batch_size``).
-        served_step: The trainer step whose weights the engines serve.
+        start: The updates already done (a resumed run's): their groups are trained, and the
+            engines serve the weights after them.
     """
 
     def __init__(
-        self,
-        job: Job,
-        queue: GroupQueue,
-        state: PipelineState,
-        schedule: Schedule,
-        *,
-        trained_groups: int,
-        served_step: int,
+        self, job: Job, queue: GroupQueue, state: PipelineState, schedule: Schedule, start: int
     ) -> None:
         self.job = job
         self.queue = queue
         self.schedule = schedule
-        self.served_step = served_step
+        self.served_step = start
         self.next_index = state.next_index
         self.dropped_stale = state.dropped_stale
         self.retried_stale = state.retried_stale
         self.engine_retries = state.engine_retries
         self.engines_failed = asyncio.Event()
         self.dropped_no_signal = 0
-        self.live = trained_groups + len(state.queued)  # started, not dropped
+        self.live = start * schedule.batch_size + len(state.queued)  # started, not dropped
         self._rows: deque[PendingRow] = deque(sorted(state.pending, key=lambda p: p.index))
         self._after_push: list[PendingRow] = []  # their engine failed: wait for the weights
         self._in_flight: dict[int, tuple[PendingRow, asyncio.Task[None]]] = {}
