@@ -192,21 +192,15 @@ def evaluate(
 ) -> EvalResult:
     """Evaluate a policy on ``dataset``: rollouts, rewards and pass@k, no training.
 
-    The same graph, dataset forms, reward and config as `train`; ``config.evaluation`` says
-    how (samples per row, sampling — greedy by default — and the pass threshold). Engines
-    only: no trainer and no Ray unless the engines run in Ray actors. With tracking on, the
-    metrics go to an MLflow run of their own and failed rollouts are traced (tag
-    ``phase=eval``).
+    ``graph``, ``dataset``, ``reward``, ``config``, ``input_fn`` and ``nodes`` are as in
+    `train`; ``config.evaluation`` says how (samples per row, sampling — greedy by default —
+    and the pass threshold). Engines only: no trainer and no Ray unless the engines run in Ray
+    actors. With tracking on, the metrics go to an MLflow run of their own and failed rollouts
+    are traced (tag ``phase=eval``).
 
     Args:
-        graph: As in `train`.
-        dataset: As in `train`.
-        reward: As in `train`.
-        config: As in `train`.
-        input_fn: As in `train`.
         model: Evaluate this local model folder instead of ``config.model.path`` (e.g. a
             `TrainResult.final_model`).
-        nodes: As in `train`.
 
     Returns:
         The metrics (``reward/mean``, ``pass_at_1``..., status counts) and the scored rollouts.
@@ -252,14 +246,10 @@ def train_on_traces(
     tokenizer = AutoTokenizer.from_pretrained(model_path(resolved.model), local_files_only=True)
     split = resolved.algorithm.step_level.enabled if per_call is None else per_call
     samples, extra = training_batch(selection.records, tokenizer, per_call=split,
-                                    group=group or _one_group)  # fmt: skip
+                                    group=group or (lambda record: "all"))  # fmt: skip
     return train_on_samples(samples, resolved, extra=extra, epochs=epochs,
                             samples_per_update=samples_per_update,
                             output_dir=output_dir or resolved.checkpoint.dir)  # fmt: skip
-
-
-def _one_group(record: TraceRecord) -> str:
-    return "all"
 
 
 def finetune_on_traces(

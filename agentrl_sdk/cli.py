@@ -262,12 +262,7 @@ def inspect(
 ) -> None:
     """List rollout traces (reward, status) or show one: tokens by mask and advantage, spans,
     tool calls and errors."""
-    from agentrl_sdk.tracing import (
-        load_trace_view,
-        render_trace,
-        search_rollout_traces,
-        trace_html,
-    )
+    from agentrl_sdk.tracing import load_trace_view, render_trace, search_rollout_traces, trace_html
     from agentrl_sdk.tracing.terminal import plain
 
     uri = _tracking_uri(uri, config)
@@ -324,9 +319,7 @@ def ui(
 
 
 def _tracking_uri(uri: str, config: Path | None) -> str:
-    if config is None:
-        return uri
-    return _load_config(config).tracking.uri
+    return uri if config is None else _load_config(config).tracking.uri
 
 
 def _load_config(path: Path) -> TrainConfig:
@@ -378,11 +371,8 @@ def build_model(
 ) -> None:
     """Build a tiny random Qwen2-architecture model and its tokenizer, offline."""
     from agentrl_sdk.models import (
-        build_qwen_tokenizer,
-        build_small_tokenizer,
-        build_tiny_model,
-        save_pretrained_pair,
-    )
+        build_qwen_tokenizer, build_small_tokenizer, build_tiny_model, save_pretrained_pair,
+    )  # fmt: skip
 
     kind: Literal["qwen", "small"] = "qwen" if vocab == "qwen" else "small"
     tokenizer = build_qwen_tokenizer(template) if kind == "qwen" else build_small_tokenizer(template)

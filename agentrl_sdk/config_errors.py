@@ -31,9 +31,7 @@ def describe_validation_error(
     where = f"{source}: " if source else ""
     plural = "s" if len(errors) != 1 else ""
     lines = [f"{where}invalid {model.__name__} ({len(errors)} problem{plural})"]
-    for error in errors:
-        lines.append(f"  {_problem(error, model)}")
-    return "\n".join(lines)
+    return "\n".join(lines + [f"  {_problem(error, model)}" for error in errors])
 
 
 def _problem(error: Mapping[str, Any], model: type[BaseModel]) -> str:
@@ -61,17 +59,14 @@ def _keys_at(model: type[BaseModel], loc: Sequence[Any]) -> list[str] | None:
     """The field names of the section at ``loc`` (None when it is not a model)."""
     current: Any = model
     for part in loc:
-        section = _model_of(current)
-        if section is not None:
-            field = section.model_fields.get(str(part))
-            if field is None:
-                return None
+        if (section := _model_of(current)) is None:
+            current = _container_item(current)  # a dict's value, a list's item
+        elif (field := section.model_fields.get(str(part))) is not None:
             current = field.annotation
-            continue
-        container = _container_item(current)
-        if container is None:
+        else:
             return None
-        current = container
+        if current is None:
+            return None
     section = _model_of(current)
     return list(section.model_fields) if section is not None else None
 

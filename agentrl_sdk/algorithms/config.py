@@ -109,15 +109,11 @@ class AlgorithmConfig(PolicyLossConfig):
     them."""
 
     @model_validator(mode="after")
-    def _step_baseline(self) -> AlgorithmConfig:
+    def _estimator_and_its_options(self) -> AlgorithmConfig:
         baselines = get_args(AdvantageEstimator)
         if self.step_level.enabled and self.advantage_estimator not in baselines:
             raise ValueError(f"algorithm.step_level needs algorithm.advantage_estimator in "
                              f"{baselines}, not {self.advantage_estimator!r}")
-        return self
-
-    @model_validator(mode="after")
-    def _options_of_the_chosen_estimator(self) -> AlgorithmConfig:
         # A value other than the default is taken as set by the user: a set-fields check
         # would refuse a dumped and reloaded config, whose every field is set.
         for field, owner in self._OPTIONS_OF.items():
@@ -137,22 +133,19 @@ class AlgorithmConfig(PolicyLossConfig):
         """The name of the estimator in use (``step`` with ``step_level``)."""
         return "step" if self.step_level.enabled else self.advantage_estimator
 
-    def _options_by_estimator(self) -> dict[str, dict[str, Any]]:
-        """The options this section holds for each estimator that takes some, by its name."""
-        step = self.step_level
-        return {
-            "step": {"baseline": self.advantage_estimator, "gamma": step.gamma,
-                     "omega": step.anchor_weight},
-            "tree": {"levels": self.tree_levels},
-            "gae": self.gae.model_dump(),
-        }  # fmt: skip
-
     @property
     def estimator(self) -> Estimator:
         """The advantage estimator: step-level credit over the ``advantage_estimator`` baseline
         when ``step_level`` is enabled, else ``advantage_estimator`` with its own options (the
         ``gae`` section, ``tree_levels``) and no other's."""
-        return make_estimator(self._chosen, **self._options_by_estimator().get(self._chosen, {}))
+        step = self.step_level
+        options: dict[str, dict[str, Any]] = {  # of each estimator that takes some
+            "step": {"baseline": self.advantage_estimator, "gamma": step.gamma,
+                     "omega": step.anchor_weight},
+            "tree": {"levels": self.tree_levels},
+            "gae": self.gae.model_dump(),
+        }  # fmt: skip
+        return make_estimator(self._chosen, **options.get(self._chosen, {}))
 
     @property
     def loss(self) -> PolicyLossConfig:

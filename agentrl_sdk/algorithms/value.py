@@ -10,12 +10,8 @@ from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate
 from agentrl_sdk.config import ConfigSection
 
 __all__ = [
-    "ValueLossConfig",
-    "compute_gae",
-    "explained_variance",
-    "masked_whiten",
-    "value_loss",
-]
+    "ValueLossConfig", "compute_gae", "explained_variance", "masked_whiten", "value_loss",
+]  # fmt: skip
 
 
 class ValueLossConfig(ConfigSection):

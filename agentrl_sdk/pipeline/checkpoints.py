@@ -18,24 +18,15 @@ from agentrl_sdk.errors import CheckpointError
 from agentrl_sdk.pipeline.policies import DEFAULT_POLICY, critic_checkpoint_dir
 from agentrl_sdk.pipeline.results import TrainResult
 from agentrl_sdk.threads import run_blocking
-from agentrl_sdk.tracing import TrainingRun
 
 if TYPE_CHECKING:
     from agentrl_sdk.pipeline.config import TrainConfig
     from agentrl_sdk.pipeline.job import Job
 
 __all__ = [
-    "MANIFEST",
-    "PIPELINE_STATE",
-    "RUN_FILE",
-    "CheckpointManifest",
-    "checkpoint_run_id",
-    "finish",
-    "maybe_resume",
-    "note_run",
-    "prune_checkpoints",
-    "save_checkpoint",
-]
+    "MANIFEST", "PIPELINE_STATE", "RUN_FILE", "CheckpointManifest", "checkpoint_run_id",
+    "finish", "maybe_resume", "note_run", "prune_checkpoints", "save_checkpoint",
+]  # fmt: skip
 
 PIPELINE_STATE = "pipeline_state.json"
 """The file in a checkpoint folder with the pipeline's own state (the fully-async queue)."""
@@ -83,22 +74,16 @@ async def maybe_resume(job: Job, console: Console) -> tuple[int, Path | None]:
     _check_parts(job, latest, manifest)
     _remove_newer(job, manifest.step)
     extra: dict[str, Any] = {}
-    for policy in job.trained:
-        path = policy.checkpoint_dir(checkpoint.dir) / latest.name
-        loaded = await run_blocking(policy.group.load_checkpoint, path)
-        if int(loaded["step"]) != manifest.step:
+    for what, group, directory in _trainer_states(job):
+        path = directory / latest.name
+        extra = await run_blocking(group.load_checkpoint, path)  # each holds the same extra
+        if int(extra["step"]) != manifest.step:
             raise CheckpointError(
-                f"checkpoint {path} of policy {policy.name!r} is at step {loaded['step']} but "
-                f"{latest / MANIFEST} says step {manifest.step}: its parts disagree"
+                f"the {what} in {path} is at step {extra['step']} but {latest / MANIFEST} says "
+                f"step {manifest.step}: its parts disagree"
             )
-        extra = loaded if policy.name == DEFAULT_POLICY else extra
+    for policy in job.trained:
         await policy.weight_sync.push(policy.group.weights, [policy.engine], manifest.step)
-    for name, critic in job.critics.items():
-        path = critic_checkpoint_dir(job.policies[name], checkpoint.dir) / latest.name
-        loaded = await run_blocking(critic.load_checkpoint, path)
-        if int(loaded["step"]) != manifest.step:
-            raise CheckpointError(f"critic checkpoint {path} is at step {loaded['step']} but "
-                                  f"{latest / MANIFEST} says step {manifest.step}")
     job.loader.position = LoaderPosition.model_validate(extra["data_position"])
     console.log(f"resumed from {latest} at step {manifest.step}")
     if job.run:
@@ -135,6 +120,17 @@ def note_run(config: TrainConfig, run_id: str | None) -> None:
         _write_atomic(directory / RUN_FILE, json.dumps({"run_id": run_id}).encode())
 
 
+def _trainer_states(job: Job) -> list[tuple[str, Any, Path]]:
+    """Every trainer state a checkpoint of ``job`` holds, each trained policy's then each
+    critic's: what it is, its trainer group, and the folder of its ``step_*`` checkpoints."""
+    root = job.config.checkpoint.dir
+    policies = [(f"trainer state of policy {p.name!r}", p.group, p.checkpoint_dir(root))
+                for p in job.trained]
+    return policies + [(f"critic state of policy {name!r}", critic,
+                        critic_checkpoint_dir(job.policies[name], root))
+                       for name, critic in job.critics.items()]
+
+
 def _checkpoints(directory: Path) -> list[Path]:
     """The ``step_<n>`` folders in ``directory``, oldest first."""
     found = [p for p in directory.glob("step_*") if p.name[5:].isdigit()]
@@ -168,23 +164,15 @@ def _latest_complete(
 
 def _check_parts(job: Job, folder: Path, manifest: CheckpointManifest) -> None:
     """Refuse a checkpoint whose parts are missing or are not the ones its manifest lists."""
-    trained = [p.name for p in job.trained]
-    if sorted(manifest.policies) != sorted(trained):
-        raise CheckpointError(f"{folder / MANIFEST} has trainer state of policies "
-                              f"{manifest.policies}, this job trains {trained}")
-    for policy in job.trained:
-        path = policy.checkpoint_dir(job.config.checkpoint.dir) / folder.name
-        if not path.is_dir():
-            raise CheckpointError(f"{folder} lacks the trainer state of policy {policy.name!r} "
-                                  f"({path} is missing)")
-    if sorted(manifest.critics) != sorted(job.critics):
-        raise CheckpointError(f"{folder / MANIFEST} has critic state of policies "
-                              f"{manifest.critics}, this job trains critics for {sorted(job.critics)}")
-    for name in job.critics:
-        path = critic_checkpoint_dir(job.policies[name], job.config.checkpoint.dir) / folder.name
-        if not path.is_dir():
-            raise CheckpointError(f"{folder} lacks the critic state of policy {name!r} "
-                                  f"({path} is missing)")
+    for kind, listed, trained in (("trainer", manifest.policies, [p.name for p in job.trained]),
+                                  ("critic", manifest.critics, list(job.critics))):
+        if sorted(listed) != sorted(trained):
+            raise CheckpointError(f"{folder / MANIFEST} has {kind} state of policies {listed}, "
+                                  f"this job trains {kind}s of {sorted(trained)}")
+    for what, _, directory in _trainer_states(job):
+        if not (directory / folder.name).is_dir():
+            raise CheckpointError(f"{folder} lacks the {what} ({directory / folder.name} is "
+                                  "missing)")
     if manifest.pipeline_state_sha256 is None:
         return
     state = folder / PIPELINE_STATE
@@ -198,10 +186,7 @@ def _check_parts(job: Job, folder: Path, manifest: CheckpointManifest) -> None:
 def _remove_newer(job: Job, step: int) -> None:
     """Delete the incomplete folders past ``step`` (the resumed run writes those steps again;
     left alone, they would count as newer checkpoints when pruning)."""
-    root = job.config.checkpoint.dir
-    dirs = [p.checkpoint_dir(root) for p in job.trained]
-    dirs += [critic_checkpoint_dir(job.policies[name], root) for name in job.critics]
-    for directory in dirs:
+    for _, _, directory in _trainer_states(job):
         for folder in _checkpoints(directory):
             if int(folder.name[5:]) > step:
                 shutil.rmtree(folder)
@@ -230,25 +215,19 @@ def prune_checkpoints(directory: Path, keep: int | None) -> list[Path]:
     return stale
 
 
-async def save_checkpoint(
-    job: Job, step: int, position: LoaderPosition, state: BaseModel | None = None
-) -> str:
-    """Checkpoint every trained policy after ``step`` steps; ``position`` is where the next
-    step's rows start and ``state`` what else the pipeline needs to continue (written as
-    `PIPELINE_STATE` beside the default policy's checkpoint). The `MANIFEST` is written last,
-    so a save cut short leaves a folder a resume skips. Returns that folder."""
-    extra = {"step": step, "data_position": position.model_dump()}
+async def save_checkpoint(job: Job, step: int, state: BaseModel | None = None) -> str:
+    """Checkpoint every trained policy after ``step`` steps, with where the loader's next rows
+    start; ``state`` is what else the pipeline needs to continue (written as `PIPELINE_STATE`
+    beside the default policy's checkpoint). The `MANIFEST` is written last, so a save cut
+    short leaves a folder a resume skips. Returns that folder."""
+    extra = {"step": step, "data_position": job.loader.position.model_dump()}
     root = job.config.checkpoint.dir
     folder = Path(root) / f"step_{step}"
     (folder / MANIFEST).unlink(missing_ok=True)  # rewriting a step: incomplete until done
     digest = None
-    for policy in job.trained:
-        await run_blocking(policy.group.save_checkpoint, policy.checkpoint_dir(root) / folder.name,
-                           extra)
-    critic_paths = [critic_checkpoint_dir(job.policies[name], root) / folder.name
-                    for name in job.critics]
-    for critic, path in zip(job.critics.values(), critic_paths, strict=True):
-        await run_blocking(critic.save_checkpoint, path, extra)
+    states = _trainer_states(job)
+    for _, group, directory in states:
+        await run_blocking(group.save_checkpoint, directory / folder.name, extra)
     if state is not None:
         data = state.model_dump_json().encode()
         _write_atomic(folder / PIPELINE_STATE, data)
@@ -258,20 +237,20 @@ async def save_checkpoint(
         run_id=job.run.run_id if job.run else None, critics=list(job.critics),
     )  # fmt: skip
     _write_atomic(folder / MANIFEST, manifest.model_dump_json(indent=1).encode())
-    paths = [policy.checkpoint_dir(root) / folder.name for policy in job.trained] + critic_paths
-    for path in paths:
+    for _, _, directory in states:
         if job.run and job.config.tracking.log_checkpoints:
+            path = directory / folder.name
             job.run.log_artifacts(path, f"checkpoints/{path.relative_to(root)}")
-        prune_checkpoints(path.parent, job.config.checkpoint.keep_last)
+        prune_checkpoints(directory, job.config.checkpoint.keep_last)
     return str(folder)
 
 
-async def finish(job: Job, result: TrainResult, run: TrainingRun | None) -> TrainResult:
+async def finish(job: Job, result: TrainResult) -> TrainResult:
     """Checkpoint the last step (if not yet) and export the final policies."""
     checkpoint = job.config.checkpoint
     if checkpoint.dir:
         if result.checkpoint is None or not result.checkpoint.endswith(f"step_{result.steps}"):
-            result.checkpoint = await save_checkpoint(job, result.steps, job.loader.position)
+            result.checkpoint = await save_checkpoint(job, result.steps)
         if checkpoint.export_final:
             for policy in job.trained:
                 final = policy.checkpoint_dir(checkpoint.dir) / "final_model"
@@ -280,6 +259,6 @@ async def finish(job: Job, result: TrainResult, run: TrainingRun | None) -> Trai
                     result.final_model = str(final)
                 else:
                     result.final_models[policy.name] = str(final)
-                if run:
-                    run.log_artifacts(final, policy.prefix("final_model").rstrip("/"))
+                if job.run:
+                    job.run.log_artifacts(final, policy.prefix("final_model").rstrip("/"))
     return result

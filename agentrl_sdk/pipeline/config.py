@@ -166,9 +166,7 @@ class EvalConfig(ConfigSection):
 
     def due(self, updates: int) -> bool:
         """Whether the weights after ``updates`` policy updates are evaluated in training."""
-        if not self.every:
-            return False
-        return updates % self.every == 0 if updates else self.before_train
+        return bool(self.every) and (updates % self.every == 0 if updates else self.before_train)
 
 
 class AsyncConfig(ConfigSection):
@@ -301,20 +299,11 @@ class TrainConfig(ConfigSection):
                 f"rollout.sampling.temperature ({sampled}): the trainer's logprobs must be those "
                 "of the distribution the engine sampled from"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _adapters_need_lora(self) -> TrainConfig:
-        adapters = sorted(name for name, p in self.policies.items() if p.adapter_of)
-        if adapters and self.trainer.lora is None:
+        if self.adapter_policies and self.trainer.lora is None:
             raise ValueError(
-                f"policies {adapters} set adapter_of, which needs trainer.lora (the adapters' "
-                "rank, alpha and target modules)"
+                f"policies {sorted(self.adapter_policies)} set adapter_of, which needs "
+                "trainer.lora (the adapters' rank, alpha and target modules)"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _one_in_process_trainer(self) -> TrainConfig:
         policies = self.trained_policy_groups
         in_process = policies * (self.trainer.placement == "in_process")
         if self.algorithm.estimator.needs_values:

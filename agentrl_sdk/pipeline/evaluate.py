@@ -40,9 +40,8 @@ async def evaluate_job(job: Job, updates: int) -> EvalResult:
             record_events=job.traced and settings.traces != "off",
         )  # fmt: skip
     seconds = time.perf_counter() - started
-    counts = await score_rollouts(trajectories, rows, job.reward_fn, job.config.reward)
-    metrics = eval_metrics(trajectories, seconds, pass_threshold=settings.pass_threshold)
-    metrics |= counts
+    counts = await score_rollouts(job, trajectories, rows)  # the metrics read the rewards
+    metrics = eval_metrics(trajectories, seconds, pass_threshold=settings.pass_threshold) | counts
     if job.run is not None:
         job.run.log_metrics(updates, {f"eval/{k}": v for k, v in metrics.items()})
         if job.traced and settings.traces != "off":
@@ -75,11 +74,8 @@ def eval_line(evaluation: EvalResult, subject: str | None = None) -> str:
     (default: the weights after the evaluation's updates in training)."""
     m = evaluation.metrics
     passes = " · ".join(f"{k} {v:.3f}" for k, v in m.items() if k.startswith("pass_at_"))
-    subject = subject or f"after {evaluation.step} updates"
-    return (
-        f"eval {subject}: reward {m['reward/mean']:.3f} ± "
-        f"{m['reward/std']:.3f} · {passes} · {m.get('rows', 0):.0f} rows"
-    )
+    return (f"eval {subject or f'after {evaluation.step} updates'}: reward {m['reward/mean']:.3f}"
+            f" ± {m['reward/std']:.3f} · {passes} · {m.get('rows', 0):.0f} rows")
 
 
 async def run_evaluation(spec: JobSpec, *, console: Console | None = None) -> EvalResult:

@@ -79,10 +79,7 @@ async def run_pipeline(
         queue = GroupQueue(schedule.queue_capacity())
         for group in state.queued:
             await queue.put(group)
-        rollouter = Rollouter(
-            job, queue, state, schedule,
-            trained_groups=start * config.data.batch_size, served_step=start,
-        )  # fmt: skip
+        rollouter = Rollouter(job, queue, state, schedule, start)
         if start == 0:  # a resumed run evaluated its starting weights before
             await maybe_evaluate(job, result, 0, console)
         trainer = _Trainer(job, queue, rollouter, schedule)  # its clocks start with the rollouts
@@ -106,7 +103,7 @@ async def run_pipeline(
             result.stopped = True
         if config.checkpoint.dir and result.steps > start:
             result.checkpoint = await trainer.checkpoint(result.steps)
-        return await finish(job, result, job.run)
+        return await finish(job, result)
 
 
 class _Trainer:
@@ -150,7 +147,18 @@ class _Trainer:
                 metrics[key] = metrics.get(key, 0.0) + value
         metrics |= staleness_metrics([g.staleness(step) for g, _ in groups])
         metrics |= dynamic_sampling_metrics(schedule, len(groups), len(flat))
-        metrics |= self._pipeline_metrics(wait_s, [g for g, _ in groups])
+        rollouter = self.rollouter
+        metrics |= {
+            "async/wait_s": wait_s,
+            "async/queued_groups": float(len(self.queue)),
+            "async/in_flight_groups": float(rollouter.in_flight),
+            "async/dropped_stale": float(rollouter.dropped_stale),
+            "async/retried_stale": float(rollouter.retried_stale),
+            "async/dropped_no_signal": float(rollouter.dropped_no_signal),
+            "async/engine_retries": float(rollouter.engine_retries),
+            "async/repushes": float(self.repushes),
+            "async/partial_rollouts": float(sum(g.mixed_versions for g, _ in groups)),
+        }
         more = step + 1 < job.config.max_steps  # another update follows this one
         prefetch = schedule.prefetch and more
         with held(p.gate for p in self.job.policies.values() if prefetch):
@@ -181,20 +189,6 @@ class _Trainer:
         samples, metrics = advantages(samples, extra, estimator, values)
         return samples, metrics | counts
 
-    def _pipeline_metrics(self, wait_s: float, groups: list[FinishedGroup]) -> dict[str, float]:
-        rollouter = self.rollouter
-        return {
-            "async/wait_s": wait_s,
-            "async/queued_groups": float(len(self.queue)),
-            "async/in_flight_groups": float(rollouter.in_flight),
-            "async/dropped_stale": float(rollouter.dropped_stale),
-            "async/retried_stale": float(rollouter.retried_stale),
-            "async/dropped_no_signal": float(rollouter.dropped_no_signal),
-            "async/engine_retries": float(rollouter.engine_retries),
-            "async/repushes": float(self.repushes),
-            "async/partial_rollouts": float(sum(g.mixed_versions for g in groups)),
-        }
-
     async def _take_batch(
         self, step: int, stop: asyncio.Event
     ) -> tuple[list[Taken], list[Taken]]:
@@ -205,7 +199,8 @@ class _Trainer:
         row again in the next epoch) waits for the next batch: a batch's samples of a row are
         one group to the estimator. On-policy, a step's rows are one loader batch, distinct,
         and the bound would leave no other row to wait for."""
-        schedule = self.schedule
+        schedule, algorithm = self.schedule, self.job.config.algorithm
+        trained = [p.name for p in self.job.trained]
         groups: list[Taken] = []
         flat: list[Taken] = []
         rows: set[str] = set()
@@ -225,7 +220,9 @@ class _Trainer:
                     later.append(group)
                     continue
                 rows.add(row)
-                credit = self._credit(group)
+                credit = credit_rollouts(group.trajectories, policies=trained,
+                                         outcome_weight=algorithm.outcome_reward_weight,
+                                         drop_truncated=algorithm.overlong.drop_truncated)
                 if schedule.flat_budget and not credit.has_signal:
                     # It does not count toward the batch; the slot it frees admits another row.
                     await self.rollouter.discard(group, retry=False, stale=False)
@@ -237,14 +234,6 @@ class _Trainer:
         finally:
             self.queue.put_back(later)
         return groups, flat
-
-    def _credit(self, group: FinishedGroup) -> GroupCredit:
-        algorithm = self.job.config.algorithm
-        return credit_rollouts(
-            group.trajectories, policies=[p.name for p in self.job.trained],
-            outcome_weight=algorithm.outcome_reward_weight,
-            drop_truncated=algorithm.overlong.drop_truncated,
-        )  # fmt: skip
 
     async def _next_group(self, step: int) -> FinishedGroup:
         """The queue's next group; raises the rollouter's failure instead of waiting forever.
@@ -300,6 +289,4 @@ class _Trainer:
 
     async def checkpoint(self, step: int) -> str:
         """The trainer after ``step`` updates, with the queue and the unfinished rows."""
-        return await save_checkpoint(
-            self.job, step, self.job.loader.position, self.rollouter.state()
-        )
+        return await save_checkpoint(self.job, step, self.rollouter.state())

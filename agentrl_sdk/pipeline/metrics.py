@@ -40,8 +40,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float) -> dict[
         for name, value in t.rewards.items():  # a name's credited parts (nodes, steps) summed
             components.setdefault(name, []).append(value)
     out.update({f"reward/{k}": statistics.fmean(v) for k, v in components.items()})
-    for status, count in Counter(t.status for t in trajectories).items():
-        out[f"status/{status}"] = float(count)
+    out |= {f"status/{s}": float(c) for s, c in Counter(t.status for t in trajectories).items()}
     counters: Counter[str] = Counter()
     for t in trajectories:
         counters.update(t.metrics)

@@ -99,8 +99,7 @@ def engine_kwargs(config: TrainConfig) -> dict[str, Any]:
         kwargs.setdefault("cpu_threads", threads)
     lora = config.trainer.lora
     adapters = lora is not None and (lora.sync == "adapter" or bool(config.adapter_policies))
-    if config.engine.backend == "vllm" and adapters:
-        assert lora is not None
+    if config.engine.backend == "vllm" and lora is not None and adapters:
         args = dict(kwargs.get("engine_args") or {})
         args.setdefault("enable_lora", True)
         fits = [r for r in _VLLM_LORA_RANKS if r >= lora.rank]
@@ -119,7 +118,8 @@ def cpu_threads_beside_trainers(config: TrainConfig) -> int | None:
     """
     if config.pipeline != "fully_async" or not _local_cpu_trainers(config) or config.engine.url:
         return None
-    reserved = math.ceil(_trainer_workers(config) * config.trainer.num_cpus_per_worker)
+    workers = config.trained_policy_groups * config.trainer.world_size  # training at once
+    reserved = math.ceil(workers * config.trainer.num_cpus_per_worker)
     return max(1, len(os.sched_getaffinity(0)) - reserved)
 
 
@@ -136,7 +136,7 @@ def trainer_options(config: TrainConfig) -> TrainerConfig:
         trainer = trainer.model_copy(update={"temperature": sampled})
     if config.pipeline != "sync" or trainer.cpu_threads or not _local_cpu_trainers(config):
         return trainer
-    share = len(os.sched_getaffinity(0)) // _trainer_workers(config)
+    share = len(os.sched_getaffinity(0)) // (config.trained_policy_groups * trainer.world_size)
     threads = max(1, int(trainer.num_cpus_per_worker), share)
     return trainer.model_copy(update={"cpu_threads": threads})
 
@@ -144,12 +144,6 @@ def trainer_options(config: TrainConfig) -> TrainerConfig:
 def _local_cpu_trainers(config: TrainConfig) -> bool:
     """Whether the trainers are CPU workers of a Ray on this machine (they share its cores)."""
     return config.trainer.num_gpus_per_worker == 0 and config.trainer.ray_address is None
-
-
-def _trainer_workers(config: TrainConfig) -> int:
-    """Trainer workers that train at once: a group per trained policy (adapters train in the
-    default policy's group; a critic after its policy), ``world_size`` workers each."""
-    return config.trained_policy_groups * config.trainer.world_size
 
 
 async def start_policies(config: TrainConfig, *, trainers: bool = True) -> dict[str, Policy]:

@@ -8,24 +8,16 @@ import logging
 from collections import deque
 from typing import Any
 
-from agentrl_sdk.pipeline.config import RewardConfig
 from agentrl_sdk.pipeline.job import Job
 from agentrl_sdk.pipeline.rules import (
-    Schedule,
-    rollout_config,
-    rows_to_admit,
-    sampled_steps,
-    seed_step,
-)
+    Schedule, rollout_config, rows_to_admit, sampled_steps, seed_step,
+)  # fmt: skip
 from agentrl_sdk.pipeline.trajectory_queue import (
-    FinishedGroup,
-    GroupQueue,
-    PendingRow,
-    PipelineState,
-)
+    FinishedGroup, GroupQueue, PendingRow, PipelineState,
+)  # fmt: skip
 from agentrl_sdk.rollout import arollout_batch, row_id_of
 from agentrl_sdk.rollout.overlong import add_overlong_penalties
-from agentrl_sdk.rollout.rewards import RewardFn, score
+from agentrl_sdk.rollout.rewards import score
 from agentrl_sdk.types import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -47,31 +39,24 @@ class Rollouter:
         queue: Where finished groups go.
         state: Where to continue from (a resumed run's queue and unfinished rows).
         schedule: The admission rules.
-        trained_groups: Groups already trained (``start_step * batch_size``).
-        served_step: The trainer step whose weights the engines serve.
+        start: The updates already done (a resumed run's): their groups are trained, and the
+            engines serve the weights after them.
     """
 
     def __init__(
-        self,
-        job: Job,
-        queue: GroupQueue,
-        state: PipelineState,
-        schedule: Schedule,
-        *,
-        trained_groups: int,
-        served_step: int,
+        self, job: Job, queue: GroupQueue, state: PipelineState, schedule: Schedule, start: int
     ) -> None:
         self.job = job
         self.queue = queue
         self.schedule = schedule
-        self.served_step = served_step
+        self.served_step = start
         self.next_index = state.next_index
         self.dropped_stale = state.dropped_stale
         self.retried_stale = state.retried_stale
         self.engine_retries = state.engine_retries
         self.engines_failed = asyncio.Event()
         self.dropped_no_signal = 0
-        self.live = trained_groups + len(state.queued)  # started, not dropped
+        self.live = start * schedule.batch_size + len(state.queued)  # started, not dropped
         self._rows: deque[PendingRow] = deque(sorted(state.pending, key=lambda p: p.index))
         self._after_push: list[PendingRow] = []  # their engine failed: wait for the weights
         self._in_flight: dict[int, tuple[PendingRow, asyncio.Task[None]]] = {}
@@ -196,7 +181,7 @@ class Rollouter:
         """A row's rollouts, scored (and over-long ones penalised, when configured), as the
         group the trainer takes."""
         job, config = self.job, self.job.config
-        counts = await score_rollouts(trajectories, [pending.row], job.reward_fn, config.reward)
+        counts = await score_rollouts(job, trajectories, [pending.row])
         overlong = config.algorithm.overlong
         if overlong.buffer:  # training's reward shaping (evaluations score without it)
             penalised = add_overlong_penalties(
@@ -237,14 +222,13 @@ class Rollouter:
 
 
 async def score_rollouts(
-    trajectories: list[Trajectory],
-    rows: list[dict[str, Any]],
-    reward_fn: RewardFn | None,
-    reward: RewardConfig,
+    job: Job, trajectories: list[Trajectory], rows: list[dict[str, Any]]
 ) -> dict[str, float]:
-    """Reward every trajectory in place; returns the ``count/...`` metrics of the outcomes."""
+    """Reward every trajectory in place with ``job``'s reward; returns the ``count/...`` metrics
+    of the outcomes."""
+    reward = job.config.reward
     counts = await score(
-        trajectories, {row_id_of(r): r for r in rows}, reward_fn,
+        trajectories, {row_id_of(r): r for r in rows}, job.reward_fn,
         on_error=reward.on_error, failed_rollout_reward=reward.failed_rollout_reward,
     )  # fmt: skip
     return {f"count/{k}": float(v) for k, v in counts.items()}

@@ -20,14 +20,9 @@ if TYPE_CHECKING:
     from agentrl_sdk.pipeline.config import TrainConfig
 
 __all__ = [
-    "Schedule",
-    "dynamic_sampling_metrics",
-    "rollout_config",
-    "rows_to_admit",
-    "sampled_steps",
-    "seed_step",
-    "staleness_metrics",
-]
+    "Schedule", "dynamic_sampling_metrics", "rollout_config", "rows_to_admit", "sampled_steps",
+    "seed_step", "staleness_metrics",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -149,15 +144,8 @@ def rollout_config(config: TrainConfig, step: int) -> RolloutConfig:
 def sampled_steps(trajectories: Iterable[Trajectory], policies: Sequence[str]) -> list[int]:
     """The trainer steps whose weights sampled the trained tokens of ``policies``, sorted: a
     token's policy version is the updates its weights had seen (the driver's push version)."""
-    steps: set[int] = set()
-    for trajectory in trajectories:
-        for segment in trajectory.trained_segments:
-            if segment.policy in policies:
-                steps.update(
-                    v for v, m in zip(segment.response_versions, segment.response_mask, strict=True)
-                    if m
-                )
-    return sorted(steps)
+    return sorted({v for t in trajectories for s in t.trained_segments if s.policy in policies
+                   for v, m in zip(s.response_versions, s.response_mask, strict=True) if m})
 
 
 def staleness_metrics(staleness: Sequence[int]) -> dict[str, float]:

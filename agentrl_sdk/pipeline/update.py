@@ -45,9 +45,7 @@ async def update_policies(
                                                              samples=own[name]))
             prefix = metric_prefix("critic", name)
             updates.append({f"{prefix}{k}": update[k] for k in _CRITIC_METRICS if k in update})
-    metrics: dict[str, float] = {}
-    for update in updates:
-        metrics.update(update)
+    metrics = {k: v for update in updates for k, v in update.items()}
     if critics:
         metrics["critic/warmup"] = float(warmup)
     metrics["time/train_s"] = time.perf_counter() - started
