@@ -14,13 +14,22 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 FinishReason = Literal["stop", "length", "abort"]
 """Why generation ended: a stop/EOS token, the token budget, or an abort (pause, shutdown)."""
 
-TrajectoryStatus = Literal["ok", "context_exceeded", "graph_error", "engine_error", "timeout"]
+TrajectoryStatus = Literal[
+    "ok",
+    "context_exceeded",
+    "graph_error",
+    "engine_error",
+    "timeout",
+]
 """How a rollout ended. Anything but ``ok`` carries ``Trajectory.error``."""
 
 SegmentStart = Literal[
-    "first_call", "new_conversation", "history_edited", "template_not_prefix_preserving",
+    "first_call",
+    "new_conversation",
+    "history_edited",
+    "template_not_prefix_preserving",
     "node_changed",
-]  # fmt: skip
+]
 """Why the ledger started a new segment instead of extending an existing one."""
 
 

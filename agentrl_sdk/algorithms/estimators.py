@@ -14,9 +14,14 @@ from pydantic import Field
 from torch import Tensor
 
 from agentrl_sdk.algorithms.advantages import (
-    AdvantageEstimator, GroupIds, _baseline, _group, _std, compute_grpo_advantages,
+    AdvantageEstimator,
+    GroupIds,
+    _baseline,
+    _group,
+    _std,
+    compute_grpo_advantages,
     compute_rloo_advantages,
-)  # fmt: skip
+)
 from agentrl_sdk.algorithms.value import compute_gae, explained_variance, masked_whiten
 from agentrl_sdk.config import ConfigSection
 

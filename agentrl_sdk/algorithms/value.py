@@ -10,8 +10,12 @@ from agentrl_sdk.algorithms.aggregation import LossAgg, aggregate
 from agentrl_sdk.config import ConfigSection
 
 __all__ = [
-    "ValueLossConfig", "compute_gae", "explained_variance", "masked_whiten", "value_loss",
-]  # fmt: skip
+    "ValueLossConfig",
+    "compute_gae",
+    "explained_variance",
+    "masked_whiten",
+    "value_loss",
+]
 
 
 class ValueLossConfig(ConfigSection):

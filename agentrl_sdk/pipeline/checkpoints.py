@@ -24,9 +24,17 @@ if TYPE_CHECKING:
     from agentrl_sdk.pipeline.job import Job
 
 __all__ = [
-    "MANIFEST", "PIPELINE_STATE", "RUN_FILE", "CheckpointManifest", "checkpoint_run_id",
-    "finish", "maybe_resume", "note_run", "prune_checkpoints", "save_checkpoint",
-]  # fmt: skip
+    "MANIFEST",
+    "PIPELINE_STATE",
+    "RUN_FILE",
+    "CheckpointManifest",
+    "checkpoint_run_id",
+    "finish",
+    "maybe_resume",
+    "note_run",
+    "prune_checkpoints",
+    "save_checkpoint",
+]
 
 PIPELINE_STATE = "pipeline_state.json"
 """The file in a checkpoint folder with the pipeline's own state (the fully-async queue)."""

@@ -10,11 +10,18 @@ from typing import Any
 
 from agentrl_sdk.pipeline.job import Job
 from agentrl_sdk.pipeline.rules import (
-    Schedule, rollout_config, rows_to_admit, sampled_steps, seed_step,
-)  # fmt: skip
+    Schedule,
+    rollout_config,
+    rows_to_admit,
+    sampled_steps,
+    seed_step,
+)
 from agentrl_sdk.pipeline.trajectory_queue import (
-    FinishedGroup, GroupQueue, PendingRow, PipelineState,
-)  # fmt: skip
+    FinishedGroup,
+    GroupQueue,
+    PendingRow,
+    PipelineState,
+)
 from agentrl_sdk.rollout import arollout_batch, row_id_of
 from agentrl_sdk.rollout.overlong import add_overlong_penalties
 from agentrl_sdk.rollout.rewards import score

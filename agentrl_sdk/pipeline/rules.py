@@ -20,9 +20,14 @@ if TYPE_CHECKING:
     from agentrl_sdk.pipeline.config import TrainConfig
 
 __all__ = [
-    "Schedule", "dynamic_sampling_metrics", "rollout_config", "rows_to_admit", "sampled_steps",
-    "seed_step", "staleness_metrics",
-]  # fmt: skip
+    "Schedule",
+    "dynamic_sampling_metrics",
+    "rollout_config",
+    "rows_to_admit",
+    "sampled_steps",
+    "seed_step",
+    "staleness_metrics",
+]
 
 
 @dataclass(frozen=True)
