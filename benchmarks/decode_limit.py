@@ -158,16 +158,21 @@ def profile_steps(engine: TorchEngine, jobs: list) -> dict[str, float]:
     spent: dict[str, float] = dict.fromkeys(("decode", "forward", "attention", "sample"), 0.0)
     steps = [0]
 
-    def timed(part, fn, decoding=lambda args, kwargs: True):
+    inside_decode = [False]
+
+    def timed(part, fn, decoding=lambda args, kwargs: inside_decode[0]):
         def wrapper(*args, **kwargs):
-            if not decoding(args, kwargs):
+            if part != "decode" and not decoding(args, kwargs):
                 return fn(*args, **kwargs)
+            inside_decode[0] |= part == "decode"
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 spent[part] += time.perf_counter() - start
-                steps[0] += part == "decode"
+                if part == "decode":
+                    steps[0] += 1
+                    inside_decode[0] = False
         return wrapper
 
     def decode_forward(args, kwargs):  # `_forward(self, rows, input_ids=(B, L), ...)`
@@ -189,6 +194,7 @@ def profile_steps(engine: TorchEngine, jobs: list) -> dict[str, float]:
     AttentionInterface.register(decode_attention.NAME, timed_attention)
     try:
         _, seconds = asyncio.run(_run(engine, jobs))
+        time.sleep(0.5)  # the last step answers before its timer stops: let it stop
     finally:
         for owner, name, old in saved:
             setattr(owner, name, old)
