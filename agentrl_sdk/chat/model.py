@@ -346,9 +346,7 @@ class TokenChatModel(BaseChatModel):
         template = self._template
         if (template is None or template.tokenizer is not self.tokenizer
                 or template.tool_prompt_setting != self.chat.tool_prompt):
-            self._template = template = ChatTemplate(
-                self.tokenizer, tool_prompt=self.chat.tool_prompt
-            )
+            self._template = template = ChatTemplate(self.tokenizer, self.chat.tool_prompt)
         return template
 
     def _standalone_recorder(self) -> RolloutRecorder:

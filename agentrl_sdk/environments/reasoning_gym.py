@@ -115,15 +115,11 @@ def _dataset(weights: dict[str, float], size: int, seed: int,
     return composite, dict(composite.datasets)
 
 
-def _task_of(entry: Mapping[str, Any], default: str) -> str:
-    return (entry.get("metadata") or {}).get("source_dataset") or default
-
-
 def _rows(dataset: Any, default_task: str, split: str, seed: int,
           system_prompt: str) -> list[dict[str, Any]]:
     rows = []
     for i, entry in enumerate(dataset):
-        task = _task_of(entry, default_task)
+        task = (entry.get("metadata") or {}).get("source_dataset") or default_task
         messages = [{"role": "user", "content": entry["question"]}]
         if system_prompt:
             messages.insert(0, {"role": "system", "content": system_prompt})

@@ -40,8 +40,6 @@ def create_app(
     trajectory of, or rewarding, an unknown id is a 404.
 
     Args:
-        registry: The open rollouts; each call is recorded into its rollout's ledger.
-        config: Served model names, node name, auth, request-size limit.
         api_key: The bearer token every route but ``/health`` requires; None disables auth.
         on_close: Called with the trajectory of each rollout a client closes
             (``DELETE /rollouts/<id>``), e.g. to trace it; it must not block.

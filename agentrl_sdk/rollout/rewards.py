@@ -113,10 +113,8 @@ async def _group_values(
             return {id(t): exc for t in group}
         return {id(t): v for t, v in zip(group, values, strict=True)}
 
-    found: dict[int, Any] = {}
-    for part in await asyncio.gather(*(one(r, g) for r, g in groups.items())):
-        found.update(part)
-    return found
+    parts = await asyncio.gather(*(one(r, g) for r, g in groups.items()))
+    return {key: value for part in parts for key, value in part.items()}
 
 
 async def _call(reward_fn: RewardFn | None, state: Any, row: Mapping[str, Any], traj: Trajectory):

@@ -43,12 +43,10 @@ async def arollout(
             ``agent(endpoint, row)`` that speaks OpenAI chat completions to
             ``endpoint.base_url`` (see `agentrl_sdk.rollout.agents`), or a mapping of
             ``agent_name`` to either (see `Target`).
-        row: The dataset row; ``input_fn`` turns it into the graph's input.
         engine: The engine, or one engine per policy name.
         tokenizer: The policy model's tokenizer (its chat template renders prompts).
         n: Samples for this row; defaults to ``config.n``.
-        config: Rollout configuration.
-        input_fn: Row to graph input.
+        input_fn: Turns ``row`` into the graph's input.
         record_events: Time nodes, LLM/engine calls and tools into ``Trajectory.events``
             (what an MLflow trace is built from).
     """

@@ -176,16 +176,8 @@ class _Group:
 
 class TreeRollouts:
     """The tree rollouts of one `arollout_batch` call (see the module docstring).
-
-    Args:
-        target: The compiled graph, or a mapping of agent names to graphs.
-        engines: The engine serving each policy (or one engine).
-        template: The policy model's chat template.
-        config: The rollout settings; ``config.tree`` shapes the trees.
-        input_fn: Row to graph input.
-        record_events: Trace the paths (a leaf's events: its trunk's, then its own).
-        gate: Bounds the graph runs (roots and continuations) going at once.
-    """
+    ``record_events`` traces the paths (a leaf's events: its trunk's, then its own); ``gate``
+    bounds the graph runs (roots and continuations) going at once."""
 
     def __init__(
         self,

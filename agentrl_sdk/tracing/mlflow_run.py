@@ -160,12 +160,8 @@ class TrainingRun:
     def log_artifacts(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or folder (checkpoint, exported model) as run artifacts (uploaded in the
         background: a folder deleted before its turn counts as a failed write)."""
-        if Path(path).is_dir():
-            self._submit(f"artifacts {path}", self._client.log_artifacts, self.run_id, str(path),
-                         artifact_path)
-        else:
-            self._submit(f"artifact {path}", self._client.log_artifact, self.run_id, str(path),
-                         artifact_path)
+        log = self._client.log_artifacts if Path(path).is_dir() else self._client.log_artifact
+        self._submit(f"artifacts {path}", log, self.run_id, str(path), artifact_path)
 
     def end_abandoned(self, run_id: str) -> None:
         """Mark run ``run_id`` KILLED if it is still RUNNING (its driver died, and this job

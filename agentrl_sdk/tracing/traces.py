@@ -143,7 +143,6 @@ def build_trace_payload(
     Args:
         traj: The rollout, with ``events`` recorded (``arollout(..., record_events=True)``);
             without events the trace holds the root span only.
-        experiment_id: Experiment the trace belongs to.
         step: Training step, a tag (None: no step, as for a served request).
         run_id: The training job's MLflow run; the trace is linked to it.
         credit: The rollout's advantage and loss share, when it was trained on.
@@ -163,15 +162,13 @@ def build_trace_payload(
         (min(times), max(times)) if times else now_pair()
     )
     root_attrs = _root_attributes(traj, step, credit, tokenizer)
-    if tree is not None:
-        root_attrs[ATTR + "tree"] = tree
     inputs = {"row_id": traj.row_id, "sample_index": traj.sample_index, "step": step,
               "input": graph.inputs if graph else None}
     outputs = {k: root_attrs[ATTR + k] for k in ("status", "reward", "rewards", "advantage",
                                                  "loss_share", "error")}
     outputs["output"] = graph.outputs if graph else None
     if tree is not None:
-        outputs["tree"] = tree
+        root_attrs[ATTR + "tree"] = outputs["tree"] = tree
     root = builder.add(None, f"rollout {traj.row_id}#{traj.sample_index}", "AGENT", start, end,
                        inputs, outputs, root_attrs, traj.error if traj.status != "ok" else None)
     ids = {graph.id: root} if graph else {}
