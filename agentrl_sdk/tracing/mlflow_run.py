@@ -70,8 +70,6 @@ class TrainingRun:
 
     Args:
         tracking_uri: MLflow tracking URI, e.g. ``sqlite:///mlflow.db`` or ``http://127.0.0.1:5000``.
-        experiment: Experiment name.
-        run_name: Name shown in the UI.
         run_id: Reopen this run (a resumed job continues its run) instead of creating one.
         timeout_s: Seconds one request to the store may take (sets ``MLFLOW_HTTP_REQUEST_TIMEOUT``
             and ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0`` unless set in the environment: the buffer
@@ -160,8 +158,9 @@ class TrainingRun:
     def log_artifacts(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or folder (checkpoint, exported model) as run artifacts (uploaded in the
         background: a folder deleted before its turn counts as a failed write)."""
-        log = self._client.log_artifacts if Path(path).is_dir() else self._client.log_artifact
-        self._submit(f"artifacts {path}", log, self.run_id, str(path), artifact_path)
+        folder = Path(path).is_dir()
+        log = self._client.log_artifacts if folder else self._client.log_artifact
+        self._submit(f"artifact{'s' * folder} {path}", log, self.run_id, str(path), artifact_path)
 
     def end_abandoned(self, run_id: str) -> None:
         """Mark run ``run_id`` KILLED if it is still RUNNING (its driver died, and this job
