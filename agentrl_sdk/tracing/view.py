@@ -121,14 +121,11 @@ def search_rollout_traces(
     tree that holds a traced leaf (``kind = 'tree'``, ``tree_path`` its root's index).
 
     Args:
-        tracking_uri: The MLflow store.
         experiment: Experiment name; ignored when ``run_id`` is given.
-        run_id: Training run whose traces to list.
         step, status, row_id: Filters on the trace tags.
         phase: ``train`` (training rollouts) or ``eval`` (held-out evaluations); both when None.
         kind: ``rollout`` or ``tree`` traces only; both when None (traces written before the
             ``kind`` tag existed are rollouts without it: only None lists them).
-        limit: Most traces returned.
 
     Raises:
         ValueError: the run or experiment does not exist, ``kind`` is neither, or a filter
