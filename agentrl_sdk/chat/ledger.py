@@ -53,11 +53,7 @@ class PromptPlan:
 
 
 class TokenLedger:
-    """Segments and calls of one rollout. Not thread-safe; one rollout runs on one event loop.
-
-    Args:
-        template: The chat template used to render new messages.
-    """
+    """Segments and calls of one rollout. Not thread-safe; one rollout runs on one event loop."""
 
     def __init__(self, template: ChatTemplate) -> None:
         self.template = template
@@ -104,7 +100,11 @@ class TokenLedger:
         index, reason = self._find_extension(messages, node)
         if index is not None:
             conv = self._conversations[index]
-            delta = self._delta(conv, messages, tools, key)
+            # The text the template adds for the new messages (None: it rewrites history),
+            # rendered from a window of the history checked against full renders
+            # (`agentrl_sdk.chat.delta`): a full render's text at the new messages' cost.
+            delta = (self.template.deltas.delta(conv.messages, messages, tools, conv.check)
+                     if key == conv.tools_key else None)
             if delta is not None:
                 segment = self.segments[index].whole()
                 closing = self.template.closing_text(segment.response_ids)
@@ -207,23 +207,6 @@ class TokenLedger:
         if edited:
             return None, "history_edited"
         return None, "new_conversation" if self.segments else "first_call"
-
-    def _delta(
-        self,
-        conv: _Conversation,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        key: str,
-    ) -> str | None:
-        """Text the template adds for the new messages, or None if it rewrites history.
-
-        Rendered from a window of the history, checked against full renders
-        (`agentrl_sdk.chat.delta`): the same text a full render gives, at the cost of the
-        new messages rather than the whole conversation.
-        """
-        if key != conv.tools_key:
-            return None
-        return self.template.deltas.delta(conv.messages, messages, tools, conv.check)
 
 
 def _append(
