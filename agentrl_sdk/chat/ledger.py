@@ -110,23 +110,12 @@ class TokenLedger:
                 closing = self.template.closing_text(segment.response_ids)
                 observation = self.template.encode(closing + delta)
                 conv.busy = True
-                return PromptPlan(
-                    node=node,
-                    messages=messages,
-                    tools_key=key,
-                    prompt_ids=segment.prompt_ids + segment.response_ids + observation,
-                    segment_index=index,
-                    observation_ids=observation,
-                )
+                prompt = segment.prompt_ids + segment.response_ids + observation
+                return PromptPlan(node, messages, key, prompt, segment_index=index,
+                                  observation_ids=observation)
             reason = "template_not_prefix_preserving"
         text = self.template.render(messages, tools, add_generation_prompt=True)
-        return PromptPlan(
-            node=node,
-            messages=messages,
-            tools_key=key,
-            prompt_ids=self.template.encode(text),
-            start_reason=reason,
-        )
+        return PromptPlan(node, messages, key, self.template.encode(text), start_reason=reason)
 
     def commit(
         self, plan: PromptPlan, result: GenerateResult, reply: dict[str, Any], request_id: str
