@@ -153,8 +153,6 @@ def build_trace_payload(
             digits, `mlflow_trace_id`); a random one when None.
         tags_extra: More tags, set last (they may rename the trace: ``mlflow.traceName``).
     """
-    from mlflow.entities import TraceInfo, TraceLocation, TraceState
-
     builder = SpanBuilder(random.getrandbits(128) if trace_id is None else trace_id)
     graph = next((e for e in traj.events if e.kind == "graph"), None)
     times = [e.start_ns for e in traj.events] + [e.end_ns or 0 for e in traj.events]
@@ -179,18 +177,27 @@ def build_trace_payload(
     if credit is not None:
         tags["advantage"] = f"{credit.advantage:.4g}"
     tags.update(tags_extra or {})
-    info = TraceInfo(
+    return trace_info(builder, experiment_id, start, end, traj.status == "ok", inputs,
+                      json.dumps(outputs), run_id, tags), builder.spans
+
+
+def trace_info(builder: SpanBuilder, experiment_id: str, start: int, end: int, ok: bool,
+               inputs: Any, outputs: str, run_id: str | None, tags: dict[str, str]) -> TraceInfo:
+    """The info of the trace ``builder`` holds (``outputs``: its JSON response), linked to the
+    MLflow run ``run_id`` when given."""
+    from mlflow.entities import TraceInfo, TraceLocation, TraceState
+
+    return TraceInfo(
         trace_id=builder.trace_id,
         trace_location=TraceLocation.from_experiment_id(experiment_id),
         request_time=start // 1_000_000,
         execution_duration=max(0, (end - start) // 1_000_000),
-        state=TraceState.OK if traj.status == "ok" else TraceState.ERROR,
+        state=TraceState.OK if ok else TraceState.ERROR,
         request_preview=json.dumps(inputs),
-        response_preview=json.dumps(outputs)[:1000],
+        response_preview=outputs[:1000],
         trace_metadata={"mlflow.sourceRun": run_id} if run_id else {},
         tags=tags,
     )
-    return info, builder.spans
 
 
 # --- span assembly -------------------------------------------------------------------------------
