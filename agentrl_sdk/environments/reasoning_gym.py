@@ -269,8 +269,6 @@ def reasoning_gym(
         tasks: A task name (``"chain_sum"``), several (equal weights) or ``{name: weight}``
             (reasoning-gym's ``CompositeDataset``: each row's task drawn by weight).
         size: Training rows generated (before held-out questions are removed).
-        seed: The training rows' seed.
-        eval_size: Held-out rows.
         eval_seed: The held-out rows' seed. reasoning-gym makes row ``i`` of seed ``s`` from
             ``Random(s + i)``, so the seeds of the two sets must be further apart than their
             row counts; the default, ``seed + size + len(tasks)``, is the first seed that is.

@@ -33,8 +33,6 @@ class Gateway:
     Args:
         engine: The engine, or one engine per policy (``config.models`` maps names to policies).
         tokenizer: The policy model's tokenizer (its chat template renders prompts).
-        config: Host, port, auth and served model names.
-        rollout: Sampling defaults, context budget and timeouts of every call.
         on_client_close: Called with the trajectory of each rollout a client closes
             (``DELETE /rollouts/<id>``); when set, the rollouts the gateway opens by id also
             time their calls into ``Trajectory.events`` (what a trace is built from).

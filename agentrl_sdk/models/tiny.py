@@ -67,9 +67,7 @@ def build_tiny_model(
         hidden_size: Width of the residual stream; a multiple of ``num_heads``.
         num_heads: Attention heads; a multiple of ``num_kv_heads`` (grouped-query attention).
         intermediate_size: MLP width; defaults to ``4 * hidden_size``.
-        max_position_embeddings: Longest sequence the rotary embedding is set up for.
         seed: Seed of the weight initialisation: same seed, same weights.
-        tie_word_embeddings: Share the input embedding with the output projection.
         architecture: ``qwen2`` (Qwen2ForCausalLM: biased q/k/v) or ``llama``
             (LlamaForCausalLM, bos from the tokenizer).
 

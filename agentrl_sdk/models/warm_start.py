@@ -248,7 +248,6 @@ def supervised_warm_start(
         tools: Tool schemas rendered into every conversation's system turn.
         lr: Peak AdamW learning rate (no weight decay).
         seed: Seed of the batch sampling (the model's initialisation is the caller's).
-        progress: Show a progress bar with the running loss.
         dtype: Compute dtype. ``bfloat16`` autocasts each step's forward pass (fast on CPUs
             with AMX; ``prefer-bfloat16``: only there, see `agentrl_sdk.hardware`); weights
             and optimizer state stay in the model's dtype. The autocast opens and closes per
