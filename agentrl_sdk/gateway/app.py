@@ -61,6 +61,7 @@ def create_app(
         return {"object": "list",
                 "data": [ModelCard(id=name).model_dump() for name in config.models]}
 
+    @app.post("/rollouts/{rollout_id}/v1/chat/completions", dependencies=authorized)
     async def chat(rollout_id: str, body: ChatCompletionRequest) -> Response:
         policy = config.models.get(body.model)
         if policy is None:
@@ -75,10 +76,6 @@ def create_app(
             return StreamingResponse(stream_chunks(completion, include_usage=include),
                                      media_type="text/event-stream")
         return JSONResponse(completion.model_dump(exclude_none=True))
-
-    @app.post("/rollouts/{rollout_id}/v1/chat/completions", dependencies=authorized)
-    async def chat_by_path(rollout_id: str, body: ChatCompletionRequest) -> Response:
-        return await chat(rollout_id, body)
 
     @app.post("/v1/chat/completions", dependencies=authorized)
     async def chat_by_header(

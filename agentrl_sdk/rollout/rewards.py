@@ -59,10 +59,7 @@ async def score(
     rollout that did not finish (status other than ``ok``) gets ``failed_rollout_reward``. A
     reward function that raises or returns None/NaN (or a non-number) is counted and treated
     per ``on_error``: ``zero`` scores 0, ``drop`` leaves ``reward`` None so the trajectory is
-    not trained on.
-
-    Returns:
-        Counters: ``reward_errors``, ``rollouts_failed``.
+    not trained on. Returns the counters ``reward_errors`` and ``rollouts_failed``.
     """
     counts: Counter[str] = Counter()
     grouped = (await _group_values(reward_fn, trajectories, rows)
