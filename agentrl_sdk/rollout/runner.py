@@ -4,6 +4,7 @@ turn each run into a `Trajectory`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -97,9 +98,7 @@ async def arollout_batch(
         return [leaf for group in groups for leaf in group]
     jobs = [one(row, i) for row in rows for i in range(samples)]
     with relaxed_gc():  # many rollouts in flight: see `collector_gc`
-        if gateway is None:
-            return list(await asyncio.gather(*jobs))
-        async with gateway:
+        async with gateway if gateway is not None else contextlib.nullcontext():
             return list(await asyncio.gather(*jobs))
 
 
