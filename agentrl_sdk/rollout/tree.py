@@ -274,8 +274,7 @@ class TreeRollouts:
             return [await self._leaf(group.row_id, path, ending)]
         if path.passed < self.tree.skip_first:  # a routine step: the trunk goes on through it
             path.passed += 1
-            return await self._grow(group, path, None, self._resume_config(ending, path), depth,
-                                    leaves)  # fmt: skip
+            return await self._go_on(group, path, ending, depth, leaves)
         shares = self._shares(leaves, depth)
         if self.tree.min_entropy is not None:
             return await self._branch_if_unsure(group, path, ending, depth, shares)
