@@ -428,7 +428,9 @@ def _load_folder(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     quantization = getattr(config, "quantization_config", None)
     if quantization:
-        method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
+        method = (
+            quantization.get("quant_method") if isinstance(quantization, dict) else quantization
+        )
         raise ModelImportError(
             f"{path} is a quantized checkpoint ({method}); import its float original, or a GGUF "
             "file of it"
