@@ -87,10 +87,8 @@ def window(old: list[Message]) -> list[Message] | None:
 
 
 class DeltaRenderer:
-    """The text a template adds after ``old`` for the new messages of a follow-up call.
-
-    Args:
-        render: The template's full render, ``render(messages, tools, add_generation_prompt)``.
+    """The text a template adds after ``old`` for the new messages of a follow-up call, from
+    the template's full ``render``.
 
     Attributes:
         mismatches: Windows that disagreed with a full render (each turned windows off for

@@ -61,6 +61,8 @@ class EventLog(BaseCallbackHandler):
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._fail(run_id, error)
 
+    on_llm_error = on_tool_error = on_chain_error
+
     # --- chat models ---------------------------------------------------------------------------
     def on_chat_model_start(
         self, serialized: Any, messages: Any, *, run_id: UUID,
@@ -71,9 +73,6 @@ class EventLog(BaseCallbackHandler):
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._end(run_id)
-
-    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        self._fail(run_id, error)
 
     # --- tools ---------------------------------------------------------------------------------
     def on_tool_start(
@@ -88,9 +87,6 @@ class EventLog(BaseCallbackHandler):
         event = self._end(run_id)
         if event is not None:
             event.outputs = output
-
-    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        self._fail(run_id, error)
 
     # --- the recorder's side -------------------------------------------------------------------
     def engine_call(

@@ -53,11 +53,7 @@ class PromptPlan:
 
 
 class TokenLedger:
-    """Segments and calls of one rollout. Not thread-safe; one rollout runs on one event loop.
-
-    Args:
-        template: The chat template used to render new messages.
-    """
+    """Segments and calls of one rollout. Not thread-safe; one rollout runs on one event loop."""
 
     def __init__(self, template: ChatTemplate) -> None:
         self.template = template
@@ -104,29 +100,22 @@ class TokenLedger:
         index, reason = self._find_extension(messages, node)
         if index is not None:
             conv = self._conversations[index]
-            delta = self._delta(conv, messages, tools, key)
+            # The text the template adds for the new messages (None: it rewrites history),
+            # rendered from a window of the history checked against full renders
+            # (`agentrl_sdk.chat.delta`): a full render's text at the new messages' cost.
+            delta = (self.template.deltas.delta(conv.messages, messages, tools, conv.check)
+                     if key == conv.tools_key else None)
             if delta is not None:
                 segment = self.segments[index].whole()
                 closing = self.template.closing_text(segment.response_ids)
                 observation = self.template.encode(closing + delta)
                 conv.busy = True
-                return PromptPlan(
-                    node=node,
-                    messages=messages,
-                    tools_key=key,
-                    prompt_ids=segment.prompt_ids + segment.response_ids + observation,
-                    segment_index=index,
-                    observation_ids=observation,
-                )
+                prompt = segment.prompt_ids + segment.response_ids + observation
+                return PromptPlan(node, messages, key, prompt, segment_index=index,
+                                  observation_ids=observation)
             reason = "template_not_prefix_preserving"
         text = self.template.render(messages, tools, add_generation_prompt=True)
-        return PromptPlan(
-            node=node,
-            messages=messages,
-            tools_key=key,
-            prompt_ids=self.template.encode(text),
-            start_reason=reason,
-        )
+        return PromptPlan(node, messages, key, self.template.encode(text), start_reason=reason)
 
     def commit(
         self, plan: PromptPlan, result: GenerateResult, reply: dict[str, Any], request_id: str
@@ -207,23 +196,6 @@ class TokenLedger:
         if edited:
             return None, "history_edited"
         return None, "new_conversation" if self.segments else "first_call"
-
-    def _delta(
-        self,
-        conv: _Conversation,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        key: str,
-    ) -> str | None:
-        """Text the template adds for the new messages, or None if it rewrites history.
-
-        Rendered from a window of the history, checked against full renders
-        (`agentrl_sdk.chat.delta`): the same text a full render gives, at the cost of the
-        new messages rather than the whole conversation.
-        """
-        if key != conv.tools_key:
-            return None
-        return self.template.deltas.delta(conv.messages, messages, tools, conv.check)
 
 
 def _append(

@@ -41,12 +41,8 @@ def message_text(message: BaseMessage) -> str:
 def to_template_message(
     message: BaseMessage, clip: Callable[[str], str] | None = None
 ) -> dict[str, Any]:
-    """One message as the dict a chat template renders.
-
-    Args:
-        message: A LangChain message.
-        clip: Applied to tool-message content (observation truncation by tokens).
-    """
+    """One message as the dict a chat template renders; ``clip`` is applied to tool-message
+    content (observation truncation by tokens)."""
     if isinstance(message, ChatMessage):
         role = message.role
     else:

@@ -8,7 +8,7 @@ import contextvars
 import inspect
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Literal
 
 from langchain_core.callbacks import (
@@ -184,7 +184,16 @@ class TokenChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return _run_sync(self._agenerate(messages, stop, run_manager, **kwargs))
+        coro = self._agenerate(messages, stop, run_manager, **kwargs)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        # Called synchronously from inside an event loop: run on a helper thread (with the
+        # caller's context variables), not nested.
+        ctx = contextvars.copy_context()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(ctx.run, asyncio.run, coro).result()
 
     def _should_stream(self, *, async_api: bool, **kwargs: Any) -> bool:
         # LangChain's invoke-through-stream path calls `_astream` without the run, and the run
@@ -346,9 +355,7 @@ class TokenChatModel(BaseChatModel):
         template = self._template
         if (template is None or template.tokenizer is not self.tokenizer
                 or template.tool_prompt_setting != self.chat.tool_prompt):
-            self._template = template = ChatTemplate(
-                self.tokenizer, tool_prompt=self.chat.tool_prompt
-            )
+            self._template = template = ChatTemplate(self.tokenizer, self.chat.tool_prompt)
         return template
 
     def _standalone_recorder(self) -> RolloutRecorder:
@@ -383,15 +390,3 @@ def _as_chunk(message: AIMessage) -> AIMessageChunk:
         response_metadata=message.response_metadata, usage_metadata=message.usage_metadata,
         chunk_position="last",
     )
-
-
-def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` for a synchronous caller, with the caller's context variables."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    # Called synchronously from inside an event loop: run on a helper thread, not nested.
-    ctx = contextvars.copy_context()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(ctx.run, asyncio.run, coro).result()

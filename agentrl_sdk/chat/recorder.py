@@ -78,9 +78,6 @@ class RolloutRecorder:
 
     Args:
         engines: The engine serving each policy; a single engine serves every policy.
-        template: The chat template (and tokenizer) of the policy's model.
-        chat: Context budget, observation truncation and timeouts.
-        sampling: Default sampling of every call.
         rollout_id: Prefix of engine request ids, unique per rollout.
         default_trainable: Whether calls from undecorated nodes no rule matches are trained.
         node_rules: Attribution of undecorated nodes by path pattern (see `attribute`).

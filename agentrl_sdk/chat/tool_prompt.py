@@ -61,15 +61,9 @@ def hermes_tools_section(tools: list[dict[str, Any]]) -> str:
 def hermes_messages(
     messages: list[Message], tools: list[dict[str, Any]] | None
 ) -> list[Message]:
-    """``messages`` rewritten so a template without tool support renders tools and calls.
-
-    Args:
-        messages: OpenAI-style message dicts.
-        tools: Tool schemas; none adds no tools section (calls and results are still written).
-
-    Returns:
-        New message dicts with roles system, user and assistant only (plus any other role the
-        caller used), no ``tool_calls``.
+    """``messages`` rewritten so a template without tool support renders tools and calls: new
+    dicts with roles system, user and assistant only (plus any other role the caller used), no
+    ``tool_calls``. No ``tools`` adds no tools section (calls and results are still written).
     """
     out: list[Message] = []
     for k, message in enumerate(messages):
@@ -95,16 +89,10 @@ def hermes_messages(
 def resolve_tool_prompt(
     mode: ToolPromptMode, renders: bool, name: str = "the chat template"
 ) -> Literal["native", "hermes"]:
-    """The tool prompt to use with a template: ``auto`` picks native when it renders tools.
-
-    Args:
-        mode: The configured ``rollout.chat.tool_prompt``.
-        renders: Whether the template renders tools (`renders_tools`).
-        name: What to call the template in the warning, logged once per name.
-
-    Returns:
-        ``native`` or ``hermes``. ``native`` is returned as asked even when the template ignores
-        tools: `ChatTemplate` refuses the first render that would lose them.
+    """The tool prompt to use with a template (``mode``: ``rollout.chat.tool_prompt``):
+    ``auto`` picks native when it ``renders`` tools (`renders_tools`), else hermes with a
+    warning naming it ``name``, once per name. ``native`` is returned as asked even when the
+    template ignores tools: `ChatTemplate` refuses the first render that would lose them.
     """
     if mode != "auto":
         return mode

@@ -45,9 +45,7 @@ async def record_turn(
     """Generate one reply to ``messages`` for ``node`` and record it in ``recorder``'s ledger.
 
     Args:
-        recorder: The rollout's recorder (engine, template, ledger).
         node: Which node (and policy) the call belongs to, and whether it trains.
-        messages: The conversation so far.
         tools: OpenAI tool schemas the template renders into the prompt.
         stop: Stop strings, any text: the engine stops once the generated text contains one,
             and the reply's text is cut there (the ledger keeps every sampled id).
@@ -136,8 +134,7 @@ def _forced_opening(
     if not tools or tool_choice in (None, "auto", "none"):
         return ""
     if tool_choice == "required":  # a call is required: to the only tool, if there is one
-        only = tools[0]["function"]["name"] if len(tools) == 1 else None
-        return parser.call_prefix(only)
+        tool_choice = tools[0]["function"]["name"] if len(tools) == 1 else None
     return parser.call_prefix(tool_choice)
 
 

@@ -119,11 +119,8 @@ def render(player: int, messages: Sequence[Any], roles: dict[int, str]) -> str:
     Its own moves are left out (they are its assistant messages already); other players'
     moves are tagged with their role, the game's messages are plain.
     """
-    lines = []
-    for sender, text, *_ in messages:
-        if sender == player:
-            continue
-        lines.append(str(text).strip() if sender < 0 else f"[{roles.get(sender, sender)}] {text}")
+    lines = [str(text).strip() if sender < 0 else f"[{roles.get(sender, sender)}] {text}"
+             for sender, text, *_ in messages if sender != player]
     return "\n".join(line for line in lines if line)
 
 

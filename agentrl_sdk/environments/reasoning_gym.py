@@ -115,15 +115,11 @@ def _dataset(weights: dict[str, float], size: int, seed: int,
     return composite, dict(composite.datasets)
 
 
-def _task_of(entry: Mapping[str, Any], default: str) -> str:
-    return (entry.get("metadata") or {}).get("source_dataset") or default
-
-
 def _rows(dataset: Any, default_task: str, split: str, seed: int,
           system_prompt: str) -> list[dict[str, Any]]:
     rows = []
     for i, entry in enumerate(dataset):
-        task = _task_of(entry, default_task)
+        task = (entry.get("metadata") or {}).get("source_dataset") or default_task
         messages = [{"role": "user", "content": entry["question"]}]
         if system_prompt:
             messages.insert(0, {"role": "system", "content": system_prompt})
@@ -273,8 +269,6 @@ def reasoning_gym(
         tasks: A task name (``"chain_sum"``), several (equal weights) or ``{name: weight}``
             (reasoning-gym's ``CompositeDataset``: each row's task drawn by weight).
         size: Training rows generated (before held-out questions are removed).
-        seed: The training rows' seed.
-        eval_size: Held-out rows.
         eval_seed: The held-out rows' seed. reasoning-gym makes row ``i`` of seed ``s`` from
             ``Random(s + i)``, so the seeds of the two sets must be further apart than their
             row counts; the default, ``seed + size + len(tasks)``, is the first seed that is.

@@ -180,15 +180,12 @@ def _player_names(env_id: str, players: int | Sequence[str] | None,
                   kwargs: dict[str, Any], seed: int) -> tuple[str, ...]:
     if isinstance(players, str):
         raise ValueError("players is a number or a list of node names, not one string")
-    if players is None:
-        count = players_of(env_id, kwargs, seed)
-    else:
-        count = players if isinstance(players, int) else len(players)
     if isinstance(players, Sequence):
         names = tuple(str(p) for p in players)
         if len(set(names)) != len(names) or "game" in names:
             raise ValueError(f"player names must be distinct and not 'game': {list(names)}")
         return names
+    count = players_of(env_id, kwargs, seed) if players is None else players
     if count < 1:
         raise ValueError(f"a game needs at least one player, got {count}")
     return ("player",) if count == 1 else tuple(f"player_{i}" for i in range(count))
@@ -232,25 +229,19 @@ def _build_graph(game: TextArenaGame, system_prompt: str | None) -> Any:
         new_illegal = [m for m in play.illegal if m["move"] == len(moves) - 1]
         _count("textarena/illegal_moves", len(new_illegal) if conversations else 0)
         out: dict[str, Any] = {
-            "moves": moves, "shown": shown, "done": play.done,
+            "moves": moves, "shown": shown, "done": play.done, "conversations": conversations,
             "illegal_moves": [*(state.get("illegal_moves") or []),
                               *(new_illegal if conversations else [])],
         }
         if play.done:
-            out.update(_ending(game, play))
-            out["conversations"] = conversations
-            return out
-        truncated = len(moves) >= game.max_turns
-        if truncated:
+            return out | _ending(game, play)
+        if len(moves) >= game.max_turns:
             _count("textarena/truncated")
-            out.update(done=True, truncated=True, rewards=None)
-            out["conversations"] = conversations
-            return out
+            return out | {"done": True, "truncated": True, "rewards": None}
         player = game.players[play.player]
         history = conversations.get(player) or list(opening)
         conversations[player] = [*history, HumanMessage(play.shown[-1][1])]
-        out.update(conversations=conversations, to_move=play.player, truncated=False)
-        return out
+        return out | {"to_move": play.player, "truncated": False}
 
     graph = StateGraph(GameState)
     graph.add_node("game", step)

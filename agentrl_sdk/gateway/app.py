@@ -40,8 +40,6 @@ def create_app(
     trajectory of, or rewarding, an unknown id is a 404.
 
     Args:
-        registry: The open rollouts; each call is recorded into its rollout's ledger.
-        config: Served model names, node name, auth, request-size limit.
         api_key: The bearer token every route but ``/health`` requires; None disables auth.
         on_close: Called with the trajectory of each rollout a client closes
             (``DELETE /rollouts/<id>``), e.g. to trace it; it must not block.
@@ -63,6 +61,7 @@ def create_app(
         return {"object": "list",
                 "data": [ModelCard(id=name).model_dump() for name in config.models]}
 
+    @app.post("/rollouts/{rollout_id}/v1/chat/completions", dependencies=authorized)
     async def chat(rollout_id: str, body: ChatCompletionRequest) -> Response:
         policy = config.models.get(body.model)
         if policy is None:
@@ -77,10 +76,6 @@ def create_app(
             return StreamingResponse(stream_chunks(completion, include_usage=include),
                                      media_type="text/event-stream")
         return JSONResponse(completion.model_dump(exclude_none=True))
-
-    @app.post("/rollouts/{rollout_id}/v1/chat/completions", dependencies=authorized)
-    async def chat_by_path(rollout_id: str, body: ChatCompletionRequest) -> Response:
-        return await chat(rollout_id, body)
 
     @app.post("/v1/chat/completions", dependencies=authorized)
     async def chat_by_header(

@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
@@ -64,12 +64,17 @@ async def complete(
     tool_choice = choice.function.get("name") if isinstance(choice, NamedToolChoice) else choice
     node_tag = NodeTag(name=node, policy=policy, trained=True)
     session.requests += 1
+
+    async def generate() -> AIMessage:
+        start_ns = time.time_ns()
+        reply = await record_turn(session.recorder, node_tag, messages, tools=tools, stop=stop,
+                                  sampling=sampling, model_name=request.model,
+                                  tool_choice=tool_choice)
+        session.record_llm_event(reply.response_metadata["request_id"], start_ns)
+        return reply
+
     try:
-        replies = await asyncio.gather(*(
-            _generate(session, node_tag, messages, stop, tools, sampling, request.model,
-                      tool_choice)
-            for _ in range(request.n)
-        ))
+        replies = await asyncio.gather(*(generate() for _ in range(request.n)))
     except ValueError as exc:  # a request the engine refuses (stop strings it cannot read)
         raise GatewayError(400, str(exc)) from exc
     except (ContextBudgetExceeded, EngineError) as exc:
@@ -80,23 +85,6 @@ async def complete(
             ) from exc
         raise GatewayError(503, str(exc), type="server_error", code="engine_error") from exc
     return _completion(request.model, replies)
-
-
-async def _generate(
-    session: RolloutSession,
-    node: NodeTag,
-    messages: list[BaseMessage],
-    stop: list[str] | None,
-    tools: list[dict[str, Any]] | None,
-    sampling: Mapping[str, Any],
-    model_name: str,
-    tool_choice: str | None,
-) -> AIMessage:
-    start_ns = time.time_ns()
-    reply = await record_turn(session.recorder, node, messages, tools=tools, stop=stop,
-                              sampling=sampling, model_name=model_name, tool_choice=tool_choice)
-    session.record_llm_event(reply.response_metadata["request_id"], start_ns)
-    return reply
 
 
 def _messages(request: ChatCompletionRequest) -> list[BaseMessage]:
@@ -128,10 +116,8 @@ def _choice(reply: AIMessage) -> dict[str, Any]:
         for c in reply.tool_calls
     ]
     content = reply.content if isinstance(reply.content, str) else str(reply.content)
-    if reply.response_metadata.get("finish_reason") == "length":
-        reason = "length"
-    else:
-        reason = "tool_calls" if calls else "stop"
+    finished = reply.response_metadata.get("finish_reason")
+    reason = "length" if finished == "length" else "tool_calls" if calls else "stop"
     message = ResponseMessage(content=content if content or not calls else None,
                               tool_calls=calls or None)
     return {"message": message, "finish_reason": reason}

@@ -22,10 +22,6 @@ class CancelOnDisconnect:
 
     The request's messages are read by a pump task and handed to the app in order, so the app
     reads its body as before while the wrapper sees the ``http.disconnect`` that follows it.
-
-    Args:
-        app: The wrapped app.
-        stats: Counts each cancelled request.
     """
 
     def __init__(self, app: ASGIApp, stats: GatewayStats) -> None:

@@ -10,8 +10,6 @@ class GatewayError(AgentRLError):
     """An HTTP error in OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``).
 
     Args:
-        status: HTTP status code.
-        message: What went wrong and what to do.
         type: OpenAI's error type (``invalid_request_error``, ``authentication_error``...).
         code: A machine-readable code (``model_not_found``, ``context_length_exceeded``...).
         param: The request field at fault, if any.

@@ -26,13 +26,8 @@ DRAIN_BYTES = 64 * 1024 * 1024
 
 
 class BodySizeLimit:
-    """ASGI middleware answering 413 ``request_too_large`` to bodies over ``max_bytes``.
-
-    Args:
-        app: The wrapped app.
-        max_bytes: The largest body let through.
-        stats: Counts each refusal (``requests_too_large``).
-    """
+    """ASGI middleware answering 413 ``request_too_large`` to bodies over ``max_bytes``
+    (counted in ``stats.requests_too_large``)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, stats: GatewayStats) -> None:
         self.app = app

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentrl_sdk.chat.events import EventLog
 from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.chat.template import ChatTemplate
 from agentrl_sdk.config import RolloutConfig
@@ -34,8 +33,6 @@ class Gateway:
     Args:
         engine: The engine, or one engine per policy (``config.models`` maps names to policies).
         tokenizer: The policy model's tokenizer (its chat template renders prompts).
-        config: Host, port, auth and served model names.
-        rollout: Sampling defaults, context budget and timeouts of every call.
         on_client_close: Called with the trajectory of each rollout a client closes
             (``DELETE /rollouts/<id>``); when set, the rollouts the gateway opens by id also
             time their calls into ``Trajectory.events`` (what a trace is built from).
@@ -94,7 +91,7 @@ class Gateway:
         """
         recorder = None
         if record_events:
-            recorder = self._recorder(rollout_id or uuid.uuid4().hex, events=EventLog())
+            recorder = self._recorder(rollout_id or uuid.uuid4().hex, record_events=True)
             rollout_id = recorder.rollout_id
         return self.registry.open(rollout_id, recorder, row_id=row_id, sample_index=sample_index)
 
@@ -164,11 +161,7 @@ class Gateway:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def _recorder(self, rollout_id: str, events: EventLog | None = None) -> RolloutRecorder:
-        rollout = self.rollout
-        if events is None and self.on_client_close is not None:
-            events = EventLog()
-        return RolloutRecorder(
-            self.engine, self.template, chat=rollout.chat, sampling=rollout.sampling,
-            rollout_id=rollout_id, default_trainable=rollout.default_trainable, events=events,
-        )
+    def _recorder(self, rollout_id: str, record_events: bool = False) -> RolloutRecorder:
+        return RolloutRecorder.for_rollout(
+            self.engine, self.template, self.rollout, rollout_id,
+            record_events=record_events or self.on_client_close is not None)

@@ -87,8 +87,6 @@ class SessionRegistry:
         recorder_factory: Builds the recorder of a rollout opened by id (``open`` without a
             recorder, or a first call under ``open_on_first_call``).
         open_on_first_call: `get_or_open` opens unknown ids instead of raising.
-        max_client: Most client rollouts open at once.
-        client_ttl_s: Idle seconds after which a client rollout is dropped.
         stats: Where opened, expired and refused client rollouts are counted.
         clock: Monotonic seconds (tests pass a fake one).
     """

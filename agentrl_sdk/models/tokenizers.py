@@ -132,9 +132,7 @@ def build_qwen_tokenizer(template: str = "hermes") -> PreTrainedTokenizerFast:
     Building takes ~2.5 s (plus ~0.8 s per further template), so the result is cached per
     template and the *same object* is returned on every call: treat it as read-only, and
     ``copy.deepcopy`` it before changing it (e.g. adding tokens or replacing the template).
-
-    Args:
-        template: Name of the chat template, a key of ``TEMPLATES`` ("hermes" or "qwen3").
+    ``template`` names the chat template, a key of ``TEMPLATES`` ("hermes" or "qwen3").
 
     Returns:
         The fast tokenizer: eos ``<|im_end|>``, pad ``<|endoftext|>``, ``len() == 151669``.
@@ -271,7 +269,6 @@ def build_small_tokenizer(
     trained model is cached per ``vocab_size`` and every call returns a new tokenizer object.
 
     Args:
-        template: Name of the chat template, a key of ``TEMPLATES``.
         vocab_size: Size of the learned vocabulary, added tokens excluded; at least 256.
         corpus: Training text; ``None`` uses the built-in corpus (arithmetic questions and
             answers, JSON tool calls and results, chat-template boilerplate, short sentences).

@@ -23,26 +23,10 @@ __all__ = ["build_sft_example", "build_sft_examples", "supervised_warm_start"]
 Message = dict[str, Any]
 
 
-def _render(
-    template: ChatTemplate,
-    messages: Sequence[Message],
-    tools: list[dict[str, Any]] | None,
-    add_generation_prompt: bool = False,
-) -> str:
-    # The rollouts' renderer, tool prompt included: SFT and RL see the same prompts.
-    return template.render(list(messages), tools, add_generation_prompt=add_generation_prompt)
-
-
 def _template(tokenizer: PreTrainedTokenizerBase | ChatTemplate, tool_prompt: ToolPromptMode
               ) -> ChatTemplate:
     # A ChatTemplate given by the caller is reused: compiling one per conversation is waste.
     return tokenizer if isinstance(tokenizer, ChatTemplate) else ChatTemplate(tokenizer, tool_prompt)
-
-
-def _end_of_turn(template: ChatTemplate) -> str:
-    """The token that closes an assistant turn (``<|im_end|>``, ``<|eot_id|>``): the model
-    generates it, the rest of the template's suffix is prompt."""
-    return template.decode(template.encode(template.assistant_suffix)[:1])
 
 
 def _assistant_turns(messages: Sequence[Message]) -> list[int]:
@@ -65,11 +49,14 @@ def _turn_span(
     ``None`` when ``full`` renders the history differently (e.g. Qwen3 drops ``<think>``
     blocks of turns before the last user message).
     """
-    prompt = _render(template, messages[:turn], tools, add_generation_prompt=True)
-    with_turn = _render(template, messages[: turn + 1], tools)
+    # The rollouts' renderer, tool prompt included: SFT and RL see the same prompts.
+    prompt = template.render(list(messages[:turn]), tools, add_generation_prompt=True)
+    with_turn = template.render(list(messages[: turn + 1]), tools, add_generation_prompt=False)
     if not (full.startswith(with_turn) and with_turn.startswith(prompt)):
         return None
-    end_of_turn = _end_of_turn(template)
+    # The token that closes an assistant turn (``<|im_end|>``, ``<|eot_id|>``): the model
+    # generates it, the rest of the template's suffix is prompt.
+    end_of_turn = template.decode(template.encode(template.assistant_suffix)[:1])
     end = with_turn.rfind(end_of_turn) + len(end_of_turn)
     if end <= len(prompt):
         raise ValueError(f"assistant message {turn} does not end with {end_of_turn}")
@@ -116,7 +103,6 @@ def build_sft_examples(
         tokenizer: A tokenizer with a chat template, or a `ChatTemplate` to reuse (its tool
             prompt then wins over ``tool_prompt``).
         messages: OpenAI-style messages (``role`` system/user/assistant/tool, ``content``).
-        tools: Tool schemas passed to the chat template.
         tool_prompt: How tools reach the prompt, as ``rollout.chat.tool_prompt`` of the
             rollouts.
 
@@ -132,11 +118,12 @@ def build_sft_examples(
     tokenizer = template.tokenizer
     pending = _assistant_turns(messages)
     if not pending:
-        return [_tokenize_spans(tokenizer, _render(template, messages, tools), [])]
+        full = template.render(list(messages), tools, add_generation_prompt=False)
+        return [_tokenize_spans(tokenizer, full, [])]
     examples = []
     end, first = len(messages), True
     while pending:
-        full = _render(template, messages[:end], tools)
+        full = template.render(list(messages[:end]), tools, add_generation_prompt=False)
         spans = {i: _turn_span(template, messages, tools, i, full) for i in pending}
         covered = [spans[i] for i in pending if spans[i] is not None]
         # The whole conversation may cover no turn (a trailing user message rewrote them all);
@@ -179,7 +166,7 @@ def build_sft_example(
     """
     template = _template(tokenizer, tool_prompt)
     tokenizer = template.tokenizer
-    full = _render(template, messages, tools)
+    full = template.render(list(messages), tools, add_generation_prompt=False)
     spans = [_turn_span(template, messages, tools, i, full) for i in _assistant_turns(messages)]
     if None in spans:
         raise ValueError(
@@ -256,15 +243,11 @@ def supervised_warm_start(
 
     Args:
         model: A causal LM with ``get_decoder()`` and ``get_output_embeddings()``.
-        tokenizer: The model's tokenizer, with a chat template.
         conversations: Conversations of OpenAI-style messages. Assistant ``content`` is the
             exact text to learn, e.g. ``'<tool_call>\\n{"name":"add",...}\\n</tool_call>'``.
         tools: Tool schemas rendered into every conversation's system turn.
-        steps: Optimizer steps.
         lr: Peak AdamW learning rate (no weight decay).
-        batch_size: Examples per step.
         seed: Seed of the batch sampling (the model's initialisation is the caller's).
-        progress: Show a progress bar with the running loss.
         dtype: Compute dtype. ``bfloat16`` autocasts each step's forward pass (fast on CPUs
             with AMX; ``prefer-bfloat16``: only there, see `agentrl_sdk.hardware`); weights
             and optimizer state stay in the model's dtype. The autocast opens and closes per

@@ -35,10 +35,9 @@ InputFn = Callable[[Row], Any]
 
 def default_input(row: Row) -> Any:
     """Graph input for a row: its ``messages`` or verl-style ``prompt``, else the row itself."""
-    if "messages" in row:
-        return {"messages": list(row["messages"])}
-    if "prompt" in row:
-        return {"messages": list(row["prompt"])}
+    for key in ("messages", "prompt"):
+        if key in row:
+            return {"messages": list(row[key])}
     return dict(row)
 
 

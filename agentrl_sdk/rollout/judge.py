@@ -55,12 +55,9 @@ class Judge:
     Args:
         model: Any LangChain chat model; a frozen local one is a `TokenChatModel` with its own
             ``engine`` and ``tokenizer``.
-        rubric: What a good attempt does, in words.
-        name: The reward component's name.
         task: Row -> the task as the judge reads it (default: the row's last user message).
         answer: (final state, trajectory) -> an attempt as the judge reads it (default: the
             last AI message's text).
-        timeout_s: Longest wait for the judge's reply.
     """
 
     def __init__(

@@ -32,13 +32,11 @@ def overlong_penalty(length: int, max_length: int, buffer: int, penalty: float =
 def add_overlong_penalties(
     trajectories: Sequence[Trajectory], *, max_length: int, buffer: int, penalty: float = 1.0
 ) -> int:
-    """Penalise every trained LLM call of each scored rollout by `overlong_penalty`, in place.
+    """Penalise every trained LLM call of each scored rollout by `overlong_penalty`, in place;
+    returns the number of calls penalised.
 
     The penalty credits the call's node and step (the node that wrote the long response pays,
     not the other policies of the rollout) and is added to ``reward``.
-
-    Returns:
-        The number of calls penalised.
     """
     penalised = 0
     for traj in trajectories:

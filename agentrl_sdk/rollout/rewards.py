@@ -59,10 +59,7 @@ async def score(
     rollout that did not finish (status other than ``ok``) gets ``failed_rollout_reward``. A
     reward function that raises or returns None/NaN (or a non-number) is counted and treated
     per ``on_error``: ``zero`` scores 0, ``drop`` leaves ``reward`` None so the trajectory is
-    not trained on.
-
-    Returns:
-        Counters: ``reward_errors``, ``rollouts_failed``.
+    not trained on. Returns the counters ``reward_errors`` and ``rollouts_failed``.
     """
     counts: Counter[str] = Counter()
     grouped = (await _group_values(reward_fn, trajectories, rows)
@@ -113,10 +110,8 @@ async def _group_values(
             return {id(t): exc for t in group}
         return {id(t): v for t, v in zip(group, values, strict=True)}
 
-    found: dict[int, Any] = {}
-    for part in await asyncio.gather(*(one(r, g) for r, g in groups.items())):
-        found.update(part)
-    return found
+    parts = await asyncio.gather(*(one(r, g) for r, g in groups.items()))
+    return {key: value for part in parts for key, value in part.items()}
 
 
 async def _call(reward_fn: RewardFn | None, state: Any, row: Mapping[str, Any], traj: Trajectory):

@@ -4,6 +4,7 @@ turn each run into a `Trajectory`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,12 +44,10 @@ async def arollout(
             ``agent(endpoint, row)`` that speaks OpenAI chat completions to
             ``endpoint.base_url`` (see `agentrl_sdk.rollout.agents`), or a mapping of
             ``agent_name`` to either (see `Target`).
-        row: The dataset row; ``input_fn`` turns it into the graph's input.
         engine: The engine, or one engine per policy name.
         tokenizer: The policy model's tokenizer (its chat template renders prompts).
         n: Samples for this row; defaults to ``config.n``.
-        config: Rollout configuration.
-        input_fn: Row to graph input.
+        input_fn: Turns ``row`` into the graph's input.
         record_events: Time nodes, LLM/engine calls and tools into ``Trajectory.events``
             (what an MLflow trace is built from).
     """
@@ -99,9 +98,7 @@ async def arollout_batch(
         return [leaf for group in groups for leaf in group]
     jobs = [one(row, i) for row in rows for i in range(samples)]
     with relaxed_gc():  # many rollouts in flight: see `collector_gc`
-        if gateway is None:
-            return list(await asyncio.gather(*jobs))
-        async with gateway:
+        async with gateway if gateway is not None else contextlib.nullcontext():
             return list(await asyncio.gather(*jobs))
 
 

@@ -176,16 +176,8 @@ class _Group:
 
 class TreeRollouts:
     """The tree rollouts of one `arollout_batch` call (see the module docstring).
-
-    Args:
-        target: The compiled graph, or a mapping of agent names to graphs.
-        engines: The engine serving each policy (or one engine).
-        template: The policy model's chat template.
-        config: The rollout settings; ``config.tree`` shapes the trees.
-        input_fn: Row to graph input.
-        record_events: Trace the paths (a leaf's events: its trunk's, then its own).
-        gate: Bounds the graph runs (roots and continuations) going at once.
-    """
+    ``record_events`` traces the paths (a leaf's events: its trunk's, then its own); ``gate``
+    bounds the graph runs (roots and continuations) going at once."""
 
     def __init__(
         self,
@@ -282,8 +274,7 @@ class TreeRollouts:
             return [await self._leaf(group.row_id, path, ending)]
         if path.passed < self.tree.skip_first:  # a routine step: the trunk goes on through it
             path.passed += 1
-            return await self._grow(group, path, None, self._resume_config(ending, path), depth,
-                                    leaves)  # fmt: skip
+            return await self._go_on(group, path, ending, depth, leaves)
         shares = self._shares(leaves, depth)
         if self.tree.min_entropy is not None:
             return await self._branch_if_unsure(group, path, ending, depth, shares)

@@ -70,8 +70,6 @@ class TrainingRun:
 
     Args:
         tracking_uri: MLflow tracking URI, e.g. ``sqlite:///mlflow.db`` or ``http://127.0.0.1:5000``.
-        experiment: Experiment name.
-        run_name: Name shown in the UI.
         run_id: Reopen this run (a resumed job continues its run) instead of creating one.
         timeout_s: Seconds one request to the store may take (sets ``MLFLOW_HTTP_REQUEST_TIMEOUT``
             and ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0`` unless set in the environment: the buffer
@@ -91,15 +89,12 @@ class TrainingRun:
         self.logged_through = -1
         """Steps up to this one are in the run already (a reopened run): not logged again."""
         try:
-            if run_id is not None and not self._reopen(run_id):
-                run_id = None
-            if run_id is None:
+            experiment_id = self._reopen(run_id) if run_id is not None else None
+            if experiment_id is None:
                 found = self._client.get_experiment_by_name(experiment)
                 experiment_id = (found.experiment_id if found
                                  else self._client.create_experiment(experiment))
                 run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
-            else:
-                experiment_id = self._client.get_run(run_id).info.experiment_id
         except Exception as exc:
             raise TrackingError(
                 f"cannot open an MLflow run at tracking.uri {tracking_uri!r}: "
@@ -111,20 +106,21 @@ class TrainingRun:
         self._buffer = WriteBuffer(tracking_uri)
         self._writer = TraceWriter(tracking_uri, experiment_id)
 
-    def _reopen(self, run_id: str) -> bool:
-        """Mark ``run_id`` running again and note its logged steps; False if this store does
-        not have it (the checkpoint came from another tracking URI: a new run is opened)."""
+    def _reopen(self, run_id: str) -> str | None:
+        """Mark ``run_id`` running again and note its logged steps; its experiment's id, or None
+        if this store does not have it (the checkpoint came from another tracking URI: a new
+        run is opened)."""
         try:
-            self._client.get_run(run_id)
+            experiment_id = self._client.get_run(run_id).info.experiment_id
         except self._mlflow.exceptions.MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
             logger.warning("run %s is not in %s: opening a new run", run_id, self.tracking_uri)
-            return False
+            return None
         self._client.update_run(run_id, status="RUNNING")
         history = self._client.get_metric_history(run_id, "reward/mean")
         self.logged_through = max((m.step for m in history), default=-1)
-        return True
+        return experiment_id
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         """Config as params and as ``config.json``, package versions as tags and a JSON
@@ -160,12 +156,9 @@ class TrainingRun:
     def log_artifacts(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or folder (checkpoint, exported model) as run artifacts (uploaded in the
         background: a folder deleted before its turn counts as a failed write)."""
-        if Path(path).is_dir():
-            self._submit(f"artifacts {path}", self._client.log_artifacts, self.run_id, str(path),
-                         artifact_path)
-        else:
-            self._submit(f"artifact {path}", self._client.log_artifact, self.run_id, str(path),
-                         artifact_path)
+        folder = Path(path).is_dir()
+        log = self._client.log_artifacts if folder else self._client.log_artifact
+        self._submit(f"artifact{'s' * folder} {path}", log, self.run_id, str(path), artifact_path)
 
     def end_abandoned(self, run_id: str) -> None:
         """Mark run ``run_id`` KILLED if it is still RUNNING (its driver died, and this job

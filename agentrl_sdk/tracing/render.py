@@ -92,8 +92,7 @@ def render_trace(view: TraceView, *, show_prompt: bool = True) -> Group:
     stack = [tree]
     for line in view.spans:
         del stack[line.depth + 1:]
-        node = stack[-1].add(_span_text(line))
-        stack.append(node)
+        stack.append(stack[-1].add(_span_text(line)))
     sign = advantage_sign(summary["advantage"])
     panels = [_segment_panel(i, seg, sign, show_prompt) for i, seg in enumerate(view.segments)]
     return Group(head, facts, tree, trace_legend(), *panels)

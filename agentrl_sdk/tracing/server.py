@@ -9,7 +9,6 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 
 def free_port() -> int:
@@ -112,8 +111,7 @@ class MlflowServer:
             raise
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

@@ -143,7 +143,6 @@ def build_trace_payload(
     Args:
         traj: The rollout, with ``events`` recorded (``arollout(..., record_events=True)``);
             without events the trace holds the root span only.
-        experiment_id: Experiment the trace belongs to.
         step: Training step, a tag (None: no step, as for a served request).
         run_id: The training job's MLflow run; the trace is linked to it.
         credit: The rollout's advantage and loss share, when it was trained on.
@@ -154,8 +153,6 @@ def build_trace_payload(
             digits, `mlflow_trace_id`); a random one when None.
         tags_extra: More tags, set last (they may rename the trace: ``mlflow.traceName``).
     """
-    from mlflow.entities import TraceInfo, TraceLocation, TraceState
-
     builder = SpanBuilder(random.getrandbits(128) if trace_id is None else trace_id)
     graph = next((e for e in traj.events if e.kind == "graph"), None)
     times = [e.start_ns for e in traj.events] + [e.end_ns or 0 for e in traj.events]
@@ -163,15 +160,13 @@ def build_trace_payload(
         (min(times), max(times)) if times else now_pair()
     )
     root_attrs = _root_attributes(traj, step, credit, tokenizer)
-    if tree is not None:
-        root_attrs[ATTR + "tree"] = tree
     inputs = {"row_id": traj.row_id, "sample_index": traj.sample_index, "step": step,
               "input": graph.inputs if graph else None}
     outputs = {k: root_attrs[ATTR + k] for k in ("status", "reward", "rewards", "advantage",
                                                  "loss_share", "error")}
     outputs["output"] = graph.outputs if graph else None
     if tree is not None:
-        outputs["tree"] = tree
+        root_attrs[ATTR + "tree"] = outputs["tree"] = tree
     root = builder.add(None, f"rollout {traj.row_id}#{traj.sample_index}", "AGENT", start, end,
                        inputs, outputs, root_attrs, traj.error if traj.status != "ok" else None)
     ids = {graph.id: root} if graph else {}
@@ -182,18 +177,27 @@ def build_trace_payload(
     if credit is not None:
         tags["advantage"] = f"{credit.advantage:.4g}"
     tags.update(tags_extra or {})
-    info = TraceInfo(
+    return trace_info(builder, experiment_id, start, end, traj.status == "ok", inputs,
+                      json.dumps(outputs), run_id, tags), builder.spans
+
+
+def trace_info(builder: SpanBuilder, experiment_id: str, start: int, end: int, ok: bool,
+               inputs: Any, outputs: str, run_id: str | None, tags: dict[str, str]) -> TraceInfo:
+    """The info of the trace ``builder`` holds (``outputs``: its JSON response), linked to the
+    MLflow run ``run_id`` when given."""
+    from mlflow.entities import TraceInfo, TraceLocation, TraceState
+
+    return TraceInfo(
         trace_id=builder.trace_id,
         trace_location=TraceLocation.from_experiment_id(experiment_id),
         request_time=start // 1_000_000,
         execution_duration=max(0, (end - start) // 1_000_000),
-        state=TraceState.OK if traj.status == "ok" else TraceState.ERROR,
+        state=TraceState.OK if ok else TraceState.ERROR,
         request_preview=json.dumps(inputs),
-        response_preview=json.dumps(outputs)[:1000],
+        response_preview=outputs[:1000],
         trace_metadata={"mlflow.sourceRun": run_id} if run_id else {},
         tags=tags,
     )
-    return info, builder.spans
 
 
 # --- span assembly -------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ and on each leaf its reward, advantage and the id of its own trace.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from agentrl_sdk.tracing.traces import (
     TracePayload,
     decode_ids,
     now_pair,
+    trace_info,
 )
 from agentrl_sdk.types import LLMCall, Trajectory
 
@@ -95,8 +95,6 @@ class _TreeDrawing:
 
     def payload(self, row_id: str, tree: int, experiment_id: str, step: int,
                 run_id: str | None, phase: str) -> TracePayload:
-        from mlflow.entities import TraceInfo, TraceLocation, TraceState
-
         under = _under(self.leaves, [tree])
         start, end = _span_of(under)
         inputs = {"row_id": row_id, "tree": tree, "step": step}
@@ -110,19 +108,9 @@ class _TreeDrawing:
                 "mlflow.traceName": f"tree {row_id} · {tree}"}
         if run_id:
             tags["run_id"] = run_id
-        info = TraceInfo(
-            trace_id=self.builder.trace_id,
-            trace_location=TraceLocation.from_experiment_id(experiment_id),
-            request_time=start // 1_000_000,
-            execution_duration=max(0, (end - start) // 1_000_000),
-            state=TraceState.OK if ok else TraceState.ERROR,
-            request_preview=json.dumps(inputs),
-            response_preview=self.builder.spans[root - 1]["attributes"]["mlflow.spanOutputs"][
-                :1000],
-            trace_metadata={"mlflow.sourceRun": run_id} if run_id else {},
-            tags=tags,
-        )
-        return info, self.builder.spans
+        outputs = self.builder.spans[root - 1]["attributes"]["mlflow.spanOutputs"]
+        return trace_info(self.builder, experiment_id, start, end, ok, inputs, outputs, run_id,
+                          tags), self.builder.spans
 
     def _node(self, parent: int | None, path: list[int], under: list[Trajectory], above: float,
               calls_above: int, start: int, inputs: Any = None,

@@ -121,14 +121,11 @@ def search_rollout_traces(
     tree that holds a traced leaf (``kind = 'tree'``, ``tree_path`` its root's index).
 
     Args:
-        tracking_uri: The MLflow store.
         experiment: Experiment name; ignored when ``run_id`` is given.
-        run_id: Training run whose traces to list.
         step, status, row_id: Filters on the trace tags.
         phase: ``train`` (training rollouts) or ``eval`` (held-out evaluations); both when None.
         kind: ``rollout`` or ``tree`` traces only; both when None (traces written before the
             ``kind`` tag existed are rollouts without it: only None lists them).
-        limit: Most traces returned.
 
     Raises:
         ValueError: the run or experiment does not exist, ``kind`` is neither, or a filter
@@ -136,9 +133,7 @@ def search_rollout_traces(
     """
     if kind is not None and kind not in TRACE_KINDS:
         raise ValueError(f"kind is one of {TRACE_KINDS} or None, not {kind!r}")
-    mlflow = _mlflow()
-
-    client = mlflow.MlflowClient(tracking_uri)
+    client = _mlflow().MlflowClient(tracking_uri)
     if run_id:
         experiment_ids = [client.get_run(run_id).info.experiment_id]
     elif experiment:
@@ -165,9 +160,7 @@ def load_trace_view(tracking_uri: str, trace_id: str) -> TraceView:
     Raises:
         ValueError: no trace ``trace_id`` in the store.
     """
-    mlflow = _mlflow()
-
-    trace = mlflow.MlflowClient(tracking_uri).get_trace(trace_id)
+    trace = _mlflow().MlflowClient(tracking_uri).get_trace(trace_id)
     if trace is None:
         raise ValueError(f"no trace {trace_id} in {tracking_uri}")
     return TraceView.from_trace(trace)

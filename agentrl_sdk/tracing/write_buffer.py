@@ -114,7 +114,11 @@ class WriteBuffer:
                 if not self._writes:
                     return
                 write, self._busy = self._writes[0], True
-            error = _attempt(write)
+            error: Exception | None = None
+            try:
+                write.call()
+            except Exception as exc:  # noqa: BLE001 - a tracking failure must never reach training
+                error = exc
             with self._changed:
                 self._busy = False
                 if error is None or _refused(error):
@@ -147,14 +151,6 @@ class WriteBuffer:
                 while not self._closing and (left := until - time.monotonic()) > 0:
                     self._changed.wait(left)
                 wait = min(wait * 2, self._backoff_s[1])
-
-
-def _attempt(write: _Write) -> BaseException | None:
-    try:
-        write.call()
-    except Exception as exc:  # noqa: BLE001 - a tracking failure must never reach training
-        return exc
-    return None
 
 
 def _refused(error: BaseException) -> bool:

@@ -41,10 +41,6 @@ CLOSE_TIMEOUT_S = 120.0
 class TraceWriter:
     """A child process writing trace batches to ``tracking_uri``, started on first use.
 
-    Args:
-        tracking_uri: MLflow tracking URI (sqlite file or ``mlflow server``).
-        experiment_id: Experiment the traces belong to.
-
     Attributes:
         written: Traces the child wrote.
         errors: Batches the store refused (or the child died before writing).

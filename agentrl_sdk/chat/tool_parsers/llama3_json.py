@@ -67,6 +67,4 @@ def _read_calls(text: str) -> Iterator[ParsedToolCall | InvalidToolCall]:
 
 
 def _skip_space(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos].isspace():
-        pos += 1
-    return pos
+    return len(text) - len(text[pos:].lstrip())
