@@ -12,8 +12,9 @@ Every file holds:
   measured in the same run, and ``baseline_value`` is what it measured;
 - ``details`` (optional): per-run data that is not a figure.
 
-A figure written with ``merge=True`` also carries its own ``date`` and ``command``: the file's
-other figures came from other runs. ``benchmarks/report.py`` turns the files into the page.
+A figure written with ``merge=True`` also carries its own ``date``, ``command`` and ``machine``:
+the file's other figures came from other runs, perhaps on another machine.
+``benchmarks/report.py`` turns the files into the page.
 """
 
 from __future__ import annotations
@@ -44,25 +45,26 @@ def write_result(name: str, figures: dict[str, dict], *, merge: bool = False) ->
             figure gives one, else from `_baselines`. A figure whose value is not a number
             (per-run data) goes to ``details``.
         merge: Keep the file's other figures (a benchmark whose variants run separately);
-            this call's figures carry their own date and command.
+            this call's figures carry their own date, command and machine.
 
     Returns:
         The path written.
     """
     path = RESULTS_DIR / f"{name}.json"
-    now, command = utc_now(), command_line()
-    payload = {"benchmark": name, "machine": machine_info(), "date": now, "command": command,
+    now, command, machine = utc_now(), command_line(), machine_info()
+    payload = {"benchmark": name, "machine": machine, "date": now, "command": command,
                "figures": [], "details": {}}  # fmt: skip
     if merge and path.exists():
         old = normalise(json.loads(path.read_text()), name)
         for figure in old["figures"]:
             figure.setdefault("date", old["date"])
             figure.setdefault("command", old["command"])
+            figure.setdefault("machine", old["machine"])
         payload["figures"], payload["details"] = old["figures"], old["details"]
     fresh = normalise({"figures": figures}, name)
     if merge:
         for figure in fresh["figures"]:
-            figure.update(date=now, command=command)
+            figure.update(date=now, command=command, machine=machine)
     names = {f["name"] for f in fresh["figures"]}
     payload["figures"] = [f for f in payload["figures"] if f["name"] not in names]
     payload["figures"] += fresh["figures"]

@@ -280,8 +280,8 @@ def main() -> None:
         figures[f"torch_vs_vllm_cpu{suffix}"] = {
             "value": round(median["torch"], 1),
             "unit": f"generated tok/s ({shape_note})",
-            "baseline": "vLLM-CPU on the same requests, same run, alternating",
-            "baseline_value": round(median["vllm"], 1),
+            "baseline_name": "vLLM-CPU on the same requests, same run, alternating",
+            "baseline": round(median["vllm"], 1),
             "ratio": round(median["torch"] / median["vllm"], 3),
             "goal": GOAL_VS_VLLM,
             "runs": {s: [round(r, 1) for r in rates[(s, shape.name)]] for s in systems},
@@ -289,8 +289,8 @@ def main() -> None:
         figures[f"bandwidth_fraction{suffix}"] = {
             "value": round(median["torch"] / bounds["torch"], 3),
             "unit": "TorchEngine tok/s over the bandwidth bound (shared prompts read once)",
-            "baseline": "bound: rows x copy bandwidth / bytes a decode step reads",
-            "baseline_value": round(bounds["torch"], 1),
+            "baseline_name": "bound: rows x copy bandwidth / bytes a decode step reads",
+            "baseline": round(bounds["torch"], 1),
             "ratio": round(median["torch"] / bounds["torch"], 3),
             "goal": GOAL_FRACTION,
             "copy_bandwidth_gb_s": round(bandwidth / 1e9, 2),
@@ -301,8 +301,8 @@ def main() -> None:
         figures[f"compute_bound{suffix}"] = {
             "value": round(median["torch"] / compute, 3),
             "unit": "TorchEngine tok/s over the compute bound",
-            "baseline": "bound: rows x matmul FLOP/s at this width / FLOPs of a decode step",
-            "baseline_value": round(compute, 1),
+            "baseline_name": "bound: rows x matmul FLOP/s at this width / FLOPs of a decode step",
+            "baseline": round(compute, 1),
             "ratio": round(median["torch"] / compute, 3),
             "matmul_gflop_s": round(flops[shape.name] / 1e9, 1),
             "vllm_fraction": round(median["vllm"] / compute, 3),
@@ -312,8 +312,8 @@ def main() -> None:
             figures["shared_prompts_speedup"] = {
                 "value": round(median["torch"], 1),
                 "unit": f"generated tok/s ({shape_note})",
-                "baseline": "the same TorchEngine with a copy of the prompt per row",
-                "baseline_value": round(median["torch_copies"], 1),
+                "baseline_name": "the same TorchEngine with a copy of the prompt per row",
+                "baseline": round(median["torch_copies"], 1),
                 "ratio": round(median["torch"] / median["torch_copies"], 3),
             }
     console = Console()

@@ -155,12 +155,16 @@ def section(result: dict[str, Any], link: Callable[[str], str]) -> list[str]:
             own.append(figure)
     lines.append("")
     # Figures merged in from another run of the script: one line per run.
-    runs: dict[tuple[str, str], list[str]] = {}
+    runs: dict[tuple[str, str, str], list[str]] = {}
     for figure in own:
-        run = (_day(figure.get("date", date)), figure.get("command", command))
+        machine = describe_machine(figure.get("machine", result["machine"]))
+        run = (_day(figure.get("date", date)), figure.get("command", command), machine)
         runs.setdefault(run, []).append(f"`{figure['name']}`")
-    for (day, other), names in runs.items():
-        lines += [f"{', '.join(names)}: measured on {day} by {_code(other)}.", ""]
+    for (day, other, machine), names in runs.items():
+        on = "" if machine == describe_machine(result["machine"]) else f" on {machine}"
+        script = _script_of(other)
+        via = f" (script: {link(script)})" if script else ""
+        lines += [f"{', '.join(names)}: measured on {day}{on} by {_code(other)}{via}.", ""]
     return lines
 
 
@@ -254,7 +258,8 @@ def headline_table(results: list[dict[str, Any]]) -> str:
             raise ValueError(f"README headline {benchmark}/{name}: no such figure in the results")
         ratio = "" if figure.get("ratio") is None else f" (ratio {_number(figure['ratio'])})"
         baseline = f"{_cell(figure['baseline'])}: {_number(figure.get('baseline_value'))}{ratio}"
-        when = f"{describe_machine(result['machine'])}; {_day(figure.get('date', result['date']))}"
+        machine = describe_machine(figure.get("machine", result["machine"]))
+        when = f"{machine}; {_day(figure.get('date', result['date']))}"
         lines.append(f"| {what} | **{_number(figure['value'])}** {_cell(figure['unit'])} | "
                      f"{baseline} | {when} | {_code(figure.get('command', result['command']))} |")
     return "\n".join(lines)

@@ -74,6 +74,8 @@ def test_write_result_records_machine_date_command_and_merges(tmp_path, monkeypa
     assert first["details"] == {"runs": {"value": None, "rounds": [1, 2]}}
 
     monkeypatch.setattr(sys, "argv", [str(report.BENCH_DIR / "engine.py"), "--other"])
+    other_machine = {"cpu": "Other CPU", "cores": 4, "bf16": "native (AMX)"}
+    monkeypatch.setattr(_results, "machine_info", lambda: other_machine)
     _results.write_result("engine", {"second": {"value": 2.0, "baseline": 1.0, "ratio": 2.0,
                                                 "unit": "s", "baseline_name": "B"}},
                           merge=True)  # fmt: skip
@@ -83,6 +85,12 @@ def test_write_result_records_machine_date_command_and_merges(tmp_path, monkeypa
     assert by_name["second"]["command"] == "python benchmarks/engine.py --other"
     assert by_name["second"]["baseline"] == "B"
     assert merged["details"] == first["details"]
+    # Each figure keeps the machine it was measured on, and the page names the other one.
+    assert by_name["batching_speedup"]["machine"] == first["machine"]
+    assert merged["machine"] == by_name["second"]["machine"] == other_machine
+    page = "\n".join(report.section(merged, lambda path: path))
+    assert f"measured on {report._day(first['date'])} on " in page
+    assert report.describe_machine(first["machine"]) in page
 
 
 def test_an_older_file_is_shown_with_what_it_records():
