@@ -96,11 +96,10 @@ def test_entries_store_only_what_no_other_entry_holds():
         kv_i[:, :32] = kv[0][:, :32]
     cache = PrefixCache(max_bytes=1 << 20)
     cache.insert(None, system, [kv[0][:, :32].clone()], [-kv[0][:, :32]])
-    columns = torch.arange(100, 172)  # where the row sits in a padded batch
     for i, row in enumerate(rows):
-        padded = torch.zeros(2, 172, 4)
+        padded = torch.zeros(2, 172, 4)  # the row as it sits in a padded batch
         padded[:, 100:] = kv[i]
-        cache.insert(None, row, [padded], [-padded], columns)
+        cache.insert(None, row, [padded[:, 100:]], [-padded[:, 100:]])
     per_token = 2 * 4 * 4 * 2  # heads x dim x float32, keys and values
     assert cache.nbytes == per_token * (32 + 3 * 32)  # the shared prompt once
     for i, row in enumerate(rows):

@@ -144,24 +144,18 @@ class PrefixCache:
         tokens: Sequence[int],
         keys: list[torch.Tensor],
         values: list[torch.Tensor],
-        columns: torch.Tensor | None = None,
         offset: int = 0,
     ) -> None:
         """Keep ``tokens``' keys and values (whole blocks only), copying only those of the
         tokens no entry holds yet. ``keys``/``values``: per layer ``(H, n, D)``, the tokens'
-        from ``offset`` on (those before it must be held already: see `held`), at ``columns``
-        (default: in order). A tensor that holds exactly the new tokens is kept as it is: pass
-        copies or ``columns``, not plain views of a batch."""
+        from ``offset`` on (those before it must be held already: see `held`). A tensor that
+        holds exactly the new tokens is kept as it is: pass copies, not views of a batch."""
         length = len(tokens) // BLOCK_TOKENS * BLOCK_TOKENS
         found = self._longest(adapter, tokens, length)
         base, start = found if found is not None else (None, 0)
         if start == length or start < offset:
             return
-        own = (
-            slice(start - offset, length - offset)
-            if columns is None
-            else columns[start - offset : length - offset]
-        )  # the tokens' own columns
+        own = slice(start - offset, length - offset)  # the tokens' own columns
         entry = _Entry(
             adapter,
             tuple(tokens[:length]),
@@ -209,10 +203,8 @@ class PrefixCache:
                 del self._index[(entry.adapter, h)]
 
 
-def _owned(t: torch.Tensor, columns: slice | torch.Tensor) -> torch.Tensor:
+def _owned(t: torch.Tensor, columns: slice) -> torch.Tensor:
     """``t``'s ``columns`` (dim 1), copied unless they are all of a tensor of its own."""
-    if isinstance(columns, torch.Tensor):
-        return t.index_select(1, columns)
     part = t[:, columns]
     whole = part.is_contiguous() and (
         part.untyped_storage().nbytes() == part.numel() * part.element_size()

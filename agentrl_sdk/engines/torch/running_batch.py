@@ -10,9 +10,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from agentrl_sdk.engines.stop_strings import StopStrings
-from agentrl_sdk.engines.torch.kv_cache import (
-    DECODE_ROOM, RoomyCache, append_rows, fill_order, fits, keep_rows,
-)
+from agentrl_sdk.engines.torch.kv_cache import DECODE_ROOM, append_rows, fill_order, fits, keep_rows
 from agentrl_sdk.engines.torch.shared_prompts import PromptView, SharedPrompts
 from agentrl_sdk.types import FinishReason, SamplingParams
 
@@ -106,14 +104,23 @@ class RunningBatch:
         return cls([], None, none.reshape(0, 0), none, none)
 
     @classmethod
-    def sharing_prompts(
+    def of_prefill(
         cls, rows: list[Any], prefill: DynamicCache, mask: torch.Tensor, groups: list[int],
-        positions: torch.Tensor, own: DynamicCache,
+        positions: torch.Tensor, own: DynamicCache | None,
     ) -> RunningBatch:
-        """Rows whose contexts were prefilled once per group (``prefill``, ``mask``: the
-        groups' cache and attention mask; ``groups[b]``: row b's): the prompts stay shared and
-        each row's own cache (``own``, empty) starts with no column."""
+        """Rows whose contexts were prefilled once per distinct context (``prefill``, ``mask``:
+        their cache and attention mask; ``groups[b]``: row b's). Where rows share a context and
+        ``own`` (an empty cache) is given, the context's keys stay shared (`SharedPrompts`) and
+        each row's own cache starts with no column; else each row gets its own copy."""
+        if len(rows) == mask.shape[0]:  # every context distinct: nothing to share or copy
+            return cls(rows, prefill, mask, positions, positions)
         layers = list(prefill.layers)
+        if own is None:  # a copy per row
+            index = torch.tensor(groups, dtype=torch.long)
+            for layer in layers:
+                layer.keys = layer.keys.index_select(0, index)
+                layer.values = layer.values.index_select(0, index)
+            return cls(rows, prefill, mask.index_select(0, index), positions, positions)
         shared = SharedPrompts.of_prefill(
             [la.keys for la in layers], [la.values for la in layers], mask, groups
         )

@@ -310,20 +310,8 @@ class Scheduler:
         lengths = torch.tensor([len(r.context) for r in self._prefilling])
         if len(distinct) < len(self._prefilling):
             logits = logits.index_select(0, torch.tensor(where, dtype=torch.long))
-            if self.share_prompts:  # each context's keys stay once, read once a step
-                own = RoomyCache(self.model.config)
-                fresh = RunningBatch.sharing_prompts(
-                    self._prefilling, cache, mask, where, lengths, own
-                )
-            else:  # each row its own copy
-                index = torch.tensor(where, dtype=torch.long)
-                mask = mask.index_select(0, index)
-                for layer in cache.layers:
-                    layer.keys = layer.keys.index_select(0, index)
-                    layer.values = layer.values.index_select(0, index)
-                fresh = RunningBatch(self._prefilling, cache, mask, lengths, lengths)
-        else:
-            fresh = RunningBatch(self._prefilling, cache, mask, lengths, lengths)
+        own = RoomyCache(self.model.config) if self.share_prompts else None
+        fresh = RunningBatch.of_prefill(self._prefilling, cache, mask, where, lengths, own)
         noise = fresh.noise(logits.shape[-1])
         tokens, logprobs = sample_next(logits, fresh.temperature, fresh.top_k, fresh.top_p, noise)
         fresh.last = tokens
