@@ -72,16 +72,22 @@ class HistoryCheck:
     checked_at: int = 0
 
 
+MIN_DROPPED = 6
+"""Fewest messages a window drops. A shorter history renders in full: its window would save
+less rendering than the full-render check of the conversation's first window costs."""
+
+
 def window(old: list[Message]) -> list[Message] | None:
-    """The messages of ``old`` a window keeps, or None when it would keep them all.
+    """The messages of ``old`` a window keeps, or None when the history renders in full.
 
     The head is everything up to the first user message (system turn, first query); the tail
-    the last one or two messages, so that an even number is dropped between.
+    the last one or two messages, so that an even number is dropped between: at least
+    `MIN_DROPPED`, or no window.
     """
     first_user = next((i for i, m in enumerate(old) if m.get("role") == "user"), 0)
     head = first_user + 1
     tail = 1 if (len(old) - head - 1) % 2 == 0 else 2
-    if len(old) - head - tail <= 0:
+    if len(old) - head - tail < MIN_DROPPED:
         return None
     return [*old[:head], *old[-tail:]]
 

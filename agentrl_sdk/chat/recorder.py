@@ -213,12 +213,10 @@ class RolloutRecorder:
         timeout = self.chat.request_timeout_s if timeout_s is None else timeout_s
         started_ns = time.time_ns()
         try:
-            result = await asyncio.wait_for(
-                self.engine_for(node.policy).generate(
+            async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
+                result = await self.engine_for(node.policy).generate(
                     plan.engine_prompt, sampling, request_id, session_id=self.rollout_id
-                ),
-                timeout=timeout,
-            )
+                )
         except TimeoutError as exc:
             self.ledger.release(plan)
             self.metrics["engine_timeouts"] += 1

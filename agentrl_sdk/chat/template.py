@@ -3,12 +3,13 @@ around it when the template has no tool support), and encode text to ids."""
 
 from __future__ import annotations
 
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
 from agentrl_sdk.chat.delta import DeltaRenderer
+from agentrl_sdk.chat.encoding import PieceEncoder
 from agentrl_sdk.chat.tool_prompt import hermes_messages, renders_tools, resolve_tool_prompt
 from agentrl_sdk.config import ToolPromptMode
 
@@ -42,8 +43,8 @@ class ChatTemplate:
         self._specials = {
             k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)
         }
-        # The same texts recur: n samples share a first prompt, tool results repeat.
-        self._encode_cached = lru_cache(maxsize=4096)(self._encode_uncached)
+        # The same pieces recur: every rollout's system turn and tools, each turn's opening.
+        self._encoder = PieceEncoder(tokenizer)
         self._renders_tools = renders_tools(lambda m, t: self._render_native(m, t, True))
         name = f"the chat template of {getattr(tokenizer, 'name_or_path', '') or 'the tokenizer'}"
         self.tool_prompt_setting = tool_prompt
@@ -87,14 +88,11 @@ class ChatTemplate:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens written in the text map to their ids."""
-        return list(self._encode_cached(text))
-
-    def _encode_uncached(self, text: str) -> tuple[int, ...]:
-        return tuple(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self._encoder.encode(text))
 
     def count(self, text: str) -> int:
         """How many tokens ``text`` is, without caching it (whole prompts are counted once)."""
-        return len(self._encode_uncached(text))
+        return len(self._encoder.encode_whole(text))
 
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids``, special tokens included."""

@@ -147,6 +147,8 @@ def test_window_keeps_head_and_parity():
     assert [m["content"] for m in kept] == ["0", "1", "10"]  # 8 dropped: parity holds
     assert [m["content"] for m in window(old[:-1])] == ["0", "1", "8", "9"]
     assert window(old[:3]) is None  # nothing to drop
+    assert window(old[:8]) is None  # 4 to drop: fewer than MIN_DROPPED, rendered in full
+    assert len(window(old[:9])) == 3  # 6 dropped
 
 
 def test_windows_check_against_full_renders_at_doublings(qwen_tokenizer, monkeypatch):
@@ -167,5 +169,6 @@ def test_windows_check_against_full_renders_at_doublings(qwen_tokenizer, monkeyp
         history += [{"role": "user", "content": f"q{k}"}]
         deltas.delta(history[:-1], history, None, check)
         history += [{"role": "assistant", "content": f"a{k}"}]
-    # Full renders of long histories only at the first window and when it doubled since.
-    assert fulls == [4, 8, 16, 32, 64]
+    # Short histories render in full; longer ones only at the first window (8 messages: 6
+    # dropped) and whenever the history doubled since.
+    assert fulls == [4, 6, 8, 16, 32, 64]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
@@ -9,6 +11,9 @@ from pydantic import BaseModel, Field
 
 from agentrl_sdk import ChatConfig, ContextBudgetExceeded, NoEngineError, TokenChatModel
 from agentrl_sdk.chat import ChatTemplate
+from agentrl_sdk.chat.context import current_recorder
+from agentrl_sdk.chat.recorder import RolloutRecorder
+from agentrl_sdk.errors import EngineError
 
 
 @tool
@@ -89,6 +94,33 @@ async def test_context_budget_raises_before_calling_engine(qwen_tokenizer, scrip
     with pytest.raises(ContextBudgetExceeded, match="context budget of 16"):
         await llm.ainvoke([SystemMessage("long " * 20), HumanMessage("hi")])
     assert engine.prompts == []
+
+
+async def test_an_engine_that_never_answers_fails_the_call_after_the_timeout(
+    qwen_tokenizer, scripted
+):
+    engine = scripted(qwen_tokenizer, ["hello"])
+    answered = engine.generate
+
+    async def first_hangs(prompt_ids, sampling, request_id, *, session_id=None):
+        if len(engine.prompts) == 0 and not hung:
+            hung.append(request_id)
+            await asyncio.Event().wait()  # never set
+        return await answered(prompt_ids, sampling, request_id, session_id=session_id)
+
+    hung: list[str] = []
+    engine.generate = first_hangs
+    template = ChatTemplate(qwen_tokenizer)
+    recorder = RolloutRecorder(engine, template, chat=ChatConfig(request_timeout_s=0.2))
+    token = current_recorder.set(recorder)
+    try:
+        with pytest.raises(EngineError, match="no answer to rollout-0 within 0.2s"):
+            await TokenChatModel().ainvoke("hi")
+        assert recorder.metrics["engine_timeouts"] == 1 and recorder.ledger.calls == []
+        reply = await TokenChatModel().ainvoke("hi")  # the ledger was released: a fresh call
+    finally:
+        current_recorder.reset(token)
+    assert reply.content == "hello" and len(recorder.ledger.calls) == 1
 
 
 async def test_max_tokens_shrinks_to_the_room_left(qwen_tokenizer, scripted):
