@@ -345,7 +345,6 @@ def _sampled_logprobs(ids: list[int], logprobs: Any) -> list[float]:
 def default_eos(model_path: str) -> list[int]:
     """EOS ids of a model folder: ``generation_config.json``, else ``config.json``."""
     import json
-    from pathlib import Path
 
     for name in ("generation_config.json", "config.json"):
         file = Path(model_path) / name
