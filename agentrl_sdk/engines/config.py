@@ -94,12 +94,7 @@ class EngineConfig(ConfigSection):
         return self
 
     def create_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `create_engine` besides the backend and model path."""
-        kwargs: dict[str, Any] = {
-            "max_batch_size": self.max_batch_size, **self.options.engine_kwargs()
-        }
-        if self.url is not None:
-            kwargs["url"] = self.url
-        return {"replicas": self.replicas, "ray_actors": self.ray_actors,
-                "max_restarts": self.max_restarts, "health_timeout_s": self.health_timeout_s,
-                "restart_timeout_s": self.restart_timeout_s, **kwargs}
+        """Keyword arguments of `create_engine` besides the backend and model path: this
+        section's fields (``url`` when set) and the backend's options, which override them."""
+        fields = self.model_dump(exclude={"backend", "options"}, exclude_none=True)
+        return {**fields, **self.options.engine_kwargs()}
