@@ -84,7 +84,7 @@ class EngineConfig(ConfigSection):
             raise ValueError(f"engine.options are {type(self.options).__name__}, not the "
                              f"{BACKENDS[self.backend].options.__name__} of {self.backend!r}")
         own = getattr(self.options, "max_batch_size", None)
-        if own is not None and "max_batch_size" in self.model_fields_set and own != self.max_batch_size:
+        if own not in (None, self.max_batch_size) and "max_batch_size" in self.model_fields_set:
             raise ValueError(
                 f"engine.max_batch_size ({self.max_batch_size}) and engine.options.max_batch_size "
                 f"({own}) are the same setting: keep one"
