@@ -84,7 +84,7 @@ class EngineConfig(ConfigSection):
             raise ValueError(f"engine.options are {type(self.options).__name__}, not the "
                              f"{BACKENDS[self.backend].options.__name__} of {self.backend!r}")
         own = getattr(self.options, "max_batch_size", None)
-        if own is not None and "max_batch_size" in self.model_fields_set and own != self.max_batch_size:
+        if own not in (None, self.max_batch_size) and "max_batch_size" in self.model_fields_set:
             raise ValueError(
                 f"engine.max_batch_size ({self.max_batch_size}) and engine.options.max_batch_size "
                 f"({own}) are the same setting: keep one"
@@ -94,12 +94,7 @@ class EngineConfig(ConfigSection):
         return self
 
     def create_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `create_engine` besides the backend and model path."""
-        kwargs: dict[str, Any] = {
-            "max_batch_size": self.max_batch_size, **self.options.engine_kwargs()
-        }
-        if self.url is not None:
-            kwargs["url"] = self.url
-        return {"replicas": self.replicas, "ray_actors": self.ray_actors,
-                "max_restarts": self.max_restarts, "health_timeout_s": self.health_timeout_s,
-                "restart_timeout_s": self.restart_timeout_s, **kwargs}
+        """Keyword arguments of `create_engine` besides the backend and model path: this
+        section's fields (``url`` when set) and the backend's options, which override them."""
+        fields = self.model_dump(exclude={"backend", "options"}, exclude_none=True)
+        return {**fields, **self.options.engine_kwargs()}

@@ -39,11 +39,12 @@ class EnginePool:
     """Routes requests over ``replicas`` and keeps them on one policy version.
 
     Routing: a session (the ``session_id`` of `generate`; a request without one is its own
-    session) is pinned to a replica. Its first request goes to the healthy replica with the fewest requests
-    in flight (ties: the one picked least recently); later requests of the session go to the
-    same replica. A request that fails on a replica which then fails its health check drains
-    that replica (no new work, its sessions forgotten) and is restarted on another one; the
-    rollout repeats only its current call. A request that fails on a healthy replica raises.
+    session) is pinned to a replica. Its first request goes to the healthy replica with the
+    fewest requests in flight (ties: the one picked least recently); later requests of the
+    session go to the same replica. A request that fails on a replica which then fails its
+    health check drains that replica (no new work, its sessions forgotten) and is restarted on
+    another one; the rollout repeats only its current call. A request that fails on a healthy
+    replica raises.
 
     `load_weights` is one operation: every replica is paused, all load the push as the
     driver's version, then all resume. A replica that fails to load is drained rather than
@@ -203,16 +204,14 @@ class EnginePool:
         """Replace the drained replica ``index``; it rejoins once it holds the pool's weights."""
         old = self.replicas[index]
         try:  # on a thread of its own: a dead replica's close may hang (not the user's pool)
-            await asyncio.wait_for(_on_own_thread(old.close), _CLOSE_TIMEOUT_S)
+            await asyncio.wait_for(_on_own_thread(old.close, "engine-close"), _CLOSE_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - a dead replica may not close cleanly
             logger.info("closing dead engine replica %d: %r", index, exc)
-        built: concurrent.futures.Future[Engine] = concurrent.futures.Future()
         # A thread of its own (not the loop's executor): a pool closed mid-build closes the
         # engine when it arrives instead of leaving it running.
-        threading.Thread(target=self._build, args=(index, built), daemon=True,
-                         name=f"engine-restart-{index}").start()
+        built = _on_own_thread(lambda: self._build(index), f"engine-restart-{index}")
         try:
-            new = await asyncio.wait_for(asyncio.wrap_future(built), self._restart_timeout)
+            new = await asyncio.wait_for(built, self._restart_timeout)
         except Exception as exc:  # noqa: BLE001 - counted and logged; the pool runs on
             self.failed_restarts += 1
             logger.error("engine replica %d could not be restarted: %r", index, exc)
@@ -231,18 +230,13 @@ class EnginePool:
         logger.warning("engine replica %d restarted (%s)", index,
                        "serving" if index not in self._drained else "waits for the next weights")
 
-    def _build(self, index: int, built: concurrent.futures.Future[Engine]) -> None:
+    def _build(self, index: int) -> Engine:
         assert self._restart is not None
-        try:
-            engine = self._restart(index)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting rebuild
-            built.set_exception(exc)
-            return
+        engine = self._restart(index)
         if self._closed:
             engine.close()
-            built.set_exception(EngineError("the pool closed while the replica was rebuilt"))
-        else:
-            built.set_result(engine)
+            raise EngineError("the pool closed while the replica was rebuilt")
+        return engine
 
     @property
     def restarting(self) -> int:
@@ -363,8 +357,9 @@ _CLOSE_TIMEOUT_S = 60.0
 """Longest wait for a dead replica's ``close`` before its rebuild goes on regardless."""
 
 
-def _on_own_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
-    """``fn()`` on a daemon thread of its own, as an awaitable (abandoned if it never ends)."""
+def _on_own_thread(fn: Callable[[], Any], name: str) -> asyncio.Future[Any]:
+    """``fn()`` on a daemon thread ``name`` of its own, as an awaitable (abandoned if it never
+    ends)."""
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     def run() -> None:
@@ -373,5 +368,5 @@ def _on_own_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
             done.set_exception(exc)
 
-    threading.Thread(target=run, daemon=True, name="engine-close").start()
+    threading.Thread(target=run, daemon=True, name=name).start()
     return asyncio.wrap_future(done)

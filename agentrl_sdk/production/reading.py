@@ -17,6 +17,7 @@ from agentrl_sdk.types import Segment
 __all__ = ["latest_assessments", "read_trace"]
 
 _SEGMENT_FIELDS = tuple(Segment.model_fields)
+_CALL_FIELDS = tuple(TracedCall.model_fields)
 
 
 def read_trace(trace: Any) -> TraceRecord:
@@ -87,13 +88,8 @@ def _calls(spans: list[Any]) -> list[TracedCall]:
         attrs = _ours(span.attributes)
         if attrs.get("kind") != "llm" or "prompt_ids" not in attrs:
             continue
-        found.append((attrs["call_index"], TracedCall(
-            node=attrs["node"], policy=attrs.get("policy", "default"), turn=attrs["turn"],
-            trained=attrs["trained"], prompt_ids=attrs["prompt_ids"],
-            response_ids=attrs["response_ids"], response_logprobs=attrs["response_logprobs"],
-            policy_version=attrs["policy_version"], finish_reason=attrs["finish_reason"],
-            segment_index=attrs["segment_index"], segment_offset=attrs["segment_offset"],
-        )))  # fmt: skip
+        call = {k: v for k, v in attrs.items() if k in _CALL_FIELDS}
+        found.append((attrs["call_index"], TracedCall.model_validate(call)))
     return [call for _, call in sorted(found, key=lambda pair: pair[0])]
 
 

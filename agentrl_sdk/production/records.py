@@ -83,14 +83,10 @@ class TraceRecord(BaseModel):
         """
         segments = [s.model_copy(deep=True) for s in self.segments]
         calls = [
-            LLMCall(
-                node=c.node, policy=c.policy, turn=c.turn, trained=c.trained,
-                prompt_length=len(segments[c.segment_index].prompt_ids) + c.segment_offset,
-                response_ids=list(c.response_ids), response_logprobs=list(c.response_logprobs),
-                finish_reason=c.finish_reason, policy_version=c.policy_version,
-                segment_index=c.segment_index, request_id=f"{self.trace_id}-{i}",
-            )
+            LLMCall(**c.model_dump(exclude={"prompt_ids", "segment_offset"}),
+                    prompt_length=len(segments[c.segment_index].prompt_ids) + c.segment_offset,
+                    request_id=f"{self.trace_id}-{i}")
             for i, c in enumerate(self.calls)
-        ]  # fmt: skip
+        ]
         return Trajectory(row_id=row_id or self.trace_id, segments=segments, calls=calls,
                           reward=self.reward)

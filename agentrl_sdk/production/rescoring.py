@@ -58,13 +58,11 @@ def score_records(
         RuntimeError: called inside a running event loop (score traces from sync code).
     """
     rows: dict[str, Mapping[str, Any]] = {}
+    trajectories = []
     for record in records:
         row = spec.row_fn(record) if spec.row_fn is not None else replay_row(record)
         if row is not None:
             rows[record.trace_id] = row
-    trajectories = []
-    for record in records:
-        if record.trace_id in rows:
             traj = record.trajectory()
             traj.final_state = _state(record.outputs)
             trajectories.append(traj)

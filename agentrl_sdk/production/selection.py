@@ -85,13 +85,8 @@ class TraceSelection:
         consistent ledger); the others are counted in ``left_out["not_exact"]`` of the new
         selection (a store that holds traces of several models, or of other tools)."""
         expected = tokenizer_identity(tokenizer)
-        kept, not_exact = [], []
-        for record in self.records:
-            (not_exact if token_problem(record, expected) else kept).append(record)
-        left_out = {k: list(v) for k, v in self.left_out.items()}
-        if not_exact:
-            left_out["not_exact"] = [r.trace_id for r in not_exact]
-        return TraceSelection(kept, left_out, self.found, self.filter_string)
+        return self._without(lambda record: token_problem(record, expected) is not None,
+                             "not_exact")
 
     def recent(
         self, *, max_version_lag: int | None = None, max_age_s: float | None = None,
@@ -116,12 +111,17 @@ class TraceSelection:
             too_old = max_age_s is not None and now_ms - record.timestamp_ms > max_age_s * 1000
             return too_far or too_old
 
+        return self._without(stale, "stale")
+
+    def _without(self, drop: Callable[[TraceRecord], bool], why: LeftOutReason) -> TraceSelection:
+        """A new selection of the records ``drop`` keeps, those it drops counted under ``why``
+        (beside this selection's own ``left_out``)."""
         kept, dropped = [], []
         for record in self.records:
-            (dropped if stale(record) else kept).append(record)
+            (dropped if drop(record) else kept).append(record)
         left_out = {k: list(v) for k, v in self.left_out.items()}
         if dropped:
-            left_out["stale"] = [r.trace_id for r in dropped]
+            left_out[why] = [r.trace_id for r in dropped]
         return TraceSelection(kept, left_out, self.found, self.filter_string)
 
     def samples(

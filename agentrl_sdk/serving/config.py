@@ -4,24 +4,18 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from agentrl_sdk.config import ConfigSection
-from agentrl_sdk.gateway.config import is_loopback
+from agentrl_sdk.gateway.config import ListenConfig, is_loopback
 
 __all__ = ["ServeConfig"]
 
 
-class ServeConfig(ConfigSection):
+class ServeConfig(ListenConfig):
     """How a graph is served (`agentrl_sdk.serve`, ``agentrl serve``)."""
 
-    host: str = Field("127.0.0.1", description="Interface to listen on; loopback by default.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port; 0 picks a free one.")
     api_key: str | None = Field(
         None, description="Bearer token every route but /health requires; None: no auth "
         "(allowed on a loopback host only, unless allow_unauthenticated_remote).",
-    )
-    allow_unauthenticated_remote: bool = Field(
-        False, description="Serve a non-loopback host without api_key (anyone who reaches the "
-        "port can run the graph); refused unless set.",
     )
     tracking_uri: str | None = Field(
         "sqlite:///mlflow.db", description="MLflow store each request's trace is written to; "
@@ -36,11 +30,6 @@ class ServeConfig(ConfigSection):
         10_000, ge=1, description="Most traces waiting to be written; past it a request's "
         "trace is dropped and counted (traces_dropped in /health), the request is still served.",
     )
-    max_request_bytes: int = Field(
-        2 * 1024 * 1024, ge=1024, description="Largest request body; a larger one answers 413 "
-        "unparsed.",
-    )
-    start_timeout_s: float = Field(30.0, gt=0, description="Longest wait for the server to listen.")
     close_timeout_s: float = Field(
         30.0, ge=0, description="How long stopping waits for queued traces to be written; "
         "the rest are counted lost.",
@@ -48,7 +37,7 @@ class ServeConfig(ConfigSection):
 
     @model_validator(mode="after")
     def _reachable_only_with_a_key(self) -> ServeConfig:
-        if not self.api_key and not is_loopback(self.host) and not self.allow_unauthenticated_remote:
+        if not (self.api_key or is_loopback(self.host) or self.allow_unauthenticated_remote):
             raise ValueError(
                 f"host {self.host!r} is not a loopback address and no api_key is set: anyone "
                 "who can reach the port could run the graph. Set api_key, bind 127.0.0.1, or "

@@ -12,7 +12,8 @@ import pytest
 from transformers import LlamaConfig
 
 from agentrl_sdk.engines.vllm.resumable import ResumableRequests
-from agentrl_sdk.engines.vllm.server import VLLMServerEngine, _free_port
+from agentrl_sdk.engines.vllm.server import VLLMServerEngine
+from agentrl_sdk.tracing.server import free_port
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
 
@@ -124,7 +125,7 @@ async def test_a_pause_before_the_last_token_resends_prompt_and_partial_output()
 async def test_unreachable_url_fails_with_a_clear_error() -> None:
     with pytest.raises(EngineError, match="not healthy within 1s"):
         VLLMServerEngine(
-            url=f"http://127.0.0.1:{_free_port()}", eos_token_ids=(), start_timeout_s=1
+            url=f"http://127.0.0.1:{free_port()}", eos_token_ids=(), start_timeout_s=1
         )
 
 

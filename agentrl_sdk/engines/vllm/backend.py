@@ -9,7 +9,7 @@ files (`_load`) and which of its errors become `EngineError` (`_request_error`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ from agentrl_sdk.weights.shared_files import SharedWeights, host_id
 if TYPE_CHECKING:
     from agentrl_sdk.engines.vllm.loop_thread import LoopThread
 
-__all__ = ["VLLMBackend", "checked_finish"]
+__all__ = ["VLLMBackend", "checked_finish", "sampling_fields"]
 
 
 class VLLMBackend:
@@ -210,6 +210,24 @@ def _load_tokenizer(path: str) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def sampling_fields(
+    sampling: SamplingParams, max_tokens: int, eos: Iterable[int]
+) -> dict[str, Any]:
+    """The sampling both vLLM backends send with a submission (as vLLM's `SamplingParams`, or
+    as fields of a ``/v1/completions`` body): ids only, the sampled token's logprob."""
+    return {
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": max(sampling.top_k, 0),
+        "max_tokens": max_tokens,
+        "seed": sampling.seed,
+        "stop_token_ids": sorted({*sampling.stop_token_ids, *eos}),
+        "ignore_eos": True,  # EOS ids are in stop_token_ids; vLLM has no tokenizer to read them
+        "logprobs": 0,
+        "skip_special_tokens": False,
+    }
 
 
 def checked_finish(reason: str, request_id: str) -> FinishReason:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentrl_sdk.engines.vllm.backend import VLLMBackend, checked_finish
+from agentrl_sdk.engines.vllm.backend import VLLMBackend, checked_finish, sampling_fields
 from agentrl_sdk.engines.vllm.cpu_env import cpu_engine_args, vllm_cpu_env
 from agentrl_sdk.engines.vllm.loop_thread import LoopThread
 from agentrl_sdk.engines.vllm.resumable import PartialOutput, ResumableRequests
@@ -331,19 +331,8 @@ def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, eos: Iterable[in
     from vllm import SamplingParams as VLLMSamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    return VLLMSamplingParams(
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=max(sampling.top_k, 0),
-        max_tokens=max_tokens,
-        seed=sampling.seed,
-        stop_token_ids=sorted({*sampling.stop_token_ids, *eos}),
-        ignore_eos=True,  # EOS ids are in stop_token_ids; vLLM has no tokenizer to read them
-        logprobs=0,
-        detokenize=False,
-        skip_special_tokens=False,
-        output_kind=RequestOutputKind.DELTA,
-    )
+    return VLLMSamplingParams(**sampling_fields(sampling, max_tokens, eos), detokenize=False,
+                              output_kind=RequestOutputKind.DELTA)
 
 
 def _sampled_logprobs(ids: list[int], logprobs: Any) -> list[float]:
@@ -356,7 +345,6 @@ def _sampled_logprobs(ids: list[int], logprobs: Any) -> list[float]:
 def default_eos(model_path: str) -> list[int]:
     """EOS ids of a model folder: ``generation_config.json``, else ``config.json``."""
     import json
-    from pathlib import Path
 
     for name in ("generation_config.json", "config.json"):
         file = Path(model_path) / name

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,13 +23,14 @@ from typing import Any
 
 import httpx
 
-from agentrl_sdk.engines.vllm.backend import VLLMBackend, checked_finish
+from agentrl_sdk.engines.vllm.backend import VLLMBackend, checked_finish, sampling_fields
 from agentrl_sdk.engines.vllm.cpu_env import cpu_engine_args, vllm_cpu_env
 from agentrl_sdk.engines.vllm.engine import default_eos
 from agentrl_sdk.engines.vllm.loop_thread import LoopThread
 from agentrl_sdk.engines.vllm.resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines.vllm.weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.errors import EngineError
+from agentrl_sdk.tracing.server import free_port
 from agentrl_sdk.types import FinishReason
 
 __all__ = ["VLLMServerEngine"]
@@ -114,7 +114,7 @@ class VLLMServerEngine(VLLMBackend):
     ) -> str:  # fmt: skip
         """Start the server on a free 127.0.0.1 port in its own process group."""
         cpu_args = cpu_engine_args(path, max_model_len)  # refuses a head size vLLM-CPU lacks
-        port = _free_port()
+        port = free_port()
         command = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", path, "--served-model-name", self._model_name,
@@ -198,15 +198,7 @@ class VLLMServerEngine(VLLMBackend):
         body = {
             "model": self._model_name,
             "prompt": partial.context,
-            "max_tokens": partial.remaining,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "top_k": max(sampling.top_k, 0),
-            "seed": sampling.seed,
-            "stop_token_ids": sorted({*sampling.stop_token_ids, *self._eos}),
-            "ignore_eos": True,
-            "skip_special_tokens": False,
-            "logprobs": 0,
+            **sampling_fields(sampling, partial.remaining, self._eos),
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
             "stream": True,
@@ -306,9 +298,3 @@ def _flag_value(args: list[str], flag: str) -> str | None:
         if arg.startswith(flag + "="):
             return arg.split("=", 1)[1]
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
