@@ -396,6 +396,34 @@ def test_sample_next_draws_from_the_filtered_distribution() -> None:
     assert freq.tolist() == pytest.approx(expected.tolist(), abs=0.015)
 
 
+def test_sample_next_equals_the_textbook_race_at_a_real_vocabulary() -> None:
+    """Mixed rows (greedy, temperature, top-k, top-p) at 49k tokens: the same ids as
+    ``argmax(softmax(logits / T) / E)`` over the filtered distribution, the same logprobs."""
+    g = torch.Generator().manual_seed(3)
+    rows, vocab = 24, 49_152
+    logits = torch.randn(rows, vocab, generator=g) * 4
+    temperature = torch.rand(rows, generator=g) + 0.3
+    temperature[:4] = 0.0
+    top_k = torch.where(torch.arange(rows) % 3 == 0, 40, -1)
+    top_p = torch.where(torch.arange(rows) % 4 == 1, 0.9, 1.0)
+    noise = torch.empty(rows, vocab).exponential_(generator=g)
+    tokens, logp = sample_next(logits, temperature, top_k, top_p, noise)
+    for i in range(rows):
+        if temperature[i] == 0:
+            assert tokens[i] == logits[i].argmax()
+            expected = logits[i].log_softmax(-1)[tokens[i]]
+        else:
+            probs = (logits[i] / temperature[i]).softmax(-1)
+            order = probs.argsort(descending=True)[: int(top_k[i]) if top_k[i] > 0 else vocab]
+            top = probs[order] / probs[order].sum()  # top-k renormalised, then top-p
+            kept = order[top.cumsum(0) - top < top_p[i]]
+            filtered = torch.zeros(vocab).index_put_((kept,), probs[kept])
+            filtered /= filtered.sum()
+            assert tokens[i] == (filtered / noise[i]).argmax(), i
+            expected = filtered[tokens[i]].log()
+        assert logp[i].item() == pytest.approx(expected.item(), abs=1e-4), i
+
+
 async def test_busy_seconds_count_forward_time_not_idle_time(model, prompts) -> None:
     served = TorchEngine(model)
     try:
