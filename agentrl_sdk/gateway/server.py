@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 import uuid
@@ -20,6 +19,7 @@ from agentrl_sdk.types import Trajectory
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines.base import Engine
+    from agentrl_sdk.gateway._uvicorn import InLoopServer
 
 logger = logging.getLogger(__name__)
 
@@ -55,15 +55,15 @@ class Gateway:
         self.template = tokenizer if isinstance(tokenizer, ChatTemplate) else ChatTemplate(
             tokenizer, tool_prompt=self.rollout.chat.tool_prompt
         )
-        self.api_key = (self.config.api_key or secrets.token_urlsafe(24)) if self.config.auth else None
+        self.api_key = ((self.config.api_key or secrets.token_urlsafe(24))
+                        if self.config.auth else None)
         self.stats = GatewayStats()
         self.registry = SessionRegistry(
             self._recorder, open_on_first_call=self.config.open_on_first_call,
             max_client=self.config.max_client_rollouts,
             client_ttl_s=self.config.client_rollout_ttl_s, stats=self.stats,
         )
-        self._server: Any = None
-        self._task: asyncio.Task[None] | None = None
+        self._server: InLoopServer | None = None
         self.port: int | None = None
 
     @property
@@ -102,8 +102,6 @@ class Gateway:
     async def start(self) -> Gateway:
         """Listen (returns once the socket accepts connections)."""
         try:
-            import uvicorn
-
             from agentrl_sdk.gateway._uvicorn import InLoopServer
             from agentrl_sdk.gateway.app import create_app
             from agentrl_sdk.gateway.disconnects import CancelOnDisconnect
@@ -115,24 +113,8 @@ class Gateway:
 
         app = CancelOnDisconnect(create_app(self.registry, self.config, self.api_key,
                                             self.on_client_close), self.stats)
-        server = InLoopServer(uvicorn.Config(
-            app, host=self.config.host, port=self.config.port, log_level="warning",
-            access_log=False, lifespan="off",
-        ))
-        self._server = server
-        self._task = asyncio.create_task(server.serve(), name="agentrl-gateway")
-        deadline = asyncio.get_running_loop().time() + self.config.start_timeout_s
-        while not server.started:
-            if self._task.done():
-                await self._task  # raises the reason it stopped (e.g. port in use)
-                raise AgentRLError(f"the gateway stopped while starting on {self.config.host}")
-            if asyncio.get_running_loop().time() > deadline:
-                await self.stop()
-                raise AgentRLError(
-                    f"the gateway did not listen within {self.config.start_timeout_s}s"
-                )
-            await asyncio.sleep(0.005)
-        self.port = server.servers[0].sockets[0].getsockname()[1]
+        self._server = InLoopServer(app, self.config.host, self.config.port, "the gateway")
+        self.port = await self._server.listen("agentrl-gateway", self.config.start_timeout_s)
         if self.config.open_to_anyone:
             logger.warning(
                 "\n%s\nTHE RECORDING GATEWAY ON %s:%d HAS NO AUTH: anyone who can reach this "
@@ -144,16 +126,9 @@ class Gateway:
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Stop listening; connections still open are closed after ``timeout_s``."""
-        if self._server is None or self._task is None:
-            return
-        self._server.should_exit = True
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout=timeout_s)
-        except TimeoutError:
-            self._server.force_exit = True
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        self._server = self._task = None
+        if self._server is not None:
+            await self._server.stop(timeout_s)
+        self._server = None
 
     async def __aenter__(self) -> Gateway:
         return await self.start()

@@ -33,6 +33,7 @@ from agentrl_sdk.types import RolloutEvent, Trajectory, TrajectoryStatus
 
 if TYPE_CHECKING:
     from agentrl_sdk.engines.base import Engine
+    from agentrl_sdk.gateway._uvicorn import InLoopServer
 
 __all__ = ["GraphServer", "Served"]
 
@@ -99,8 +100,7 @@ class GraphServer:
         self.traces: ServedTraces | None = None
         self._gateway = (build_gateway(self.engine, self.template, self.rollout)
                          if is_agent_fn(self.agent) else None)
-        self._http: Any = None
-        self._task: asyncio.Task[None] | None = None
+        self._http: InLoopServer | None = None
         self.port: int | None = None
 
     @property
@@ -145,8 +145,6 @@ class GraphServer:
         """Open the trace store (one attempt: `TrackingError` when it cannot), start the
         gateway of an agent function, and listen (returns once the socket accepts)."""
         try:
-            import uvicorn
-
             from agentrl_sdk.gateway._uvicorn import InLoopServer
             from agentrl_sdk.serving.app import create_app
         except ImportError as exc:
@@ -160,37 +158,22 @@ class GraphServer:
                                        tags=cfg.tags, max_pending=cfg.max_pending_traces)
         if self._gateway is not None:
             await self._gateway.start()
-        self._http = InLoopServer(uvicorn.Config(
-            create_app(self.invoke, self.health, api_key=cfg.api_key,
-                       max_request_bytes=cfg.max_request_bytes),
-            host=cfg.host, port=cfg.port, log_level="warning",
-            access_log=False, lifespan="off",
-        ))
-        self._task = asyncio.create_task(self._http.serve(), name="agentrl-serve")
-        deadline = time.monotonic() + cfg.start_timeout_s
-        while not self._http.started:
-            if self._task.done():
-                await self._task  # raises why it stopped (e.g. the port is taken)
-                raise AgentRLError(f"the server stopped while starting on {cfg.host}:{cfg.port}")
-            if time.monotonic() > deadline:
-                await self.stop()
-                raise AgentRLError(f"the server did not listen within {cfg.start_timeout_s}s")
-            await asyncio.sleep(0.005)
-        self.port = self._http.servers[0].sockets[0].getsockname()[1]
+        app = create_app(self.invoke, self.health, api_key=cfg.api_key,
+                         max_request_bytes=cfg.max_request_bytes)
+        self._http = InLoopServer(app, cfg.host, cfg.port, "the server")
+        try:
+            self.port = await self._http.listen("agentrl-serve", cfg.start_timeout_s)
+        except AgentRLError:
+            await self.stop()  # the gateway and the trace store too
+            raise
         return self
 
     async def stop(self, timeout_s: float = 10.0) -> dict[str, int]:
         """Stop listening (open connections are closed after ``timeout_s``), then write the
         queued traces (up to ``config.close_timeout_s``); the final trace counts."""
-        if self._http is not None and self._task is not None:
-            self._http.should_exit = True
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout=timeout_s)
-            except TimeoutError:
-                self._http.force_exit = True
-                self._task.cancel()
-                await asyncio.gather(self._task, return_exceptions=True)
-        self._http = self._task = None
+        if self._http is not None:
+            await self._http.stop(timeout_s)
+        self._http = None
         if self._gateway is not None:
             await self._gateway.stop()
         counts: dict[str, int] = {}
