@@ -9,9 +9,10 @@ costs ~0.3 ms to encode whole on one CPU core; its new question a few microsecon
 
 Pieces are encoded alone only where that is exactly what the tokenizer does inside a whole
 text: the tokenizer is fast, its added tokens match the raw text as written (no stripping of
-neighbouring spaces, no normalisation), and the first texts encoded agree with a whole
-encode. A tokenizer that treats pieces by their position (SentencePiece's space prepended
-to the first piece only) fails that check and is encoded whole from then on.
+neighbouring spaces, no normalisation), and probe texts (words, spaces and newlines on both
+sides of added tokens) encode the same both ways. A tokenizer that treats pieces by their
+position (SentencePiece's space prepended to the first piece only) fails the probes and is
+encoded whole.
 """
 
 from __future__ import annotations
@@ -22,10 +23,6 @@ from functools import lru_cache
 from typing import Any
 
 logger = logging.getLogger(__name__)
-
-CHECKED_TEXTS = 8
-"""How many distinct texts of several pieces are encoded both ways before pieces are
-trusted."""
 
 
 class PieceEncoder:
@@ -39,25 +36,25 @@ class PieceEncoder:
     def __init__(self, tokenizer: Any, cache_size: int = 4096) -> None:
         self._tokenizer = tokenizer
         self._encode_piece = lru_cache(maxsize=cache_size)(self.encode_whole)
-        self._added_ids: dict[str, int] = {}
-        self._splitter: re.Pattern[str] | None = None
-        self._unchecked = CHECKED_TEXTS
-        added = _plain_added_tokens(tokenizer)
-        if added:
-            self._added_ids = added
-            # Longest first: at a position the longest added token wins, as in the tokenizer.
-            alternatives = sorted(added, key=len, reverse=True)
-            self._splitter = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")")
-        self.by_pieces = self._splitter is not None
+        self._added_ids = _plain_added_tokens(tokenizer)
+        # Longest first: at a position the longest added token wins, as in the tokenizer.
+        alternatives = sorted(self._added_ids, key=len, reverse=True)
+        self._splitter = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")")
+        self.by_pieces = bool(alternatives) and all(
+            self._by_pieces(text) == self.encode_whole(text) for text in _probes(alternatives)
+        )
+        if alternatives and not self.by_pieces:
+            logger.info("the tokenizer encodes the pieces between its added tokens differently "
+                        "alone than in a whole text; prompts are encoded whole")  # fmt: skip
 
     def encode_whole(self, text: str) -> tuple[int, ...]:
         """The tokenizer's ids of ``text``, encoded in one call."""
         return tuple(self._tokenizer.encode(text, add_special_tokens=False))
 
     def encode(self, text: str) -> tuple[int, ...]:
-        if not self.by_pieces:
-            return self._encode_piece(text)
-        assert self._splitter is not None
+        return self._by_pieces(text) if self.by_pieces else self._encode_piece(text)
+
+    def _by_pieces(self, text: str) -> tuple[int, ...]:
         parts = self._splitter.split(text)  # plain, added, plain, added, ..., plain
         if len(parts) == 1:
             return self._encode_piece(text)
@@ -67,20 +64,17 @@ class PieceEncoder:
                 ids.append(self._added_ids[part])
             elif part:
                 ids.extend(self._encode_piece(part))
-        if self._unchecked:
-            return self._checked(text, tuple(ids))
         return tuple(ids)
 
-    def _checked(self, text: str, by_pieces: tuple[int, ...]) -> tuple[int, ...]:
-        """Compare with a whole encode while texts are still being checked."""
-        whole = self.encode_whole(text)
-        if whole == by_pieces:
-            self._unchecked -= 1
-            return whole
-        self.by_pieces = False
-        logger.info("the tokenizer encodes pieces between added tokens differently alone than "
-                    "in a whole text; prompts are encoded whole")  # fmt: skip
-        return whole
+
+def _probes(added: list[str]) -> list[str]:
+    """Texts with words, spaces and newlines on both sides of added tokens."""
+    first, last = added[0], added[-1]
+    return [
+        f"{first}hello world{last}",
+        f"hello{first} world\n{last}\n\nThe end. {first}",
+        f"{last}\n{first} x{last}y  z\t{first}",
+    ]
 
 
 def _plain_added_tokens(tokenizer: Any) -> dict[str, int]:

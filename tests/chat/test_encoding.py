@@ -9,7 +9,7 @@ from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from agentrl_sdk.chat import ChatTemplate
-from agentrl_sdk.chat.encoding import CHECKED_TEXTS, PieceEncoder
+from agentrl_sdk.chat.encoding import PieceEncoder
 from agentrl_sdk.models.llama_tokenizer import build_llama3_tokenizer
 
 TOOLS = [{
@@ -22,7 +22,7 @@ TOOLS = [{
 def _prompts(template: ChatTemplate) -> list[str]:
     """Rendered tool loops: system turn and tools, questions, calls, results, odd spacing."""
     texts = []
-    for k in range(CHECKED_TEXTS + 4):
+    for k in range(6):
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": "You add numbers.  Answer briefly.\n"},
             {"role": "user", "content": f" What is {k}+3?\n\n"},
@@ -60,22 +60,21 @@ def test_pieces_equal_whole_encodes(qwen_tokenizer, qwen3_tokenizer, smollm2_fol
         for text in _prompts(template):
             assert list(encoder.encode(text)) == tokenizer.encode(text, add_special_tokens=False)
             assert template.encode(text) == tokenizer.encode(text, add_special_tokens=False)
-        assert encoder.by_pieces, name  # every check agreed
+        assert encoder.by_pieces, name  # the probes agreed
 
 
 def test_a_new_prompt_encodes_only_its_new_pieces(qwen_tokenizer):
     counting = CountingTokenizer(qwen_tokenizer)
     encoder = PieceEncoder(counting)
-    texts = _prompts(ChatTemplate(qwen_tokenizer, tool_prompt="hermes"))
-    for text in texts[:CHECKED_TEXTS]:
-        encoder.encode(text)
+    first, second = _prompts(ChatTemplate(qwen_tokenizer, tool_prompt="hermes"))[:2]
+    encoder.encode(first)
     counting.encoded.clear()
-    ids = encoder.encode(texts[CHECKED_TEXTS])
-    assert list(ids) == qwen_tokenizer.encode(texts[CHECKED_TEXTS], add_special_tokens=False)
+    ids = encoder.encode(second)
+    assert list(ids) == qwen_tokenizer.encode(second, add_special_tokens=False)
     # The system turn with its tools section and the turn openings come from the cache: only
     # the question, the call and the result are new.
     assert len(counting.encoded) == 3, counting.encoded
-    assert not any(piece in text for piece in counting.encoded for text in texts[:CHECKED_TEXTS])
+    assert not any(piece in first for piece in counting.encoded)
 
 
 def _metaspace_tokenizer(**added: bool) -> PreTrainedTokenizerFast:
@@ -89,12 +88,11 @@ def _metaspace_tokenizer(**added: bool) -> PreTrainedTokenizerFast:
 def test_a_tokenizer_that_reads_positions_is_encoded_whole():
     """SentencePiece's space goes before the first piece only: a piece alone would get one."""
     tokenizer = _metaspace_tokenizer()
+    assert tokenizer.encode("<s>hello", add_special_tokens=False) == [5, 2]  # no space added
     encoder = PieceEncoder(tokenizer)
-    assert encoder.by_pieces
+    assert not encoder.by_pieces  # the probes disagreed
     for text in ["<s>hello world", "hello world<s>hello", "<s>world"]:
         assert list(encoder.encode(text)) == tokenizer.encode(text, add_special_tokens=False)
-    assert tokenizer.encode("<s>hello", add_special_tokens=False) == [5, 2]  # no space added
-    assert not encoder.by_pieces
 
 
 @pytest.mark.parametrize("flag", ["lstrip", "rstrip", "single_word"])
