@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["filtered_logits", "sample_next"]
+__all__ = ["filtered_logprobs", "sample_next"]
 
 
-def filtered_logits(
+def filtered_logprobs(
     logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
 ) -> torch.Tensor:
-    """Each row's sampling distribution as logits: temperature, then top-k, then top-p.
+    """Each row's sampling distribution: temperature, then top-k, then top-p, renormalised.
 
     The order matches Hugging Face's and vLLM's samplers: top-p is taken on the top-k
     renormalised distribution and keeps the smallest prefix of the sorted tokens whose mass
@@ -25,8 +25,7 @@ def filtered_logits(
         top_p: ``(B,)`` in ``(0, 1]``.
 
     Returns:
-        Scaled logits, ``(B, V)`` in vocabulary order; filtered tokens are ``-inf``. Their
-        softmax is the distribution to draw from.
+        ``logp``, ``(B, V)`` in vocabulary order; filtered tokens are ``-inf``.
     """
     vocab = logits.shape[-1]
     scaled = logits / temperature[:, None]  # (B, V)
@@ -34,7 +33,7 @@ def filtered_logits(
     needs_p = top_p < 1.0  # (B,)
     filtered = (k < vocab) | needs_p  # (B,)
     if not bool(filtered.any()):
-        return scaled
+        return scaled.log_softmax(dim=-1)
 
     width = vocab if bool((needs_p & (k == vocab)).any()) else int(k[filtered].max())
     top, _ = scaled.topk(width, dim=-1)  # (B, W), descending
@@ -45,7 +44,7 @@ def filtered_logits(
     kept = torch.isfinite(top) & ((mass_before < top_p[:, None]) | ~needs_p[:, None])  # (B, W)
     cutoff = top.gather(1, (kept.sum(dim=-1, keepdim=True) - 1))  # (B, 1), smallest kept value
     cutoff = torch.where(filtered[:, None], cutoff, float("-inf"))
-    return scaled.masked_fill_(scaled < cutoff, float("-inf"))
+    return scaled.masked_fill(scaled < cutoff, float("-inf")).log_softmax(dim=-1)
 
 
 def sample_next(
@@ -79,30 +78,17 @@ def sample_next(
     any_greedy = bool(greedy.any())
     if any_greedy:
         greedy_tokens = logits.argmax(dim=-1)  # (B,)
-        greedy_logp = _logprob_of(logits, greedy_tokens, logits.logsumexp(dim=-1))
+        greedy_logp = logits.log_softmax(dim=-1).gather(1, greedy_tokens[:, None]).squeeze(1)
         if bool(greedy.all()):
             return greedy_tokens, greedy_logp
 
     safe_temperature = torch.where(greedy, torch.ones_like(temperature), temperature)
-    scores = filtered_logits(logits, safe_temperature, top_k, top_p)  # (B, V)
-    # p_i / E_i without normalising p: the race's winner is the same, and each full-vocabulary
-    # pass writes in place (one (B, V) buffer besides the scores, where log_softmax, exp and
-    # the division took four).
-    peak = scores.amax(dim=-1, keepdim=True)  # (B, 1)
-    weights = scores.sub(peak).exp_()  # (B, V); filtered tokens weigh 0
-    log_total = peak.squeeze(1) + weights.sum(dim=-1).log_()  # (B,), logsumexp of the scores
-    sampled_tokens = weights.div_(noise).argmax(dim=-1)  # (B,)
-    sampled_logp = _logprob_of(scores, sampled_tokens, log_total)
+    logp = filtered_logprobs(logits, safe_temperature, top_k, top_p)  # (B, V)
+    sampled_tokens = (logp.exp() / noise).argmax(dim=-1)  # (B,); filtered tokens score 0
+    sampled_logp = logp.gather(1, sampled_tokens[:, None]).squeeze(1)  # (B,)
     if not any_greedy:
         return sampled_tokens, sampled_logp
     return (
         torch.where(greedy, greedy_tokens, sampled_tokens),
         torch.where(greedy, greedy_logp, sampled_logp),
     )
-
-
-def _logprob_of(
-    scores: torch.Tensor, tokens: torch.Tensor, log_total: torch.Tensor
-) -> torch.Tensor:
-    """``log_softmax(scores)`` at ``tokens``, ``(B,)``, from the rows' logsumexp."""
-    return scores.gather(1, tokens[:, None]).squeeze(1) - log_total
