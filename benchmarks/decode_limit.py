@@ -185,8 +185,7 @@ def profile_steps(engine: TorchEngine, jobs: list) -> dict[str, float]:
     patches = [(scheduler.Scheduler, "_decode", timed("decode", scheduler.Scheduler._decode)),
                (scheduler.Scheduler, "_forward",
                 timed("forward", scheduler.Scheduler._forward, decode_forward)),
-               (scheduler, "sample_next", timed("sample", scheduler.sample_next)),
-               (RunningBatch, "noise", timed("sample", RunningBatch.noise))]  # fmt: skip
+               (RunningBatch, "sample", timed("sample", RunningBatch.sample))]  # fmt: skip
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     for owner, name, new in patches:
         setattr(owner, name, new)

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 
 import agentrl_sdk.engines as engines
 from agentrl_sdk.engines import Engine, TorchEngine
-from agentrl_sdk.engines.torch.sampling import sample_next
+from agentrl_sdk.engines.torch.sampling import SamplingBuffers, sample_next
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import SamplingParams
 from agentrl_sdk.weights.push import StateDict, WeightIntake
@@ -422,6 +422,30 @@ def test_sample_next_equals_the_textbook_race_at_a_real_vocabulary() -> None:
             assert tokens[i] == (filtered / noise[i]).argmax(), i
             expected = filtered[tokens[i]].log()
         assert logp[i].item() == pytest.approx(expected.item(), abs=1e-4), i
+
+
+def test_sample_next_in_reused_buffers_is_bit_identical() -> None:
+    """Draws written into buffers kept across steps of growing and shrinking batches equal
+    fresh draws bit for bit, and an unfiltered row's logprob is exactly
+    ``log_softmax(logits / T)`` at its token: the rounding the trainer's logprobs reproduce."""
+    g = torch.Generator().manual_seed(5)
+    buffers = SamplingBuffers()
+    for rows in (12, 5, 20):
+        vocab = 3_000
+        logits = torch.randn(rows, vocab, generator=g) * 4
+        temperature = torch.rand(rows, generator=g) + 0.3
+        temperature[::4] = 0.0
+        top_k = torch.where(torch.arange(rows) % 3 == 1, 30, -1)
+        top_p = torch.where(torch.arange(rows) % 5 == 2, 0.8, 1.0)
+        noise = torch.empty(rows, vocab).exponential_(generator=g)
+        fresh = sample_next(logits, temperature, top_k, top_p, noise)
+        reused = sample_next(logits, temperature, top_k, top_p, noise, buffers)
+        assert torch.equal(fresh[0], reused[0]) and torch.equal(fresh[1], reused[1])
+        for i in range(rows):
+            if top_k[i] <= 0 and top_p[i] == 1.0:
+                scale = temperature[i] if temperature[i] > 0 else torch.tensor(1.0)
+                exact = (logits[i : i + 1] / scale).log_softmax(-1)[0, reused[0][i]]
+                assert reused[1][i].item() == exact.item(), i
 
 
 async def test_busy_seconds_count_forward_time_not_idle_time(model, prompts) -> None:

@@ -11,6 +11,7 @@ from transformers import DynamicCache
 
 from agentrl_sdk.engines.stop_strings import StopStrings
 from agentrl_sdk.engines.torch.kv_cache import DECODE_ROOM, append_rows, fill_order, fits, keep_rows
+from agentrl_sdk.engines.torch.sampling import SamplingBuffers, sample_next
 from agentrl_sdk.engines.torch.shared_prompts import PromptView, SharedPrompts
 from agentrl_sdk.types import FinishReason, SamplingParams
 
@@ -280,7 +281,14 @@ class RunningBatch:
             values.append(_joined([v.index_select(1, at) for _, v, at in pieces]))
         return keys, values
 
-    def noise(self, vocab: int) -> torch.Tensor:
+    def sample(
+        self, logits: torch.Tensor, buffers: SamplingBuffers
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token and its logprob per row, from ``logits`` ``(B, V)``, in ``buffers``."""
+        noise = self.noise(logits.shape[-1], out=buffers.take("noise", *logits.shape))
+        return sample_next(logits, self.temperature, self.top_k, self.top_p, noise, buffers)
+
+    def noise(self, vocab: int, out: torch.Tensor | None = None) -> torch.Tensor:
         """Fresh ``Exp(1)`` noise, ``(B, V)``: each sampling row's from its own generator.
 
         ``V`` uniforms per row per step from the request's own stream (`next_uniforms`), so a
@@ -288,13 +296,13 @@ class RunningBatch:
         The uniforms become exponentials in one batched ``-log(u)``: per-row ``exponential_``
         calls cost 4-8x more on CPU (183 against 50 ms per step at 151k vocab x 64 rows).
         ``u`` starts at float32's smallest normal, so ``-log(u)`` is finite. Greedy rows get
-        ones (unused).
+        ones (unused). Written into ``out`` (``(B, V)``) when given.
         """
         ones = torch.full((vocab,), _E_INV)  # -log(1/e) = 1
         uniforms = [
             row.next_uniforms(vocab) if row.sampling.temperature > 0 else ones for row in self.rows
         ]
-        return torch.stack(uniforms).log_().neg_()  # (B, V)
+        return torch.stack(uniforms, out=out).log_().neg_()  # (B, V)
 
 
 _TINY = torch.finfo(torch.float32).tiny

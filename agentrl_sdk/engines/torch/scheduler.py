@@ -16,7 +16,7 @@ from agentrl_sdk.engines.torch.kv_cache import RoomyCache
 from agentrl_sdk.engines.torch.prefix_cache import PrefixCache, common_prefix, inputs_after_prefixes
 from agentrl_sdk.engines.torch.row_adapters import RowAdapters
 from agentrl_sdk.engines.torch.running_batch import RunningBatch, SequenceState
-from agentrl_sdk.engines.torch.sampling import sample_next
+from agentrl_sdk.engines.torch.sampling import SamplingBuffers
 from agentrl_sdk.engines.torch.shared_prompts import serving_prompts
 from agentrl_sdk.errors import EngineError
 from agentrl_sdk.types import GenerateResult
@@ -144,6 +144,7 @@ class Scheduler:
         self._waiting: deque[Request] = deque()
         self._prefilling: list[Request] = []
         self._batch = RunningBatch.empty()
+        self._buffers = SamplingBuffers()
         self.adapters = RowAdapters(model)
         self._base_version = 0  # the version of the last change to the base weights
         self._assigned = False  # some parameters are a push's shared memory: never write them
@@ -312,8 +313,7 @@ class Scheduler:
             logits = logits.index_select(0, torch.tensor(where, dtype=torch.long))
         own = RoomyCache(self.model.config) if self.share_prompts else None
         fresh = RunningBatch.of_prefill(self._prefilling, cache, mask, where, lengths, own)
-        noise = fresh.noise(logits.shape[-1])
-        tokens, logprobs = sample_next(logits, fresh.temperature, fresh.top_k, fresh.top_p, noise)
+        tokens, logprobs = fresh.sample(logits, self._buffers)
         fresh.last = tokens
         self._record(fresh, tokens, logprobs)
         self._batch.merge(fresh)
@@ -379,8 +379,7 @@ class Scheduler:
         inputs = batch.decode_inputs()
         with serving_prompts(batch.prompt_view()):
             logits, cache = self._forward(batch.rows, **inputs)
-        noise = batch.noise(logits.shape[-1])
-        tokens, logprobs = sample_next(logits, batch.temperature, batch.top_k, batch.top_p, noise)
+        tokens, logprobs = batch.sample(logits, self._buffers)
         batch.advance(cache, inputs["attention_mask"], tokens)
         self._record(batch, tokens, logprobs)
 
