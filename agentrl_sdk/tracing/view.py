@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl_sdk.tracing.traces import ATTR, TRACE_KINDS, TraceKind
+from agentrl_sdk.tracing.traces import TRACE_KINDS, TraceKind, ours
 
 
 @dataclass
@@ -75,7 +75,7 @@ class TraceView:
         """Read an ``mlflow.entities.Trace`` written by `build_trace`."""
         spans = trace.data.spans
         root_span = next(s for s in spans if s.parent_id is None)
-        root = _ours(root_span.attributes)
+        root = ours(root_span.attributes)
         children: dict[str | None, list[Any]] = {}
         for span in spans:
             children.setdefault(span.parent_id, []).append(span)
@@ -91,10 +91,6 @@ class TraceView:
                    root.pop("segments", None) or [], lines)
 
 
-def _ours(attributes: dict[str, Any]) -> dict[str, Any]:
-    return {k[len(ATTR):]: v for k, v in attributes.items() if k.startswith(ATTR)}
-
-
 def _line(span: Any, depth: int) -> SpanLine:
     status = span.status
     error = status.description if str(status.status_code).endswith("ERROR") else None
@@ -102,7 +98,7 @@ def _line(span: Any, depth: int) -> SpanLine:
     return SpanLine(
         depth=depth, name=span.name, kind=str(span.span_type),
         duration_ms=(end - span.start_time_ns) / 1e6, error=error or None,
-        inputs=span.inputs, outputs=span.outputs, attributes=_ours(span.attributes),
+        inputs=span.inputs, outputs=span.outputs, attributes=ours(span.attributes),
     )
 
 
