@@ -9,6 +9,7 @@ MLflow trace is built afterwards, off the hot path (``agentrl_sdk.tracing.traces
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
@@ -156,7 +157,7 @@ def jsonable(value: Any, limit: int | None = _OBSERVATION_CHARS) -> Any:
             if getattr(value, key, None):
                 out[key] = jsonable(getattr(value, key), limit)
         return out
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {str(k): jsonable(v, limit) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [jsonable(v, limit) for v in value]

@@ -22,6 +22,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from agentrl_sdk.chat.context import current_recorder
+from agentrl_sdk.chat.events import jsonable
 from agentrl_sdk.chat.messages import message_text
 from agentrl_sdk.environments._textarena_play import (
     GameDataMissing,
@@ -264,16 +265,8 @@ def _ending(game: TextArenaGame, play: Play) -> dict[str, Any]:
     info = {game.players[pid] if isinstance(pid, int) and 0 <= pid < len(game.players)
             else str(pid): value for pid, value in play.info.items()}
     _count("textarena/games_ended")
-    return {"rewards": rewards, "game_info": _plain(info), "game_error": None}
-
-
-def _plain(value: Any) -> Any:
-    """Game info as JSON-like data (traces and checkpointers take it)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value if isinstance(value, str | int | float | bool | None) else str(value)
+    # As JSON-like data, texts whole: traces and checkpointers take it.
+    return {"rewards": rewards, "game_info": jsonable(info, None), "game_error": None}
 
 
 def _player_node(seat: int, name: str, policy: str) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 
 from agentrl_sdk.identity import TokenizerIdentity
 from agentrl_sdk.production.records import TraceRecord, TracedCall
-from agentrl_sdk.tracing.traces import ATTR
+from agentrl_sdk.tracing.traces import ours
 from agentrl_sdk.types import Segment
 
 __all__ = ["latest_assessments", "read_trace"]
@@ -32,13 +32,13 @@ def read_trace(trace: Any) -> TraceRecord:
     root = next((s for s in spans if s.parent_id is None), None)
     if root is None:
         raise ValueError(f"trace {info.trace_id} has no root span (was it fetched with spans?)")
-    ours = _ours(root.attributes)
+    root_attrs = ours(root.attributes)
     inputs, outputs = root.inputs, root.outputs
-    if "row_id" in ours:  # a rollout's trace: the graph's input and output state
+    if "row_id" in root_attrs:  # a rollout's trace: the graph's input and output state
         inputs = _field(inputs, "input")
         outputs = _field(outputs, "output")
     feedback, expectations = latest_assessments(getattr(info, "assessments", None) or [])
-    tokenizer = ours.get("tokenizer")
+    tokenizer = root_attrs.get("tokenizer")
     return TraceRecord(
         trace_id=info.trace_id,
         experiment_id=str(getattr(info, "experiment_id", "") or ""),
@@ -50,7 +50,7 @@ def read_trace(trace: Any) -> TraceRecord:
         expectations=expectations,
         tokenizer=TokenizerIdentity.model_validate(tokenizer) if tokenizer else None,
         segments=[Segment.model_validate({k: v for k, v in seg.items() if k in _SEGMENT_FIELDS})
-                  for seg in ours.get("segments") or []],
+                  for seg in root_attrs.get("segments") or []],
         calls=_calls(spans),
     )
 
@@ -85,7 +85,7 @@ def _calls(spans: list[Any]) -> list[TracedCall]:
     """The ledger's LLM calls, from the spans of kind ``llm`` that carry token ids."""
     found = []
     for span in spans:
-        attrs = _ours(span.attributes)
+        attrs = ours(span.attributes)
         if attrs.get("kind") != "llm" or "prompt_ids" not in attrs:
             continue
         call = {k: v for k, v in attrs.items() if k in _CALL_FIELDS}
@@ -95,7 +95,3 @@ def _calls(spans: list[Any]) -> list[TracedCall]:
 
 def _field(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else None
-
-
-def _ours(attributes: dict[str, Any] | None) -> dict[str, Any]:
-    return {k[len(ATTR):]: v for k, v in (attributes or {}).items() if k.startswith(ATTR)}

@@ -1,4 +1,4 @@
-"""Finding traces in MLflow: experiments by name, a filter string from times and tags, pages.
+"""Finding traces in MLflow: a filter string from times and tags, pages of traces.
 
 The filter is MLflow's own trace search language (``mlflow.search_traces``: clauses joined by
 ``AND``, no parentheses); the times and tags given as arguments are added to it with ``AND``.
@@ -6,46 +6,19 @@ The filter is MLflow's own trace search language (``mlflow.search_traces``: clau
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 from agentrl_sdk.tracing.view import filter_literal
 
-__all__ = ["TimeBound", "experiment_ids", "search_filter", "search_pages"]
+__all__ = ["TimeBound", "search_filter", "search_pages"]
 
 TimeBound = datetime | int | float | None
 """A time bound: a ``datetime`` (naive ones are local time), or milliseconds since the epoch."""
 
 PAGE_SIZE = 100
 """Traces fetched per request."""
-
-
-def mlflow_client(tracking_uri: str) -> Any:
-    """An ``MlflowClient`` for ``tracking_uri``, with MLflow's usage telemetry off."""
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    import mlflow
-
-    return mlflow.MlflowClient(tracking_uri)
-
-
-def experiment_ids(client: Any, experiment: str | Sequence[str] | None) -> list[str]:
-    """The ids of the named experiments; every experiment's when None.
-
-    Raises:
-        ValueError: an experiment of that name does not exist.
-    """
-    if experiment is None:
-        return [e.experiment_id for e in client.search_experiments()]
-    names = [experiment] if isinstance(experiment, str) else list(experiment)
-    ids = []
-    for name in names:
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise ValueError(f"no experiment named {name!r} in {client.tracking_uri}")
-        ids.append(found.experiment_id)
-    return ids
 
 
 def search_filter(

@@ -22,14 +22,9 @@ from agentrl_sdk.production.records import TraceRecord
 from agentrl_sdk.production.redact import Redact
 from agentrl_sdk.production.replay import RowFn, replay_rows
 from agentrl_sdk.production.rescoring import RolloutReward, score_records
-from agentrl_sdk.production.search import (
-    TimeBound,
-    experiment_ids,
-    mlflow_client,
-    search_filter,
-    search_pages,
-)
+from agentrl_sdk.production.search import TimeBound, search_filter, search_pages
 from agentrl_sdk.production.tokens import token_problem, training_samples
+from agentrl_sdk.tracing.view import experiment_ids, mlflow_client
 from agentrl_sdk.types import Sample
 
 __all__ = ["TraceSelection", "traces"]

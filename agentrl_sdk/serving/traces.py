@@ -11,8 +11,6 @@ counted (`counts`) and warned about, never dropped silently.
 from __future__ import annotations
 
 import logging
-import math
-import os
 import queue
 import random
 import threading
@@ -21,6 +19,7 @@ from typing import Any
 
 from agentrl_sdk.errors import TrackingError
 from agentrl_sdk.tracing.traces import TracePayload, build_trace_payload
+from agentrl_sdk.tracing.view import mlflow_client
 from agentrl_sdk.tracing.writer import TraceWriter
 from agentrl_sdk.types import Trajectory
 
@@ -42,12 +41,7 @@ def open_experiment(tracking_uri: str, experiment: str, timeout_s: float = 10.0)
     Raises:
         TrackingError: the store cannot be reached or refuses, with its URI in the message.
     """
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, math.ceil(timeout_s))))
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri, timeout_s)
     try:
         found = client.get_experiment_by_name(experiment)
         return found.experiment_id if found else client.create_experiment(experiment)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
-import math
-import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +20,7 @@ from agentrl_sdk.tracing.traces import (
     write_traces,
 )
 from agentrl_sdk.tracing.tree_traces import build_tree_payloads, tree_credit
+from agentrl_sdk.tracing.view import mlflow_client
 from agentrl_sdk.tracing.write_buffer import WriteBuffer
 from agentrl_sdk.tracing.writer import CLOSE_TIMEOUT_S, TraceWriter
 from agentrl_sdk.types import Trajectory
@@ -78,13 +77,10 @@ class TrainingRun:
 
     def __init__(self, tracking_uri: str, experiment: str, run_name: str | None = None, *,
                  run_id: str | None = None, timeout_s: float = 10.0) -> None:
-        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, math.ceil(timeout_s))))
+        self._client = mlflow_client(tracking_uri, timeout_s)
         import mlflow
 
         self._mlflow = mlflow
-        self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
         self.logged_through = -1
         """Steps up to this one are in the run already (a reopened run): not logged again."""

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-
-def free_port() -> int:
-    """A TCP port nobody listens on at the moment (loopback)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from agentrl_sdk.ports import free_port
 
 
 def trace_url(base_url: str, experiment_id: str, trace_id: str | None = None) -> str:

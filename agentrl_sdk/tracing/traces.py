@@ -37,6 +37,17 @@ TraceSampling = Literal["all", "first_k", "failures", "off"]
 ATTR = "agentrl."
 """Prefix of every attribute this package sets on spans."""
 
+
+def ours(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The attributes of a span this package set (``ATTR`` dropped from their names)."""
+    return {k[len(ATTR):]: v for k, v in (attrs or {}).items() if k.startswith(ATTR)}
+
+
+def attributes(**fields: Any) -> dict[str, Any]:
+    """``fields`` as span attributes of this package (named with ``ATTR``), as `ours` reads."""
+    return {ATTR + k: v for k, v in fields.items()}
+
+
 TraceKind = Literal["rollout", "tree"]
 """A trace's ``kind`` tag: one rollout, or a tree rollout's whole tree (`tree_traces`)."""
 
@@ -162,8 +173,8 @@ def build_trace_payload(
     root_attrs = _root_attributes(traj, step, credit, tokenizer)
     inputs = {"row_id": traj.row_id, "sample_index": traj.sample_index, "step": step,
               "input": graph.inputs if graph else None}
-    outputs = {k: root_attrs[ATTR + k] for k in ("status", "reward", "rewards", "advantage",
-                                                 "loss_share", "error")}
+    outputs = {k: root_attrs[ATTR + k]
+               for k in ("status", "reward", "rewards", "advantage", "loss_share", "error")}
     outputs["output"] = graph.outputs if graph else None
     if tree is not None:
         root_attrs[ATTR + "tree"] = outputs["tree"] = tree
@@ -243,7 +254,7 @@ def _add_event(builder: SpanBuilder, event: RolloutEvent, ids: dict[str, int], r
                traj: Trajectory, tokenizer: Any) -> None:
     parent = ids.get(event.parent_id or "", root)
     end = event.end_ns or event.start_ns
-    attrs: dict[str, Any] = {ATTR + "kind": event.kind}
+    attrs = attributes(kind=event.kind)
     inputs, outputs, name = event.inputs, event.outputs, event.name
     call = traj.calls[event.call_index] if event.call_index is not None else None
     if call is not None and event.kind == "llm":
@@ -253,10 +264,9 @@ def _add_event(builder: SpanBuilder, event: RolloutEvent, ids: dict[str, int], r
         outputs = {"response_text": decode_ids(tokenizer, call.response_ids),
                    "finish_reason": call.finish_reason}
     elif call is not None and event.kind == "engine":
-        attrs.update({ATTR + "request_id": call.request_id,
-                      ATTR + "prompt_tokens": len(call.prompt_ids),
-                      ATTR + "generated_tokens": len(call.response_ids),
-                      ATTR + "policy_version": call.policy_version})
+        attrs.update(attributes(request_id=call.request_id, prompt_tokens=len(call.prompt_ids),
+                                generated_tokens=len(call.response_ids),
+                                policy_version=call.policy_version))
         inputs = {"request_id": call.request_id, "prompt_tokens": len(call.prompt_ids)}
         outputs = {"token_ids": call.response_ids, "finish_reason": call.finish_reason}
     span = builder.add(parent, name, _SPAN_TYPES[event.kind], event.start_ns, end,
@@ -265,7 +275,7 @@ def _add_event(builder: SpanBuilder, event: RolloutEvent, ids: dict[str, int], r
     if event.kind == "node":
         for message in _malformed_calls(event.outputs):
             builder.add(span, f"{message.get('name') or 'unknown'} (malformed call)", "TOOL",
-                        end, end, None, message, {ATTR + "kind": "tool"}, message["content"])
+                        end, end, None, message, attributes(kind="tool"), message["content"])
 
 
 def _call_attributes(traj: Trajectory, index: int) -> dict[str, Any]:
@@ -274,33 +284,29 @@ def _call_attributes(traj: Trajectory, index: int) -> dict[str, Any]:
     seg = traj.segments[call.segment_index]
     offset = call.prompt_length - len(seg.prompt_ids)
     stop = offset + len(call.response_ids)
-    return {
-        ATTR + "node": call.node, ATTR + "policy": call.policy, ATTR + "turn": call.turn,
-        ATTR + "trained": call.trained, ATTR + "call_index": index,
-        ATTR + "segment_index": call.segment_index, ATTR + "segment_offset": offset,
-        ATTR + "request_id": call.request_id, ATTR + "finish_reason": call.finish_reason,
-        ATTR + "policy_version": call.policy_version,
-        ATTR + "prompt_ids": call.prompt_ids, ATTR + "response_ids": call.response_ids,
-        ATTR + "response_logprobs": call.response_logprobs,
-        ATTR + "response_mask": seg.response_mask[offset:stop],
-    }
+    return attributes(
+        node=call.node, policy=call.policy, turn=call.turn, trained=call.trained,
+        call_index=index, segment_index=call.segment_index, segment_offset=offset,
+        request_id=call.request_id, finish_reason=call.finish_reason,
+        policy_version=call.policy_version, prompt_ids=call.prompt_ids,
+        response_ids=call.response_ids, response_logprobs=call.response_logprobs,
+        response_mask=seg.response_mask[offset:stop],
+    )
 
 
 def _root_attributes(traj: Trajectory, step: int, credit: RolloutCredit | None,
                      tokenizer: Any) -> dict[str, Any]:
-    return {
-        ATTR + "row_id": traj.row_id, ATTR + "sample_index": traj.sample_index,
-        ATTR + "step": step, ATTR + "status": traj.status, ATTR + "error": traj.error,
-        ATTR + "reward": traj.reward, ATTR + "rewards": traj.rewards,
-        ATTR + "reward_components": [c.model_dump() for c in traj.components],
-        ATTR + "advantage": credit.advantage if credit else None,
-        ATTR + "loss_share": credit.loss_share if credit else None,
-        ATTR + "policy_versions": sorted({c.policy_version for c in traj.calls}),
-        ATTR + "metrics": traj.metrics,
-        ATTR + "segments": [_segment_view(s, tokenizer) for s in traj.segments],
-        ATTR + "tokenizer": (tokenizer_identity(tokenizer).model_dump()
-                             if hasattr(tokenizer, "get_vocab") else None),
-    }
+    return attributes(
+        row_id=traj.row_id, sample_index=traj.sample_index, step=step, status=traj.status,
+        error=traj.error, reward=traj.reward, rewards=traj.rewards,
+        reward_components=[c.model_dump() for c in traj.components],
+        advantage=credit.advantage if credit else None,
+        loss_share=credit.loss_share if credit else None,
+        policy_versions=sorted({c.policy_version for c in traj.calls}), metrics=traj.metrics,
+        segments=[_segment_view(s, tokenizer) for s in traj.segments],
+        tokenizer=(tokenizer_identity(tokenizer).model_dump()
+                   if hasattr(tokenizer, "get_vocab") else None),
+    )
 
 
 def _segment_view(seg: Any, tokenizer: Any) -> dict[str, Any]:

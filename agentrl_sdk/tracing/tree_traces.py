@@ -15,11 +15,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agentrl_sdk.tracing.traces import (
-    ATTR,
     RolloutCredit,
     SpanBuilder,
     TraceKind,
     TracePayload,
+    attributes,
     decode_ids,
     now_pair,
     trace_info,
@@ -99,11 +99,11 @@ class _TreeDrawing:
         start, end = _span_of(under)
         inputs = {"row_id": row_id, "tree": tree, "step": step}
         ok = all(leaf.status == "ok" for leaf in under)
-        about = {ATTR + "row_id": row_id, ATTR + "step": step,
-                 ATTR + "status": "ok" if ok else "error"}  # what `TraceView` reads
+        status = "ok" if ok else "error"
+        about = {"row_id": row_id, "step": step, "status": status}  # what `TraceView` reads
         root = self._node(None, [tree], under, self.group_mean, 0, start, inputs, about)
         tags = {"step": str(step), "phase": phase, "row_id": row_id, "kind": _TREE,
-                "status": about[ATTR + "status"],
+                "status": status,
                 "tree_path": str(tree), "tree_leaves": str(len(under)),
                 "mlflow.traceName": f"tree {row_id} · {tree}"}
         if run_id:
@@ -128,12 +128,10 @@ class _TreeDrawing:
                                    "credit": mean - above,
                                    "generated": [decode_ids(self.tokenizer, shared[i].response_ids)
                                                  for i in own]}  # fmt: skip
-        attrs: dict[str, Any] = {ATTR + "kind": "tree_node", ATTR + "tree_node": _name(path),
-                                 ATTR + "leaves": len(under), ATTR + "mean_reward": mean,
-                                 ATTR + "credit": mean - above,
-                                 ATTR + "generated_tokens": sum(len(shared[i].response_ids)
-                                                                for i in own),
-                                 **(about or {})}  # fmt: skip
+        attrs = attributes(kind="tree_node", tree_node=_name(path), leaves=len(under),
+                           mean_reward=mean, credit=mean - above,
+                           generated_tokens=sum(len(shared[i].response_ids) for i in own),
+                           **(about or {}))
         is_leaf = len(under) == 1 and first.tree_path == path
         error = None
         if is_leaf:
@@ -142,8 +140,8 @@ class _TreeDrawing:
             outputs.update(reward=first.reward, status=first.status,
                            advantage=credit.advantage if credit else None,
                            trace_id=self.traced.get(key))
-            attrs.update({ATTR + "sample_index": first.sample_index,
-                          ATTR + "leaf_trace_id": self.traced.get(key)})
+            attrs.update(attributes(sample_index=first.sample_index,
+                                    leaf_trace_id=self.traced.get(key)))
             error = first.error if first.status != "ok" else None
         kind = "AGENT" if parent is None else "CHAIN"
         name = (f"tree {_name(path)}" if parent is None
@@ -162,10 +160,9 @@ class _TreeDrawing:
         return span
 
     def _call(self, parent: int, call: LLMCall, index: int, when: tuple[int, int]) -> None:
-        attrs = {ATTR + "kind": "llm", ATTR + "node": call.node, ATTR + "turn": call.turn,
-                 ATTR + "call_index": index, ATTR + "policy_version": call.policy_version,
-                 ATTR + "response_ids": call.response_ids,
-                 ATTR + "response_logprobs": call.response_logprobs}
+        attrs = attributes(kind="llm", node=call.node, turn=call.turn, call_index=index,
+                           policy_version=call.policy_version, response_ids=call.response_ids,
+                           response_logprobs=call.response_logprobs)
         self.builder.add(parent, f"llm · {call.node} · turn {call.turn}", "CHAT_MODEL", *when,
                          {"prompt_tokens": len(call.prompt_ids)},
                          {"response_text": decode_ids(self.tokenizer, call.response_ids),

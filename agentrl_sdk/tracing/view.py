@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl_sdk.tracing.traces import ATTR, TRACE_KINDS, TraceKind
+from agentrl_sdk.tracing.traces import TRACE_KINDS, TraceKind, ours
 
 
 @dataclass
@@ -73,7 +75,7 @@ class TraceView:
         """Read an ``mlflow.entities.Trace`` written by `build_trace`."""
         spans = trace.data.spans
         root_span = next(s for s in spans if s.parent_id is None)
-        root = _ours(root_span.attributes)
+        root = ours(root_span.attributes)
         children: dict[str | None, list[Any]] = {}
         for span in spans:
             children.setdefault(span.parent_id, []).append(span)
@@ -89,10 +91,6 @@ class TraceView:
                    root.pop("segments", None) or [], lines)
 
 
-def _ours(attributes: dict[str, Any]) -> dict[str, Any]:
-    return {k[len(ATTR):]: v for k, v in attributes.items() if k.startswith(ATTR)}
-
-
 def _line(span: Any, depth: int) -> SpanLine:
     status = span.status
     error = status.description if str(status.status_code).endswith("ERROR") else None
@@ -100,7 +98,7 @@ def _line(span: Any, depth: int) -> SpanLine:
     return SpanLine(
         depth=depth, name=span.name, kind=str(span.span_type),
         duration_ms=(end - span.start_time_ns) / 1e6, error=error or None,
-        inputs=span.inputs, outputs=span.outputs, attributes=_ours(span.attributes),
+        inputs=span.inputs, outputs=span.outputs, attributes=ours(span.attributes),
     )
 
 
@@ -133,22 +131,15 @@ def search_rollout_traces(
     """
     if kind is not None and kind not in TRACE_KINDS:
         raise ValueError(f"kind is one of {TRACE_KINDS} or None, not {kind!r}")
-    client = _mlflow().MlflowClient(tracking_uri)
-    if run_id:
-        experiment_ids = [client.get_run(run_id).info.experiment_id]
-    elif experiment:
-        found = client.get_experiment_by_name(experiment)
-        if found is None:
-            raise ValueError(f"no experiment named {experiment!r} in {tracking_uri}")
-        experiment_ids = [found.experiment_id]
-    else:
-        experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    client = mlflow_client(tracking_uri)
+    locations = ([client.get_run(run_id).info.experiment_id] if run_id
+                 else experiment_ids(client, experiment or None))
     clauses = [f"tags.{key} = {filter_literal(value)}" for key, value in
                (("step", step), ("status", status), ("row_id", row_id), ("phase", phase),
                 ("kind", kind))
                if value is not None]
     traces = client.search_traces(
-        locations=experiment_ids, filter_string=" AND ".join(clauses) or None, run_id=run_id,
+        locations=locations, filter_string=" AND ".join(clauses) or None, run_id=run_id,
         max_results=limit, order_by=["timestamp_ms DESC"], include_spans=False,
     )
     return [t.info for t in traces]
@@ -160,7 +151,7 @@ def load_trace_view(tracking_uri: str, trace_id: str) -> TraceView:
     Raises:
         ValueError: no trace ``trace_id`` in the store.
     """
-    trace = _mlflow().MlflowClient(tracking_uri).get_trace(trace_id)
+    trace = mlflow_client(tracking_uri).get_trace(trace_id)
     if trace is None:
         raise ValueError(f"no trace {trace_id} in {tracking_uri}")
     return TraceView.from_trace(trace)
@@ -181,9 +172,33 @@ def filter_literal(value: object) -> str:
     raise ValueError(f"MLflow's trace search cannot match {text!r}: it holds both ' and \"")
 
 
-def _mlflow() -> Any:
-    """``mlflow``, imported with its usage telemetry off (as the run and the writer do)."""
+def mlflow_client(tracking_uri: str, timeout_s: float | None = None) -> Any:
+    """An ``MlflowClient`` for ``tracking_uri``, with MLflow's usage telemetry off (as in the
+    writer). With ``timeout_s``: one attempt per request, ``timeout_s`` each
+    (``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0`` and ``MLFLOW_HTTP_REQUEST_TIMEOUT`` unless set in the
+    environment), so that a store that cannot be reached is reported quickly."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    if timeout_s is not None:
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, math.ceil(timeout_s))))
     import mlflow
 
-    return mlflow
+    return mlflow.MlflowClient(tracking_uri)
+
+
+def experiment_ids(client: Any, experiment: str | Sequence[str] | None) -> list[str]:
+    """The ids of the named experiments; every experiment's when None.
+
+    Raises:
+        ValueError: an experiment of that name does not exist.
+    """
+    if experiment is None:
+        return [e.experiment_id for e in client.search_experiments()]
+    names = [experiment] if isinstance(experiment, str) else list(experiment)
+    ids = []
+    for name in names:
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise ValueError(f"no experiment named {name!r} in {client.tracking_uri}")
+        ids.append(found.experiment_id)
+    return ids

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from agentrl_sdk.ports import free_port
 from agentrl_sdk.threads import RAY_SUBMIT_LOCK
 from agentrl_sdk.trainer.config import TrainerConfig
 from agentrl_sdk.trainer.errors import RankDiedError, TrainerError
@@ -115,9 +116,7 @@ def rendezvous_address() -> tuple[str, int]:
     # must reach this node's address: no fallback that would hang a 2-node rendezvous.
     ray = ray_if_started()
     ip = ray.util.get_node_ip_address() if ray else "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return ip, s.getsockname()[1]
+    return ip, free_port("")
 
 
 def wait_ranks(refs: list[Any], method: str, timeout: float) -> list[Any]:

@@ -255,19 +255,17 @@ class RunningBatch:
         )
         return own + (0 if self.shared is None else self.shared.nbytes)
 
-    def cached_length(self, index: int) -> int:
-        """How many positions row ``index`` has cached: its group's prompt and its own."""
-        prompt = 0 if self.shared is None else len(self.shared.row_columns(index)[1])
-        return int(self.mask[index].sum()) + prompt
-
     def row_cache(
-        self, index: int, start: int, stop: int
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        self, index: int, start: int, stop: int, length: int
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
         """Copies of row ``index``'s per-layer ``(H, stop - start, D)`` keys and values of its
-        cached positions ``start`` to ``stop`` (its group's prompt first, then its own)."""
+        cached positions ``start`` to ``stop`` (its group's prompt first, then its own); None
+        unless the row has cached exactly ``length`` positions."""
         own = self.mask[index].nonzero().squeeze(1)
         group, prompt = (-1, own[:0]) if self.shared is None else self.shared.row_columns(index)
         before = len(prompt)
+        if before + len(own) != length:
+            return None
         prompt, own = prompt[start:stop], own[max(start - before, 0) : max(stop - before, 0)]
         keys, values = [], []
         for layer, own_layer in enumerate(_layers(self.cache)):

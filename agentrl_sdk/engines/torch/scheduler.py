@@ -368,9 +368,9 @@ class Scheduler:
             return
         tokens = row.context[:-1]  # its newest token was sampled, never fed
         held, wanted = self.prefixes.held(row.sampling.adapter, tokens)
-        if held < wanted and batch.cached_length(index) == len(tokens):
-            keys, values = batch.row_cache(index, held, wanted)  # only what is new
-            self.prefixes.insert(row.sampling.adapter, tokens, keys, values, offset=held)
+        cached = None if held >= wanted else batch.row_cache(index, held, wanted, len(tokens))
+        if cached is not None:  # only what is new
+            self.prefixes.insert(row.sampling.adapter, tokens, *cached, offset=held)
 
     def _decode(self) -> None:
         batch = self._batch

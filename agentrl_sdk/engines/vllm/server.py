@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from agentrl_sdk.engines.vllm.loop_thread import LoopThread
 from agentrl_sdk.engines.vllm.resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines.vllm.weights import RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.errors import EngineError
+from agentrl_sdk.ports import free_port
 from agentrl_sdk.types import FinishReason
 
 __all__ = ["VLLMServerEngine"]
@@ -114,7 +114,7 @@ class VLLMServerEngine(VLLMBackend):
     ) -> str:  # fmt: skip
         """Start the server on a free 127.0.0.1 port in its own process group."""
         cpu_args = cpu_engine_args(path, max_model_len)  # refuses a head size vLLM-CPU lacks
-        port = _free_port()
+        port = free_port()
         command = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", path, "--served-model-name", self._model_name,
@@ -298,11 +298,3 @@ def _flag_value(args: list[str], flag: str) -> str | None:
         if arg.startswith(flag + "="):
             return arg.split("=", 1)[1]
     return None
-
-
-def _free_port() -> int:
-    """A TCP port nobody listens on at the moment (loopback). The engines sit below tracing,
-    whose MLflow server has the same helper: neither layer may import the other's."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
