@@ -91,7 +91,6 @@ class PrefixCache:
         self._index: dict[tuple[str | None, int], tuple[int, int]] = {}  # -> entry id, tokens
         self._bytes = 0
         self.hit_tokens = 0  # prompt tokens not prefilled thanks to the cache
-        self.missed_tokens = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -104,15 +103,13 @@ class PrefixCache:
     def lookup(self, adapter: str | None, context: Sequence[int]) -> PrefixHit | None:
         """The longest cached whole-block prefix of ``context``, leaving at least its last
         token to prefill (its logits sample the next token); None without one. Counted in
-        ``hit_tokens`` / ``missed_tokens``."""
+        ``hit_tokens``."""
         found = self._longest(adapter, context, len(context) - 1)
         if found is None:
-            self.missed_tokens += len(context)
             return None
         entry, length = found
         self._touch(entry)
         self.hit_tokens += length
-        self.missed_tokens += len(context) - length
         return PrefixHit(length, entry.parts(length))
 
     def cached_length(self, adapter: str | None, context: Sequence[int]) -> int:
