@@ -19,7 +19,6 @@ from agentrl_sdk.engines.torch.scheduler import (
     STOP,
     AdapterUpdate,
     Control,
-    ControlAction,
     Request,
     Scheduler,
     WeightUpdate,
@@ -274,7 +273,8 @@ class TorchEngine:
         await self._apply(WeightUpdate, state, version, assign=assign, partial=push.partial)
 
     async def _apply(self, kind: type, *args: Any, **options: Any) -> None:
-        """Submit a weight or adapter update to the engine thread and wait for it."""
+        """Submit a weight or adapter update, or a `Control`, to the engine thread and wait
+        for it."""
         loop = asyncio.get_running_loop()
         update = kind(*args, loop=loop, future=loop.create_future(), **options)
         self._submit(update)
@@ -328,21 +328,15 @@ class TorchEngine:
         New requests are accepted and wait; weight updates are applied at once. Returns once
         the engine thread has stopped stepping.
         """
-        await self._control("pause")
+        await self._apply(Control, "pause")
 
     async def resume(self) -> None:
         """Continue the requests held by `pause` (on the newest weights)."""
-        await self._control("resume")
+        await self._apply(Control, "resume")
 
     async def drop_prefix_cache(self) -> None:
         """Forget the prefix cache's keys and values (`CachesPrefixes`), between two steps."""
-        await self._control("drop_prefixes")
-
-    async def _control(self, action: ControlAction) -> None:
-        loop = asyncio.get_running_loop()
-        control = Control(action, loop, loop.create_future())
-        self._submit(control)
-        await control.future
+        await self._apply(Control, "drop_prefixes")
 
     async def health(self) -> bool:
         """True until `close` (or a crash of the engine thread)."""
