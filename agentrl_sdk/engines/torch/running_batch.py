@@ -12,7 +12,7 @@ from transformers import DynamicCache
 from agentrl_sdk.engines.stop_strings import StopStrings
 from agentrl_sdk.engines.torch.kv_cache import DECODE_ROOM, append_rows, fill_order, fits, keep_rows
 from agentrl_sdk.engines.torch.sampling import SamplingBuffers, sample_next
-from agentrl_sdk.engines.torch.shared_prompts import PromptView, SharedPrompts
+from agentrl_sdk.engines.torch.shared_prompts import PromptView, SharedPrompts, cat_left_padded
 from agentrl_sdk.types import FinishReason, SamplingParams
 
 __all__ = ["RunningBatch", "SequenceState"]
@@ -222,15 +222,13 @@ class RunningBatch:
                 mine.keys = append_rows(mine.keys, theirs.keys)
                 mine.values = append_rows(mine.values, theirs.values)
             mine_mask = F.pad(self.mask, (0, width - self.mask.shape[1]))  # a gap, if any
-            self.mask = torch.cat([mine_mask, _pad_left(other.mask, width)])
+            self.mask = torch.cat([mine_mask, F.pad(other.mask, (width - other.mask.shape[1], 0))])
             self._append_rows_of(other)
             return
         for mine, theirs in pairs:
-            mine.keys = torch.cat([_pad_left(mine.keys, width), _pad_left(theirs.keys, width)])
-            mine.values = torch.cat(
-                [_pad_left(mine.values, width), _pad_left(theirs.values, width)]
-            )
-        self.mask = torch.cat([_pad_left(self.mask, width), _pad_left(other.mask, width)])
+            mine.keys = cat_left_padded(mine.keys, theirs.keys, width)
+            mine.values = cat_left_padded(mine.values, theirs.values, width)
+        self.mask = cat_left_padded(self.mask, other.mask, width)
         self._append_rows_of(other)
 
     def _append_rows_of(self, other: RunningBatch) -> None:
@@ -321,12 +319,3 @@ def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
 def _storage_bytes(t: torch.Tensor) -> int:
     buffer = getattr(t, "_room", t)
     return buffer.numel() * buffer.element_size()
-
-
-def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
-    """Zero-pad the sequence axis (dim 1 of a mask, dim 2 of ``(B, H, L, D)`` keys) to ``width``."""
-    missing = width - (t.shape[1] if t.dim() == 2 else t.shape[2])
-    if missing == 0:
-        return t
-    pad = (missing, 0) if t.dim() == 2 else (0, 0, missing, 0)
-    return F.pad(t, pad)

@@ -22,7 +22,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-__all__ = ["PromptView", "SharedPrompts", "attend_with_shared_prompts", "serving_prompts"]
+__all__ = [
+    "PromptView", "SharedPrompts", "attend_with_shared_prompts", "cat_left_padded",
+    "serving_prompts",
+]
 
 
 @dataclass
@@ -87,12 +90,12 @@ class SharedPrompts:
         width = max(self.mask.shape[1], other.mask.shape[1])
         offset = self.mask.shape[0]
         self.keys = [
-            _cat_left_padded(a, b, width) for a, b in zip(self.keys, other.keys, strict=True)
+            cat_left_padded(a, b, width) for a, b in zip(self.keys, other.keys, strict=True)
         ]
         self.values = [
-            _cat_left_padded(a, b, width) for a, b in zip(self.values, other.values, strict=True)
+            cat_left_padded(a, b, width) for a, b in zip(self.values, other.values, strict=True)
         ]
-        self.mask = torch.cat([_pad_mask(self.mask, width), _pad_mask(other.mask, width)])
+        self.mask = cat_left_padded(self.mask, other.mask, width)
         shifted = torch.where(other.groups >= 0, other.groups + offset, other.groups)
         self.groups = torch.cat([self.groups, shifted])
         self.members = torch.cat([self.members, other.members])
@@ -202,13 +205,15 @@ def _gather(groups: torch.Tensor, view: PromptView, per_kv: int) -> torch.Tensor
     return slots.index_select(0, view.slots)
 
 
-def _cat_left_padded(a: torch.Tensor, b: torch.Tensor, width: int) -> torch.Tensor:
-    return torch.cat([_pad_keys(a, width), _pad_keys(b, width)])
+def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pad the sequence axis (dim 1 of a mask, dim 2 of ``(B, H, L, D)`` keys) to ``width``."""
+    missing = width - (t.shape[1] if t.dim() == 2 else t.shape[2])
+    if missing == 0:
+        return t
+    pad = (missing, 0) if t.dim() == 2 else (0, 0, missing, 0)
+    return F.pad(t, pad)
 
 
-def _pad_keys(t: torch.Tensor, width: int) -> torch.Tensor:
-    return F.pad(t, (0, 0, width - t.shape[2], 0))
-
-
-def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
-    return F.pad(mask, (width - mask.shape[1], 0), value=False)
+def cat_left_padded(a: torch.Tensor, b: torch.Tensor, width: int) -> torch.Tensor:
+    """``a``'s rows then ``b``'s, each left-padded to ``width`` (`_pad_left`)."""
+    return torch.cat([_pad_left(a, width), _pad_left(b, width)])
