@@ -109,14 +109,6 @@ class SyncStats:
     adapter: bool = False  # only LoRA adapter tensors moved (the engines merged them)
     via: Via = "driver"  # the way the weights took (see `WeightSync`)
 
-    def as_metrics(self, prefix: str = "weight_sync/") -> dict[str, float]:
-        """Flat metrics for a tracker."""
-        return {
-            f"{prefix}{k}": float(v)
-            for k, v in vars(self).items()
-            if k in ("bytes", "buckets", "gather_s", "load_s", "total_s")
-        }
-
 
 class WeightSync:
     """Moves the trainer's weights to every engine as one `WeightPush`, the first kind that the

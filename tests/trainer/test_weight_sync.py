@@ -99,7 +99,6 @@ async def test_push_loads_every_engine_concurrently_as_the_drivers_version():
     assert (stats.version, stats.engines, stats.tensors, stats.buckets) == (7, 2, 4, 2)
     assert stats.bytes == (4 + 6 + 3) * 4  # the tied tensor counts once
     assert stats.total_s >= stats.load_s > 0
-    assert set(stats.as_metrics()) >= {"weight_sync/total_s", "weight_sync/bytes"}
 
 
 async def test_full_weights_come_in_the_dtype_every_engine_serves():
