@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentrl_sdk.engines.stop_strings import StopStrings
+from agentrl_sdk.engines.vllm.loop_thread import LoopThread, called
 from agentrl_sdk.engines.vllm.resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines.vllm.weights import WeightFiles
 from agentrl_sdk.errors import EngineError
@@ -23,8 +24,6 @@ from agentrl_sdk.weights.adapters import AdapterWeights
 from agentrl_sdk.weights.push import WeightIntake, WeightPush
 from agentrl_sdk.weights.shared_files import SharedWeights, host_id
 
-if TYPE_CHECKING:
-    from agentrl_sdk.engines.vllm.loop_thread import LoopThread
 
 __all__ = ["VLLMBackend", "checked_finish", "sampling_fields"]
 
@@ -178,11 +177,7 @@ class VLLMBackend:
     async def resume(self) -> None:
         """Submit the held requests again (prompt + partial output) and let new ones in."""
         self._check_open()
-
-        async def resume() -> None:
-            self._requests.resume()
-
-        await self._loop.call(resume())
+        await self._loop.call(called(self._requests.resume))
 
     def _check_open(self) -> None:
         if self._closed:

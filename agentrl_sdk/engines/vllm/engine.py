@@ -22,7 +22,7 @@ from typing import Any
 
 from agentrl_sdk.engines.vllm.backend import VLLMBackend, checked_finish, sampling_fields
 from agentrl_sdk.engines.vllm.cpu_env import cpu_engine_args, vllm_cpu_env
-from agentrl_sdk.engines.vllm.loop_thread import LoopThread
+from agentrl_sdk.engines.vllm.loop_thread import LoopThread, called
 from agentrl_sdk.engines.vllm.resumable import PartialOutput, ResumableRequests
 from agentrl_sdk.engines.vllm.weights import RECEIVE_METHOD, RPC_METHOD, WORKER_EXTENSION
 from agentrl_sdk.errors import EngineError
@@ -314,16 +314,13 @@ class VLLMEngine(VLLMBackend):
             return
         self._closed = True
         try:
-            self._loop.run(_call(self._llm.shutdown), timeout=60)
+            self._loop.run(called(self._llm.shutdown), timeout=60)
         except Exception as exc:  # noqa: BLE001 - closing: log and go on releasing the loop
             logger.warning("vLLM shutdown failed: %r", exc)
         finally:
             self._loop.stop()
             if self._adapters is not None:
                 shutil.rmtree(self._adapters, ignore_errors=True)
-
-async def _call(fn: Any) -> Any:
-    return fn()
 
 
 def to_vllm_sampling(sampling: SamplingParams, max_tokens: int, eos: Iterable[int]) -> Any:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["LoopThread"]
+__all__ = ["LoopThread", "called"]
 
 T = TypeVar("T")
 
@@ -69,3 +69,9 @@ class LoopThread:
             self._thread.join(timeout)
             if not self._thread.is_alive():
                 self.loop.close()
+
+
+async def called(fn: Callable[[], T]) -> T:
+    """``fn()`` as a coroutine: a plain call for `LoopThread.run` or `LoopThread.call` to make
+    on the loop."""
+    return fn()
