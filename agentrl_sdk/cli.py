@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -333,9 +333,8 @@ def _load_config(path: Path) -> TrainConfig:
         return TrainConfig.from_yaml(path)
     except ValueError as exc:
         cause = exc.__cause__
-        if not isinstance(cause, ValidationError):
-            _usage_error(str(exc))
-        _usage_error(describe_validation_error(cause, TrainConfig, source=str(path)))
+        _usage_error(describe_validation_error(cause, TrainConfig, source=str(path))
+                     if isinstance(cause, ValidationError) else str(exc))
     except (OSError, yaml.YAMLError) as exc:
         _usage_error(f"{path}: cannot read the config: {exc}")
 
@@ -374,8 +373,7 @@ def build_model(
         build_qwen_tokenizer, build_small_tokenizer, build_tiny_model, save_pretrained_pair,
     )  # fmt: skip
 
-    kind: Literal["qwen", "small"] = "qwen" if vocab == "qwen" else "small"
-    tokenizer = build_qwen_tokenizer(template) if kind == "qwen" else build_small_tokenizer(template)
+    tokenizer = (build_qwen_tokenizer if vocab == "qwen" else build_small_tokenizer)(template)
     model = build_tiny_model(tokenizer, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
     save_pretrained_pair(model, tokenizer, out)
     params = sum(p.numel() for p in model.parameters())

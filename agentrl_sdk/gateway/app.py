@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
@@ -53,7 +54,7 @@ def create_app(
     async def health() -> dict[str, Any]:
         registry.expire()
         return {"status": "ok", "rollouts": len(registry),
-                "client_rollouts": registry.client_rollouts, **registry.stats.as_dict()}
+                "client_rollouts": registry.client_rollouts, **asdict(registry.stats)}
 
     @app.get("/v1/models", dependencies=authorized)
     @app.get("/rollouts/{rollout_id}/v1/models", dependencies=authorized)

@@ -45,7 +45,7 @@ async def complete(
             strings of any length pass through to the engine.
     """
     messages = _messages(request)
-    stop = request.stop_list()
+    stop = [request.stop] if isinstance(request.stop, str) else request.stop
     try:
         split_stops(session.recorder.template, stop or [])
     except ValueError as exc:
@@ -63,7 +63,6 @@ async def complete(
     choice = request.tool_choice
     tool_choice = choice.function.get("name") if isinstance(choice, NamedToolChoice) else choice
     node_tag = NodeTag(name=node, policy=policy, trained=True)
-    session.requests += 1
 
     async def generate() -> AIMessage:
         start_ns = time.time_ns()

@@ -137,12 +137,6 @@ class ChatCompletionRequest(BaseModel):
                 raise ValueError(f"tool_choice names {name!r}, which is not in tools")
         return self
 
-    def stop_list(self) -> list[str] | None:
-        """``stop`` as a list (None when absent)."""
-        if self.stop is None:
-            return None
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
-
 
 class Usage(BaseModel):
     """Token counts of a completion (all ``n`` choices)."""

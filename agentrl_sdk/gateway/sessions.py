@@ -7,7 +7,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from agentrl_sdk.chat.recorder import RolloutRecorder
 from agentrl_sdk.errors import AgentRLError
@@ -39,8 +39,6 @@ class RolloutSession:
     sample_index: int = 0
     status: TrajectoryStatus = "ok"
     error: str | None = None
-    requests: int = 0
-    metadata: dict[str, str] = field(default_factory=dict)
 
     def fail(self, status: TrajectoryStatus, error: str) -> None:
         """Remember the first failure; the trajectory reports it."""

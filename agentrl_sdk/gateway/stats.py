@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass
@@ -18,7 +18,3 @@ class GatewayStats:
     client_rollouts_refused: int = 0
     requests_too_large: int = 0
     client_disconnects: int = 0  # chat completions cancelled: the client hung up first
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters by name."""
-        return asdict(self)

@@ -44,10 +44,9 @@ def create_app(
 ) -> ASGIApp:
     """The routes over a server's ``run`` and ``health_counts`` (``api_key``, when set, guards
     ``/invoke``; bodies over ``max_request_bytes`` are refused)."""
-    key = api_key
 
     async def invoke(request: Request) -> JSONResponse:
-        if key is not None and not _authorized(request, key):
+        if api_key is not None and not _authorized(request, api_key):
             return _error(401, "unauthorized", "send Authorization: Bearer <api_key>")
         try:
             body = json.loads(await request.body())

@@ -170,14 +170,15 @@ def build_trace_payload(
     start, end = (graph.start_ns, graph.end_ns or max(times)) if graph else (
         (min(times), max(times)) if times else now_pair()
     )
-    root_attrs = _root_attributes(traj, step, credit, tokenizer)
+    root_attrs = _root_attributes(traj, step, credit, tokenizer, tree)
     inputs = {"row_id": traj.row_id, "sample_index": traj.sample_index, "step": step,
               "input": graph.inputs if graph else None}
-    outputs = {k: root_attrs[ATTR + k]
+    own = ours(root_attrs)
+    outputs = {k: own[k]
                for k in ("status", "reward", "rewards", "advantage", "loss_share", "error")}
     outputs["output"] = graph.outputs if graph else None
     if tree is not None:
-        root_attrs[ATTR + "tree"] = outputs["tree"] = tree
+        outputs["tree"] = tree
     root = builder.add(None, f"rollout {traj.row_id}#{traj.sample_index}", "AGENT", start, end,
                        inputs, outputs, root_attrs, traj.error if traj.status != "ok" else None)
     ids = {graph.id: root} if graph else {}
@@ -295,7 +296,7 @@ def _call_attributes(traj: Trajectory, index: int) -> dict[str, Any]:
 
 
 def _root_attributes(traj: Trajectory, step: int, credit: RolloutCredit | None,
-                     tokenizer: Any) -> dict[str, Any]:
+                     tokenizer: Any, tree: list[dict] | None) -> dict[str, Any]:
     return attributes(
         row_id=traj.row_id, sample_index=traj.sample_index, step=step, status=traj.status,
         error=traj.error, reward=traj.reward, rewards=traj.rewards,
@@ -306,6 +307,7 @@ def _root_attributes(traj: Trajectory, step: int, credit: RolloutCredit | None,
         segments=[_segment_view(s, tokenizer) for s in traj.segments],
         tokenizer=(tokenizer_identity(tokenizer).model_dump()
                    if hasattr(tokenizer, "get_vocab") else None),
+        tree=tree,
     )
 
 

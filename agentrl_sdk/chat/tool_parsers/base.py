@@ -23,6 +23,10 @@ class InvalidToolCall(BaseModel):
     error: str
 
 
+ReadCall = ParsedToolCall | InvalidToolCall
+"""A call block as read: well-formed, or invalid."""
+
+
 class ParsedResponse(BaseModel):
     """Generated text split into what LangGraph needs for control flow."""
 

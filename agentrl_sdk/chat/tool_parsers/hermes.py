@@ -5,12 +5,7 @@ from __future__ import annotations
 import re
 
 from agentrl_sdk.chat.tool_parsers._json_call import invalid, read_call, response
-from agentrl_sdk.chat.tool_parsers.base import (
-    InvalidToolCall,
-    ParsedResponse,
-    ParsedToolCall,
-    json_call_prefix,
-)
+from agentrl_sdk.chat.tool_parsers.base import ParsedResponse, ReadCall, json_call_prefix
 
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 
@@ -27,7 +22,7 @@ class HermesToolParser:
 
     def parse(self, text: str) -> ParsedResponse:
         """Split ``text`` into content (the text outside call blocks) and calls."""
-        found: list[ParsedToolCall | InvalidToolCall] = []
+        found: list[ReadCall] = []
         for match in _CALL.finditer(text):
             raw = match.group(1).strip()
             if match.group(0).endswith("</tool_call>"):

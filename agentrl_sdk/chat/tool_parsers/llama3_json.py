@@ -8,12 +8,7 @@ import re
 from collections.abc import Iterator
 
 from agentrl_sdk.chat.tool_parsers._json_call import call_from_object, invalid, response
-from agentrl_sdk.chat.tool_parsers.base import (
-    InvalidToolCall,
-    ParsedResponse,
-    ParsedToolCall,
-    json_call_prefix,
-)
+from agentrl_sdk.chat.tool_parsers.base import ParsedResponse, ReadCall, json_call_prefix
 
 _PYTHON_TAG = "<|python_tag|>"
 _CALL_START = re.compile(r'\{\s*"name"\s*:')
@@ -50,7 +45,7 @@ class Llama3JsonToolParser:
         return response(content.strip(), list(_read_calls(calls)))
 
 
-def _read_calls(text: str) -> Iterator[ParsedToolCall | InvalidToolCall]:
+def _read_calls(text: str) -> Iterator[ReadCall]:
     pos = _skip_space(text, 0)
     while pos < len(text):
         try:

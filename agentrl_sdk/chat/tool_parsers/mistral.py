@@ -5,12 +5,7 @@ from __future__ import annotations
 import json
 
 from agentrl_sdk.chat.tool_parsers._json_call import call_from_object, invalid, response
-from agentrl_sdk.chat.tool_parsers.base import (
-    InvalidToolCall,
-    ParsedResponse,
-    ParsedToolCall,
-    json_call_prefix,
-)
+from agentrl_sdk.chat.tool_parsers.base import ParsedResponse, ReadCall, json_call_prefix
 
 _TOOL_CALLS = "[TOOL_CALLS]"
 _DECODER = json.JSONDecoder()
@@ -31,7 +26,7 @@ class MistralToolParser:
     def parse(self, text: str) -> ParsedResponse:
         """Split ``text`` into content and calls."""
         content, *blocks = text.split(_TOOL_CALLS)
-        found: list[ParsedToolCall | InvalidToolCall] = []
+        found: list[ReadCall] = []
         for block in blocks:
             start = len(block) - len(block.lstrip())
             try:
