@@ -183,6 +183,10 @@ class LLMCall(BaseModel):
         return self._segment
 
 
+_RESPONSE_FIELDS = ("response_ids", "response_mask", "response_logprobs", "response_versions")
+"""A `Segment`'s per-response-token lists, aligned 1:1."""
+
+
 class Segment(BaseModel):
     """One token sequence to train on: a prompt, then generated (mask 1) and observation (mask 0) tokens.
 
@@ -218,12 +222,7 @@ class Segment(BaseModel):
         to it (a tree rollout's continuation): the prompt list is this one's own object, the
         response so far is read from this one, which must not grow again. `whole` gives
         the full segment."""
-        child = Segment.model_construct(
-            node=self.node, policy=self.policy, trained=self.trained,
-            started_because=self.started_because, prompt_ids=self.prompt_ids,
-            response_ids=[], response_mask=[], response_logprobs=[], response_versions=[],
-            num_calls=0,
-        )  # fmt: skip
+        child = self.model_copy(update={**{k: [] for k in _RESPONSE_FIELDS}, "num_calls": 0})
         before = self._base[1] if self._base is not None else 0  # a branch of a branch
         child._base = (self, before + len(self.response_ids))
         return child
@@ -235,15 +234,12 @@ class Segment(BaseModel):
             return self
         base, length = self._base
         full = base.whole()
-        return Segment.model_construct(
-            node=self.node, policy=self.policy, trained=self.trained,
-            started_because=self.started_because, prompt_ids=self.prompt_ids,
-            response_ids=full.response_ids[:length] + self.response_ids,
-            response_mask=full.response_mask[:length] + self.response_mask,
-            response_logprobs=full.response_logprobs[:length] + self.response_logprobs,
-            response_versions=full.response_versions[:length] + self.response_versions,
-            num_calls=full.num_calls + self.num_calls,
-        )  # fmt: skip
+        whole = self.model_copy(update={
+            **{k: getattr(full, k)[:length] + getattr(self, k) for k in _RESPONSE_FIELDS},
+            "num_calls": full.num_calls + self.num_calls,
+        })  # fmt: skip
+        whole._base = None
+        return whole
 
     @property
     def base(self) -> Segment | None:
