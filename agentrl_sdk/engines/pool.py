@@ -331,10 +331,8 @@ class EnginePool:
 
     async def _each(self, indices: list[int], method: Literal["pause", "resume"]) -> None:
         results = await asyncio.gather(
-            *((r.pause() if method == "pause" else r.resume())
-              for r in (self.replicas[i] for i in indices)),
-            return_exceptions=True,
-        )  # fmt: skip
+            *(getattr(self.replicas[i], method)() for i in indices), return_exceptions=True
+        )
         for index, result in zip(indices, results, strict=True):
             if isinstance(result, BaseException):
                 self._drain(index, f"{method} failed: {result!r}")
