@@ -120,7 +120,6 @@ def discounted_returns(rewards: Tensor, rollout: Tensor, gamma: float) -> Tensor
     """``(M,)`` ``G_k = r_k + gamma * G_{k+1}`` within each rollout (0 after its last call),
     for ``(M,)`` call ``rewards`` and ``rollout`` as in `Sequences`."""
     returns = torch.empty_like(rewards)  # (M,)
-    running = rewards.new_zeros(())
     for k in range(rewards.numel() - 1, -1, -1):
         if k == rewards.numel() - 1 or rollout[k + 1] != rollout[k]:
             running = rewards.new_zeros(())  # the rollout's last call
