@@ -162,8 +162,6 @@ class ShardedModel:
             adapted = adapted_weights(self.model, name)
             self._inactive[name] = (*self._new_optimizer(name), 0, 0, adapted)
         self.pad_id = int(getattr(self.model.config, "pad_token_id", None) or 0)
-        num_params = sum(p.numel() for p in self.model.parameters())
-        trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         lora, ray = {}, ray_if_started()
         if self._adapted:
             lora = {"lora_weights": len(self._adapted),
@@ -172,8 +170,8 @@ class ShardedModel:
             "rank": self.rank,
             "device": str(self.device),
             "dtype": str(self.compute_dtype).removeprefix("torch."),
-            "num_params": num_params,
-            "trained_params": trained,
+            "num_params": sum(p.numel() for p in self.model.parameters()),
+            "trained_params": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             "threads": torch.get_num_threads(),
             "nice": os.nice(0),
             "node_id": ray.get_runtime_context().get_node_id() if ray else None,  # its placement
@@ -439,7 +437,5 @@ def causal_lm(path: str) -> nn.Module:
 def _adapter_of(name: str) -> str | None:
     """The LoRA adapter a parameter belongs to (``...lora_A.<adapter>.weight``), or None."""
     parts = name.split(".")
-    for i, part in enumerate(parts[:-1]):
-        if part in ("lora_A", "lora_B"):
-            return parts[i + 1]
-    return None
+    pairs = zip(parts, parts[1:])
+    return next((after for part, after in pairs if part in ("lora_A", "lora_B")), None)
