@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -313,16 +314,13 @@ def _root_attributes(traj: Trajectory, step: int, credit: RolloutCredit | None,
 
 def _segment_view(seg: Any, tokenizer: Any) -> dict[str, Any]:
     """A segment's ids, mask, logprobs and versions, plus its text decoded run by run."""
-    view = seg.model_dump()
     runs, pos = [], 0
     for mask, run in groupby(seg.response_mask):
         n = len(list(run))
         ids = seg.response_ids[pos : pos + n]
         runs.append({"mask": mask, "start": pos, "end": pos + n, "text": decode_ids(tokenizer, ids)})
         pos += n
-    view["prompt_text"] = decode_ids(tokenizer, seg.prompt_ids)
-    view["runs"] = runs
-    return view
+    return seg.model_dump() | {"prompt_text": decode_ids(tokenizer, seg.prompt_ids), "runs": runs}
 
 
 def _malformed_calls(outputs: Any) -> list[dict[str, Any]]:
@@ -340,7 +338,4 @@ def _b64(value: int, size: int) -> str:
 
 
 def now_pair() -> tuple[int, int]:
-    import time
-
-    now = time.time_ns()
-    return now, now
+    return (time.time_ns(),) * 2
