@@ -26,6 +26,7 @@ way. The model's own chat template is kept as it is.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -231,8 +232,7 @@ def _gguf_metadata(path: Path) -> dict[str, Any]:
         from transformers.integrations.gguf.reader import read_gguf_metadata
     except ImportError:
         return _gguf_metadata_by_gguf(path)
-    metadata, _ = read_gguf_metadata(str(path))  # string arrays come as their lengths
-    return metadata
+    return read_gguf_metadata(str(path))[0]  # string arrays come as their lengths
 
 
 def _gguf_metadata_by_gguf(path: Path) -> dict[str, Any]:
@@ -252,19 +252,15 @@ def _gguf_metadata_by_gguf(path: Path) -> dict[str, Any]:
 
 def _supported_gguf_architectures() -> set[str] | None:
     """GGUF architectures this transformers can load (``None``: it does not say)."""
-    names: set[str] = set()
     try:
         from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
-
-        names.update(GGUF_SUPPORTED_ARCHITECTURES)
     except ImportError:
         return None
-    try:
+    names = set(GGUF_SUPPORTED_ARCHITECTURES)
+    with contextlib.suppress(ImportError):
         from transformers.integrations.gguf import GGUF_ARCHS
 
         names.update(GGUF_ARCHS)
-    except ImportError:
-        pass
     return names - {"general", "tokenizer"}
 
 
@@ -426,8 +422,7 @@ def _load_folder(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         hint = f"; to import the GGUF file pass it itself: {ggufs[0]}" if ggufs else ""
         raise ModelImportError(f"{path} has no config.json, so it is no HF model folder{hint}")
     config = AutoConfig.from_pretrained(path, local_files_only=True)
-    quantization = getattr(config, "quantization_config", None)
-    if quantization:
+    if quantization := getattr(config, "quantization_config", None):
         method = (
             quantization.get("quant_method") if isinstance(quantization, dict) else quantization
         )
