@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -179,15 +180,13 @@ def build_sft_example(
 def _collate(
     examples: Sequence[tuple[list[int], list[int]]], pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    length = max(len(ids) for ids, _ in examples)
-    input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)  # (B, T)
-    attention_mask = torch.zeros((len(examples), length), dtype=torch.long)  # (B, T)
-    loss_mask = torch.zeros((len(examples), length), dtype=torch.bool)  # (B, T)
-    for row, (ids, mask) in enumerate(examples):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        attention_mask[row, : len(ids)] = 1
-        loss_mask[row, : len(ids)] = torch.tensor(mask, dtype=torch.bool)
-    return input_ids, attention_mask, loss_mask
+    ids = [torch.tensor(ids, dtype=torch.long) for ids, _ in examples]
+    masks = [torch.tensor(mask, dtype=torch.bool) for _, mask in examples]
+    return (  # each (B, T), right-padded
+        pad_sequence(ids, batch_first=True, padding_value=pad_id),
+        pad_sequence([torch.ones_like(row) for row in ids], batch_first=True),
+        pad_sequence(masks, batch_first=True),
+    )
 
 
 def _masked_next_token_loss(
