@@ -103,8 +103,7 @@ class _TreeDrawing:
         about = {"row_id": row_id, "step": step, "status": status}  # what `TraceView` reads
         root = self._node(None, [tree], under, self.group_mean, 0, start, inputs, about)
         tags = {"step": str(step), "phase": phase, "row_id": row_id, "kind": _TREE,
-                "status": status,
-                "tree_path": str(tree), "tree_leaves": str(len(under)),
+                "status": status, "tree_path": str(tree), "tree_leaves": str(len(under)),
                 "mlflow.traceName": f"tree {row_id} · {tree}"}
         if run_id:
             tags["run_id"] = run_id
@@ -195,10 +194,8 @@ def _shared_calls(leaves: list[Trajectory]) -> list[LLMCall]:
     """The calls every one of ``leaves`` holds, from the first on (the same objects)."""
     shared = list(leaves[0].calls)
     for leaf in leaves[1:]:
-        same = 0
-        while same < min(len(shared), len(leaf.calls)) and leaf.calls[same] is shared[same]:
-            same += 1
-        del shared[same:]
+        pairs = list(zip(shared, leaf.calls))
+        del shared[next((i for i, (a, b) in enumerate(pairs) if a is not b), len(pairs)):]
     return shared
 
 
