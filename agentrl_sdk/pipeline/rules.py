@@ -125,8 +125,7 @@ def rows_to_admit(schedule: Schedule, live_groups: int, in_flight: int, served_s
         return 0
     if schedule.batched:
         return room
-    fits = in_flight == 0 or (in_flight + 1) * schedule.n <= schedule.concurrency
-    return 1 if fits else 0
+    return int(in_flight == 0 or (in_flight + 1) * schedule.n <= schedule.concurrency)
 
 
 def seed_step(index: int, batch_size: int) -> int:
