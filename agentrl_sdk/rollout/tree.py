@@ -198,14 +198,13 @@ class TreeRollouts:
 
     async def group(self, row: Row, n: int) -> list[Trajectory]:
         """The ``n`` leaves of ``row``'s trees, ordered by their tree paths (sample indices)."""
-        per_root = self.tree.branches**self.tree.depth
-        roots = math.ceil(n / per_root)
+        shares = self._shares(n, depth=-1)  # one per root
         graph, nodes = self._graph(row)
-        group = _Group(row, row_id_of(row), graph, nodes, itertools.count(roots),
-                       set(range(roots)))  # fmt: skip
+        group = _Group(row, row_id_of(row), graph, nodes, itertools.count(len(shares)),
+                       set(range(len(shares))))  # fmt: skip
         try:
-            trees = await asyncio.gather(*(self._tree(group, i, min(per_root, n - i * per_root))
-                                           for i in range(roots)))  # fmt: skip
+            trees = await asyncio.gather(*(self._tree(group, i, share)
+                                           for i, share in enumerate(shares)))  # fmt: skip
         finally:  # the branch points' trunks: their continuations score and release copies
             for point in group.points:
                 await point.path.tools.close(score=False)
@@ -281,8 +280,8 @@ class TreeRollouts:
         return await self._branch(group, path, ending, depth, shares)
 
     def _shares(self, leaves: int, depth: int) -> list[int]:
-        """How ``leaves`` split among the continuations of a branch point at ``depth``: a full
-        subtree's leaves each, the last one the rest."""
+        """How ``leaves`` split among the continuations of a branch point at ``depth`` (-1: among
+        a group's roots): a full subtree's leaves each, the last one the rest."""
         per_child = self.tree.branches ** (self.tree.depth - depth - 1)
         return [min(per_child, leaves - c * per_child)
                 for c in range(math.ceil(leaves / per_child))]  # fmt: skip
