@@ -392,10 +392,7 @@ def _saved_tokenizer(path: str | os.PathLike[str]) -> Any | None:
 
 
 def _default_eos(model: PreTrainedModel) -> list[int]:
-    config = getattr(model, "generation_config", None)
-    eos = getattr(config, "eos_token_id", None)
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
         eos = getattr(model.config, "eos_token_id", None)
-    if eos is None:
-        return []
-    return [eos] if isinstance(eos, int) else list(eos)
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
