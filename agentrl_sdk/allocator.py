@@ -58,8 +58,7 @@ def keep_memory_lean() -> None:
         os.environ.setdefault(name, value)
     if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return
-    libc = _glibc()
-    if libc is not None:
+    if (libc := _glibc()) is not None:
         libc.mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK_BYTES)
 
 
@@ -70,8 +69,7 @@ def return_free_memory() -> None:
     trainer update run on a new thread (`InProcessRank`) may be handed another arena than the
     last update's, and each would hold an update's worth of freed blocks (+0.6 GB in the demo).
     """
-    libc = _glibc()
-    if libc is not None:
+    if (libc := _glibc()) is not None:
         libc.malloc_trim(0)
 
 

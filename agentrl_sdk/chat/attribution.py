@@ -32,8 +32,7 @@ def graph_path(metadata: Mapping[str, Any] | None) -> str | None:
     """The call's node path (``researcher/agent``) from its LangChain run metadata; None
     outside a LangGraph node."""
     metadata = metadata or {}
-    namespace = metadata.get("langgraph_checkpoint_ns")
-    if namespace:
+    if namespace := metadata.get("langgraph_checkpoint_ns"):
         return "/".join(part.split(":", 1)[0] for part in str(namespace).split("|"))
     return metadata.get("langgraph_node")
 

@@ -142,8 +142,7 @@ class DeltaRenderer:
     def _probed(self, key: tuple[str, tuple[str, ...]], new: list[Message],
                 tools: list[Message] | None) -> bool:
         """Whether windows agree with full renders on the probe conversations (cached)."""
-        known = self._windowable.get(key)
-        if known is not None:
+        if (known := self._windowable.get(key)) is not None:
             return known
         agreed = 0
         for old in _PROBES:

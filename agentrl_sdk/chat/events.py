@@ -85,8 +85,7 @@ class EventLog(BaseCallbackHandler):
         event.inputs = inputs if inputs is not None else input_str
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        event = self._end(run_id)
-        if event is not None:
+        if (event := self._end(run_id)) is not None:
             event.outputs = output
 
     # --- the recorder's side -------------------------------------------------------------------
@@ -134,8 +133,7 @@ class EventLog(BaseCallbackHandler):
         return event
 
     def _fail(self, run_id: UUID, error: BaseException) -> None:
-        event = self._end(run_id)
-        if event is not None:
+        if (event := self._end(run_id)) is not None:
             event.error = f"{type(error).__name__}: {error}"[:_OBSERVATION_CHARS]
 
     def _same_node(self, event_id: str | None, name: str) -> bool:

@@ -329,8 +329,7 @@ class TokenChatModel(BaseChatModel):
         Raises:
             TypeError: The call carries an argument this model does not know.
         """
-        unknown = sorted(set(kwargs) - _CALL_ARGUMENTS)
-        if unknown:
+        if unknown := sorted(set(kwargs) - _CALL_ARGUMENTS):
             raise TypeError(
                 f"TokenChatModel does not support the call argument(s) {unknown}; it takes "
                 f"stop and {sorted(_CALL_ARGUMENTS)}"
@@ -343,8 +342,7 @@ class TokenChatModel(BaseChatModel):
 
     def _chat_template(self) -> ChatTemplate:
         """The rollout's template inside a rollout, else one built from ``tokenizer``."""
-        recorder = current_recorder.get()
-        if recorder is not None:
+        if (recorder := current_recorder.get()) is not None:
             return recorder.template
         if self.tokenizer is None:
             raise NoEngineError(

@@ -38,8 +38,7 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
-        if declared is not None:
+        if (declared := _content_length(scope)) is not None:
             if declared > self.max_bytes:
                 await _drop_body(receive, DRAIN_BYTES)
                 await self._refuse(scope, receive, send, f"{declared} bytes")

@@ -66,8 +66,7 @@ def emit_reward(
 def _emitting_node(recorder: RolloutRecorder) -> str | None:
     """The node running now, named as its LLM calls are (decorator, else graph path and
     ``rollout.nodes`` rules); None outside any graph node."""
-    tag = current_node.get()
-    if tag is not None:
+    if (tag := current_node.get()) is not None:
         return tag.name
     from langgraph.config import get_config
 

@@ -123,8 +123,7 @@ def _on_own_threads(tool: Any, pool: UserCodeExecutor, timeout_s: float | None) 
         try:
             return await asyncio.wait_for(call, timeout=timeout_s)
         except TimeoutError:
-            recorder = current_recorder.get()
-            if recorder is not None:
+            if (recorder := current_recorder.get()) is not None:
                 recorder.metrics["tool_timeouts"] += 1
             raise ToolException(f"tool {tool.name!r} timed out after {timeout_s} s") from None
 

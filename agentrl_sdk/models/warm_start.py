@@ -126,10 +126,9 @@ def build_sft_examples(
     while pending:
         full = template.render(list(messages[:end]), tools, add_generation_prompt=False)
         spans = {i: _turn_span(template, messages, tools, i, full) for i in pending}
-        covered = [spans[i] for i in pending if spans[i] is not None]
         # The whole conversation may cover no turn (a trailing user message rewrote them all);
         # a prefix ending with the turn itself must cover it.
-        if covered:
+        if covered := [spans[i] for i in pending if spans[i] is not None]:
             examples.append(_tokenize_spans(tokenizer, full, covered))
         elif not first:
             raise ValueError(

@@ -94,8 +94,7 @@ def engine_kwargs(config: TrainConfig) -> dict[str, Any]:
     in-process vLLM engine (``enable_lora``, a ``max_lora_rank`` that fits ``trainer.lora``)
     unless ``engine_args`` sets them."""
     kwargs = config.engine.create_kwargs()
-    threads = cpu_threads_beside_trainers(config)
-    if threads is not None:
+    if (threads := cpu_threads_beside_trainers(config)) is not None:
         kwargs.setdefault("cpu_threads", threads)
     lora = config.trainer.lora
     adapters = lora is not None and (lora.sync == "adapter" or bool(config.adapter_policies))
@@ -235,8 +234,7 @@ async def stop_policies(policies: dict[str, Policy]) -> None:
 
 
 def _shutdown_ray() -> None:
-    ray = ray_if_started()
-    if ray:
+    if ray := ray_if_started():
         ray.shutdown()
 
 

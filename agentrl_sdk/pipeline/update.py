@@ -89,7 +89,6 @@ async def critic_values(
     samples: none); the estimator reads them (`batch.advantages`)."""
     values: dict[str, Tensor] = {}
     for name, critic in critics.items():
-        own = [s for s in samples if s.policy == name]
-        if own:
+        if own := [s for s in samples if s.policy == name]:
             values[name] = padded(await run_blocking(critic.compute_values, Batch(samples=own)))
     return values

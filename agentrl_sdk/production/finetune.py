@@ -82,8 +82,7 @@ def best_records(
     """
     if top_fraction is not None and not 0 < top_fraction <= 1:
         raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
-    unscored = [r.trace_id for r in records if r.reward is None]
-    if unscored:
+    if unscored := [r.trace_id for r in records if r.reward is None]:
         raise ValueError(f"{len(unscored)} trace(s) have no reward (e.g. {unscored[0]}): "
                          "select them with sdk.traces(..., reward=...)")
     kept = [r for r in records if min_reward is None or r.reward >= min_reward]  # type: ignore[operator]

@@ -70,8 +70,7 @@ def score_records(
     scored = {t.row_id: t for t in trajectories}
     out: list[tuple[TraceRecord | None, LeftOutReason | None]] = []
     for record in records:
-        traj = scored.get(record.trace_id)
-        if traj is None:
+        if (traj := scored.get(record.trace_id)) is None:
             out.append((None, "not_replayable"))
         elif traj.reward is None:
             logger.warning("trace %s: %s", record.trace_id, traj.error)

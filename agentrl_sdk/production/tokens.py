@@ -37,8 +37,7 @@ def check_tokenizer(records: Sequence[TraceRecord], tokenizer: Any) -> Tokenizer
     expected = tokenizer_identity(tokenizer)
     problems: dict[str, list[str]] = {}
     for record in records:
-        problem = token_problem(record, expected)
-        if problem is not None:
+        if (problem := token_problem(record, expected)) is not None:
             problems.setdefault(problem, []).append(record.trace_id)
     if problems:
         lines = [f"{len(ids)} trace(s) {problem}: {', '.join(ids[:_SHOWN])}"
@@ -89,8 +88,7 @@ def training_batch(
         ValueError: a record has no reward.
     """
     check_tokenizer(records, tokenizer)
-    unscored = [r.trace_id for r in records if r.reward is None]
-    if unscored:
+    if unscored := [r.trace_id for r in records if r.reward is None]:
         raise ValueError(
             f"{len(unscored)} trace(s) have no reward (e.g. {unscored[0]}): select them with "
             "sdk.traces(..., reward='FEEDBACK NAME' or a function)"

@@ -43,8 +43,7 @@ def default_input(row: Row) -> Any:
 
 def row_id_of(row: Row) -> str:
     """A row's id: its own (`own_row_id`), else a stable hash of its content."""
-    own = own_row_id(row)
-    if own is not None:
+    if (own := own_row_id(row)) is not None:
         return own
     blob = json.dumps(row, sort_keys=True, default=str).encode()
     return hashlib.sha1(blob).hexdigest()[:12]

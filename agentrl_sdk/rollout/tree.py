@@ -57,8 +57,7 @@ def branch_nodes(graph: Any, tree: TreeConfig) -> list[str]:
     """
     nodes = [name for name in graph.nodes if not name.startswith("__")]
     if tree.branch_after is not None:
-        unknown = sorted(set(tree.branch_after) - set(nodes))
-        if unknown:
+        if unknown := sorted(set(tree.branch_after) - set(nodes)):
             raise ValueError(f"rollout.tree.branch_after names {unknown}, which the graph does "
                              f"not have (its nodes: {nodes})")
         return list(tree.branch_after)

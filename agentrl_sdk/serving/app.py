@@ -52,8 +52,7 @@ def create_app(
             body = json.loads(await request.body())
         except ValueError:
             return _error(400, "invalid_json", "the body is not JSON")
-        problem = _problem(body)
-        if problem is not None:
+        if (problem := _problem(body)) is not None:
             return _error(422, "invalid_request", problem)
         served = await run(body["input"], body.get("tags"))
         return JSONResponse(

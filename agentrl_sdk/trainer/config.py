@@ -260,8 +260,7 @@ class CriticConfig(ValueLossConfig):
 
     @model_validator(mode="after")
     def _trainer_options(self) -> CriticConfig:
-        unknown = set(self.trainer) - set(TrainerConfig.model_fields)
-        if unknown:
+        if unknown := set(self.trainer) - set(TrainerConfig.model_fields):
             raise ValueError(f"critic.trainer: unknown trainer options {sorted(unknown)}")
         if self.trainer.get("lora") is not None:
             raise ValueError("critic.trainer.lora: the critic trains without LoRA")

@@ -221,8 +221,7 @@ def stage_buckets(
     state = sharded.model.state_dict(keep_vars=True)
     files = []
     for index, keys in enumerate(plan):
-        bucket = sharded.gather_bucket(keys, state, dtype)
-        if bucket is not None:
+        if (bucket := sharded.gather_bucket(keys, state, dtype)) is not None:
             name = f"slot{slot}-{dtype or 'as-trained'}-bucket-{index:05d}.safetensors"
             files.append(sharded.staged.write(bucket, name))  # a dtype of its own: never resized
     return files if sharded.rank == 0 else None

@@ -217,8 +217,7 @@ class TrainerGroup:
 
     def shutdown(self) -> None:
         """Leaves the process group and stops the ranks (and Ray, if this group started it)."""
-        ranks = self.__dict__.get("ranks")
-        if ranks is not None:
+        if (ranks := self.__dict__.get("ranks")) is not None:
             ranks.stop()
         if self.__dict__.get("_owns_ray", False):
             import ray

@@ -54,8 +54,7 @@ class FlatSamples:
             ValueError: A sample has no prompt token (its first response token would have no
                 position to be predicted from).
         """
-        empty = [i for i, s in enumerate(samples) if not s.prompt_ids]
-        if empty:
+        if empty := [i for i, s in enumerate(samples) if not s.prompt_ids]:
             raise ValueError(
                 f"samples {empty[:5]} have empty prompt_ids; every sample needs at least one "
                 "prompt token to predict its first response token from"

@@ -179,8 +179,7 @@ class WeightSync:
         """
         if not engines:
             raise ValueError("push needs at least one engine")
-        foreign = [type(e).__name__ for e in engines if not isinstance(e, Engine)]
-        if foreign:
+        if foreign := [type(e).__name__ for e in engines if not isinstance(e, Engine)]:
             raise WeightSyncError(
                 f"{foreign} do not implement the Engine protocol: an engine takes weights "
                 "through load_weights(push, version) and lists the kinds it takes in "

@@ -71,8 +71,7 @@ class AdapterWeights:
             if not module or part not in ("A.weight", "B.weight"):
                 raise ValueError(f"{key!r} is not a LoRA A/B key of adapter_model.safetensors")
             pairs.setdefault(f"{module}.weight", {})[part[0]] = tensor
-        incomplete = sorted(k for k, p in pairs.items() if len(p) != 2)
-        if incomplete:
+        if incomplete := sorted(k for k, p in pairs.items() if len(p) != 2):
             raise ValueError(f"adapter lacks lora_A or lora_B for {incomplete[:5]}")
         return {k: (p["A"], p["B"]) for k, p in pairs.items()}
 

@@ -63,8 +63,7 @@ class PackedTensors:
                 with warnings.catch_warnings():  # read-only shared memory: consumers only copy
                     warnings.filterwarnings("ignore", message=".*not writable.*")
                     tensor = torch.from_numpy(array)
-                dtype = self.torch_dtypes.get(name)
-                if dtype is not None:
+                if (dtype := self.torch_dtypes.get(name)) is not None:
                     tensor = tensor.view(_DTYPES[dtype])
                 by_identity[id(array)] = tensor
             out[name] = tensor

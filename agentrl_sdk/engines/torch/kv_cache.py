@@ -78,8 +78,7 @@ def keep_rows(cached: torch.Tensor, order: list[int]) -> torch.Tensor:
     buffer = _buffer(cached)
     if buffer is None:
         return cached.index_select(0, torch.tensor(order, dtype=torch.long))
-    holes = [new for new, old in enumerate(order) if new != old]
-    if holes:
+    if holes := [new for new, old in enumerate(order) if new != old]:
         movers = torch.tensor([order[new] for new in holes], dtype=torch.long)
         buffer.index_copy_(0, torch.tensor(holes, dtype=torch.long), buffer.index_select(0, movers))
     return _view(buffer, len(order), cached.shape[-2])

@@ -61,8 +61,7 @@ class PartialOutput:
         self.versions.extend([version] * len(ids))
         if self.stop_strings is None or self.finish_reason is not None:
             return
-        keep = self.stop_strings.first_hit(self.token_ids, checked)
-        if keep is not None:
+        if (keep := self.stop_strings.first_hit(self.token_ids, checked)) is not None:
             del self.token_ids[keep:], self.logprobs[keep:], self.versions[keep:]
             self.finish("stop")
 

@@ -261,8 +261,7 @@ class VLLMServerEngine(VLLMBackend):
         if self._closed:
             return
         self._closed = True
-        loop = getattr(self, "_loop", None)
-        if loop is not None:
+        if (loop := getattr(self, "_loop", None)) is not None:
             client = getattr(self, "_client", None)
             try:
                 if client is not None:
