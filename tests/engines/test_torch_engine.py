@@ -426,7 +426,7 @@ def test_sample_next_equals_the_textbook_race_at_a_real_vocabulary() -> None:
 
 def test_sample_next_in_reused_buffers_is_bit_identical() -> None:
     """Draws written into buffers kept across steps of growing and shrinking batches equal
-    fresh draws bit for bit, and an unfiltered row's logprob is exactly
+    fresh draws bit for bit (bf16 logits too), and an unfiltered row's logprob is exactly
     ``log_softmax(logits / T)`` at its token: the rounding the trainer's logprobs reproduce."""
     g = torch.Generator().manual_seed(5)
     buffers = SamplingBuffers()
@@ -441,6 +441,10 @@ def test_sample_next_in_reused_buffers_is_bit_identical() -> None:
         fresh = sample_next(logits, temperature, top_k, top_p, noise)
         reused = sample_next(logits, temperature, top_k, top_p, noise, buffers)
         assert torch.equal(fresh[0], reused[0]) and torch.equal(fresh[1], reused[1])
+        half = logits.bfloat16()  # a bf16 model's logits: widened into a buffer, exactly
+        widened = sample_next(half.float(), temperature, top_k, top_p, noise)
+        in_buffer = sample_next(half, temperature, top_k, top_p, noise, buffers)
+        assert torch.equal(widened[0], in_buffer[0]) and torch.equal(widened[1], in_buffer[1])
         for i in range(rows):
             if top_k[i] <= 0 and top_p[i] == 1.0:
                 scale = temperature[i] if temperature[i] > 0 else torch.tensor(1.0)

@@ -12,8 +12,9 @@ class SamplingBuffers:
 
     A fresh tensor this size (9.4 MB at 48 rows x 49k tokens) is new memory on every step, and
     first touching its pages costs more than the arithmetic written into it: the same draw
-    takes 4-5x longer on fresh tensors than on reused ones. Each buffer keeps the size of the
-    largest batch it served. Writing through ``out=`` runs the same kernels, so tokens and
+    takes 4-5x longer on fresh tensors than on reused ones. Up to four buffers (noise, scaled
+    logits, logprobs, and the float32 copy of bf16 logits), each the size of the largest batch
+    it served. Writing through ``out=`` runs the same kernels, so tokens and
     logprobs are bit-identical to the allocating code.
     """
 
@@ -105,8 +106,9 @@ def sample_next(
     Returns:
         ``(tokens, logprobs)``, both ``(B,)`` (long and float).
     """
-    logits = logits.float()
     buffers = buffers or SamplingBuffers()
+    if logits.dtype != torch.float32:  # bf16 logits: widened exactly, into reused memory
+        logits = buffers.take("logits", *logits.shape).copy_(logits)
     greedy = temperature <= 0  # (B,)
     any_greedy = bool(greedy.any())
     if any_greedy:
