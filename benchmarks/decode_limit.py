@@ -12,7 +12,7 @@ Three systems get the same requests (same prompts, seeds, sampling, no EOS) all 
 alternating rounds: the TorchEngine keeping a group's prompt once (`share_prompts`, its
 default), the TorchEngine with a copy per row, and vLLM-CPU (`VLLMEngine`, prefix caching on).
 Each round brings new prompts, as each update of an RL job does, so no system serves a prompt
-from an earlier round's cache. Generated tok/s is new tokens over the wall time of the whole
+from an earlier round's cache. Only one TorchEngine lives at a time (see `_on_own_thread`). Generated tok/s is new tokens over the wall time of the whole
 batch, prefill included.
 
 The bandwidth bound: a decode step must read the weights once and every key and value the rows
@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +112,34 @@ async def _run(engine, jobs: list[tuple[list[int], SamplingParams]]) -> tuple[in
         *(engine.generate(p, s, f"bench-{i}") for i, (p, s) in enumerate(jobs))
     )
     return sum(len(r.token_ids) for r in results), time.perf_counter() - start
+
+
+def _on_own_thread(fn, *args):
+    """``fn(*args)`` on a thread that ends with it.
+
+    Each thread that runs parallel torch ops gets a team of GNU OpenMP threads, kept while the
+    thread lives. Once a process holds more OpenMP threads than cores, libgomp makes the idle
+    ones sleep almost at once instead of spinning, and every operation of the running team
+    first wakes them: a decode step of many small operations slows by about a third. So the
+    measurements on this thread run elsewhere, and only one TorchEngine thread lives at a time.
+    """
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn, *args).result()
+
+
+@contextlib.contextmanager
+def _opened(maker, warm: list) -> Iterator:
+    """The engine ``maker`` builds (a TorchEngine, opened and warmed here, closed after), or
+    ``maker`` itself when it is already an engine (vLLM-CPU: its own process, kept open)."""
+    if not callable(maker) or hasattr(maker, "generate"):
+        yield maker
+        return
+    engine = maker()
+    try:
+        asyncio.run(_run(engine, warm))
+        yield engine
+    finally:
+        engine.close()
 
 
 def copy_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
@@ -232,36 +263,40 @@ def main() -> None:
     per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim
     per_token *= torch.finfo(dtype).bits // 8
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    bandwidth = copy_bandwidth()
-    flops = {shape.name: matmul_flops(model, shape.rows) for shape in (DEMO, LONG)}
+    bandwidth = _on_own_thread(copy_bandwidth)
+    flops = {s.name: _on_own_thread(matmul_flops, model, s.rows) for s in (DEMO, LONG)}
 
     from agentrl_sdk.engines.vllm.engine import VLLMEngine
 
+    # The TorchEngines are opened one at a time, for each measurement (`_opened`): see
+    # `_on_own_thread` for why two torch threads must not stay alive side by side.
     systems = {
-        "torch": TorchEngine(model, eos_token_ids=(), max_batch_size=64),
-        "torch_copies": TorchEngine(model, eos_token_ids=(), max_batch_size=64,
-                                    share_prompts=False),
+        "torch": lambda: TorchEngine(model, eos_token_ids=(), max_batch_size=64),
+        "torch_copies": lambda: TorchEngine(model, eos_token_ids=(), max_batch_size=64,
+                                            share_prompts=False),
         "vllm": VLLMEngine(path, dtype=name, eos_token_ids=(), max_batch_size=64,
                            max_model_len=2048),
     }  # fmt: skip
+    warm = LONG.requests(config.vocab_size, round_=-1)[:2]  # threads, allocators, kernels
     rates: dict[tuple[str, str], list[float]] = {}
     try:
-        for engine in systems.values():  # warm: threads, allocators, compiled kernels
-            asyncio.run(_run(engine, LONG.requests(config.vocab_size, round_=-1)[:2]))
+        asyncio.run(_run(systems["vllm"], warm))
         for round_ in range(rounds):
             for shape in (DEMO, LONG):
                 jobs = shape.requests(config.vocab_size, round_)
-                for system, engine in systems.items():
-                    tokens, seconds = asyncio.run(_run(engine, jobs))
+                for system, maker in systems.items():
+                    with _opened(maker, warm) as engine:
+                        tokens, seconds = asyncio.run(_run(engine, jobs))
                     assert tokens == shape.rows * shape.new_tokens, (system, tokens)
                     rates.setdefault((system, shape.name), []).append(tokens / seconds)
-        profiles = {
-            shape.name: profile_steps(systems["torch"], shape.requests(config.vocab_size, rounds))
-            for shape in (DEMO, LONG)
-        }
+        profiles = {}
+        for shape in (DEMO, LONG):
+            with _opened(systems["torch"], warm) as engine:
+                profiles[shape.name] = profile_steps(
+                    engine, shape.requests(config.vocab_size, rounds)
+                )
     finally:
-        for engine in systems.values():
-            engine.close()
+        systems["vllm"].close()
 
     figures = {}
     table = Table(title=f"SmolLM2-135M, {name}, copy bandwidth {bandwidth / 1e9:.1f} GB/s")
