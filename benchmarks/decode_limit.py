@@ -131,7 +131,7 @@ def _on_own_thread(fn, *args):
 def _opened(maker, warm: list) -> Iterator:
     """The engine ``maker`` builds (a TorchEngine, opened and warmed here, closed after), or
     ``maker`` itself when it is already an engine (vLLM-CPU: its own process, kept open)."""
-    if not callable(maker) or hasattr(maker, "generate"):
+    if hasattr(maker, "generate"):
         yield maker
         return
     engine = maker()

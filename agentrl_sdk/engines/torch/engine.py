@@ -395,4 +395,6 @@ def _default_eos(model: PreTrainedModel) -> list[int]:
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
         eos = getattr(model.config, "eos_token_id", None)
-    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if eos is None:
+        return []
+    return [eos] if isinstance(eos, int) else list(eos)

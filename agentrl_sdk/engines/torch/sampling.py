@@ -14,8 +14,8 @@ class SamplingBuffers:
     first touching its pages costs more than the arithmetic written into it: the same draw
     takes 4-5x longer on fresh tensors than on reused ones. Up to four buffers (noise, scaled
     logits, logprobs, and the float32 copy of bf16 logits), each the size of the largest batch
-    it served. Writing through ``out=`` runs the same kernels, so tokens and
-    logprobs are bit-identical to the allocating code.
+    it served. Writing through ``out=`` runs the same kernels, so tokens and logprobs are
+    bit-identical to the allocating code.
     """
 
     def __init__(self) -> None:
