@@ -368,6 +368,13 @@ class TokenChatModel(BaseChatModel):
         )
 
 
+# LangChain asks `inspect.signature` whether `_agenerate` takes a run manager on every call
+# (~10 us); a signature stored on the function is read from it instead of rebuilt.
+TokenChatModel._agenerate.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+    TokenChatModel._agenerate
+)
+
+
 def _streamed_to(run_manager: Any) -> bool:
     """Whether a streaming consumer listens to this call (``astream_events``, LangGraph's
     ``stream_mode="messages"``): LangChain would stream to it, so it gets the reply as one

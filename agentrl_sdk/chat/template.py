@@ -6,10 +6,9 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from transformers.utils.chat_template_utils import _compile_jinja_template
-
 from agentrl_sdk.chat.delta import DeltaRenderer
 from agentrl_sdk.chat.encoding import PieceEncoder
+from agentrl_sdk.chat.sandbox import compile_chat_template
 from agentrl_sdk.chat.tool_prompt import hermes_messages, renders_tools, resolve_tool_prompt
 from agentrl_sdk.config import ToolPromptMode
 
@@ -38,8 +37,8 @@ class ChatTemplate:
                 "tokenizer.chat_template"
             )
         self.tokenizer = tokenizer
-        # transformers' own compiled environment: same filters (tojson) as apply_chat_template.
-        self._compiled = _compile_jinja_template(tokenizer.chat_template)
+        # transformers' sandbox, filters (tojson) and globals, as apply_chat_template has them.
+        self._compiled = compile_chat_template(tokenizer.chat_template)
         self._specials = {
             k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)
         }
