@@ -208,3 +208,60 @@ async def test_a_finished_rows_cache_serves_its_next_call(model) -> None:
         finally:
             engine.close()
     assert answers["shared"] == answers["fresh"]
+
+
+async def _admitted_together(
+    engine: TorchEngine, jobs: list[tuple[list[int], SamplingParams]], name: str
+) -> list[asyncio.Future[GenerateResult]]:
+    await engine.pause()
+    tasks = [asyncio.ensure_future(engine.generate(c, s, f"{name}{k}"))
+             for k, (c, s) in enumerate(jobs)]  # fmt: skip
+    await asyncio.sleep(0.05)
+    await engine.resume()
+    return tasks
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+async def test_a_groups_next_calls_share_its_prompt(model, greedy: bool) -> None:
+    """A tool loop's next calls of a group's rows, admitted together: each context is distinct,
+    but their cached prefixes start with the group's prompt, which is stored once; each row
+    keeps only what follows it, and decodes what an engine without sharing or cache does."""
+    g = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(0, ID_VOCAB, (n,), generator=g).tolist() for n in (70, 53)]
+    first = [(p, SamplingParams(temperature=1.0, max_tokens=20 + 3 * k, seed=k))
+             for p in prompts for k in range(4)]  # fmt: skip
+    answers, seen = {}, {}
+    for name, options in (("shared", {"prefix_cache_mb": 64}),
+                          ("fresh", {"prefix_cache_mb": 0, "share_prompts": False})):  # fmt: skip
+        engine = TorchEngine(model, **options)
+        try:
+            calls = await asyncio.gather(*await _admitted_together(engine, first, "f"))
+            follow = [
+                (prompt + r.token_ids + [5, 6, 7 + k], SamplingParams(
+                    temperature=0.0 if greedy else 1.0, max_tokens=40, seed=50 + k))
+                for k, ((prompt, _), r) in enumerate(zip(first, calls, strict=True))
+            ]  # fmt: skip
+            tasks = await _admitted_together(engine, follow, "n")
+            for _ in range(500):  # a few steps in, look at the batch
+                await asyncio.sleep(0.005)
+                batch = engine._scheduler._batch
+                if len(batch.rows) == 8 and batch.positions.min() > len(follow[0][0]) + 2:
+                    break
+            await engine.pause()
+            batch = engine._scheduler._batch
+            seen[name] = (batch.mask.shape[1], batch.shared)
+            await engine.resume()
+            answers[name] = [r.token_ids for r in calls], await asyncio.gather(*tasks)
+        finally:
+            engine.close()
+    (calls, shared), (fresh_calls, copied) = answers["shared"], answers["fresh"]
+    assert calls == fresh_calls
+    for a, b in zip(shared, copied, strict=True):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    (own_width, prompts), (copied_width, none) = seen["shared"], seen["fresh"]
+    assert none is None and copied_width > 70
+    assert prompts is not None and prompts.groups.tolist() == [0] * 4 + [1] * 4
+    # each group's prompt, in whole blocks of 16 (64 and 48 tokens), stored once
+    assert prompts.mask.sum(dim=1).tolist() == [64, 48]
+    assert own_width < copied_width - 40  # the rows' own columns: their calls and tools only

@@ -62,6 +62,9 @@ class PrefixHit:
 
     length: int
     parts: list[tuple[list[torch.Tensor], list[torch.Tensor]]]
+    source: object = None
+    """The entry that holds ``parts[0]`` (the first tokens: a group's prompt, when the group's
+    rows call again): hits with the same source and first part share those keys."""
 
     def write(self, which: str, layer: int, out: torch.Tensor) -> None:
         """Copy layer ``layer``'s ``which`` ("keys" or "values") into the last ``length``
@@ -110,7 +113,10 @@ class PrefixCache:
         entry, length = found
         self._touch(entry)
         self.hit_tokens += length
-        return PrefixHit(length, entry.parts(length))
+        source = entry
+        while source.base is not None:
+            source = source.base
+        return PrefixHit(length, entry.parts(length), source)
 
     def cached_length(self, adapter: str | None, context: Sequence[int]) -> int:
         """How many leading tokens of ``context`` `lookup` would find (not counted)."""

@@ -12,7 +12,9 @@ from transformers import DynamicCache
 from agentrl_sdk.engines.stop_strings import StopStrings
 from agentrl_sdk.engines.torch.kv_cache import DECODE_ROOM, append_rows, fill_order, fits, keep_rows
 from agentrl_sdk.engines.torch.sampling import SamplingBuffers, sample_next
-from agentrl_sdk.engines.torch.shared_prompts import PromptView, SharedPrompts, cat_left_padded
+from agentrl_sdk.engines.torch.shared_prompts import (
+    PromptView, SharedPrompts, cat_left_padded, split_at_sources,
+)
 from agentrl_sdk.types import FinishReason, SamplingParams
 
 __all__ = ["RunningBatch", "SequenceState"]
@@ -107,15 +109,25 @@ class RunningBatch:
     @classmethod
     def of_prefill(
         cls, rows: list[Any], prefill: DynamicCache, mask: torch.Tensor, groups: list[int],
-        positions: torch.Tensor, own: DynamicCache | None,
+        positions: torch.Tensor, own: DynamicCache | None, hits: list | None = None,
     ) -> RunningBatch:
         """Rows whose contexts were prefilled once per distinct context (``prefill``, ``mask``:
         their cache and attention mask; ``groups[b]``: row b's). Where rows share a context and
         ``own`` (an empty cache) is given, the context's keys stay shared (`SharedPrompts`) and
-        each row's own cache starts with no column; else each row gets its own copy."""
+        each row's own cache starts with no column; else each row gets its own copy. When
+        contexts were prefilled after cached prefixes (``hits``: a group's next calls, prompts
+        whose head was seen) and ``own`` is given, the prefixes' first parts are what is shared
+        instead (`split_at_sources`), and each row keeps the rest."""
+        layers = list(prefill.layers)
+        keys, values = [la.keys for la in layers], [la.values for la in layers]
+        split = split_at_sources(keys, values, mask, hits, groups) if own and hits else None
+        if split is not None:
+            shared, own_keys, own_values, own_mask = split
+            for index, (k, v) in enumerate(zip(own_keys, own_values, strict=True)):
+                own.update(k, v, index)
+            return cls(rows, own, own_mask, positions, positions, shared)
         if len(rows) == mask.shape[0]:  # every context distinct: nothing to share or copy
             return cls(rows, prefill, mask, positions, positions)
-        layers = list(prefill.layers)
         if own is None:  # a copy per row
             index = torch.tensor(groups, dtype=torch.long)
             for layer in layers:

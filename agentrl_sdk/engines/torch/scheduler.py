@@ -305,14 +305,14 @@ class Scheduler:
                 slots[key] = len(distinct)
                 distinct.append(request)
             where.append(slots[key])
-        inputs = self._prefill_inputs(distinct)
+        inputs, hits = self._prefill_inputs(distinct)
         logits, cache = self._forward(distinct, **inputs, logits_to_keep=1)
         mask = inputs["attention_mask"]
         lengths = torch.tensor([len(r.context) for r in self._prefilling])
         if len(distinct) < len(self._prefilling):
             logits = logits.index_select(0, torch.tensor(where, dtype=torch.long))
         own = RoomyCache(self.model.config) if self.share_prompts else None
-        fresh = RunningBatch.of_prefill(self._prefilling, cache, mask, where, lengths, own)
+        fresh = RunningBatch.of_prefill(self._prefilling, cache, mask, where, lengths, own, hits)
         tokens, logprobs = fresh.sample(logits, self._buffers)
         fresh.last = tokens
         self._record(fresh, tokens, logprobs)
@@ -341,11 +341,12 @@ class Scheduler:
             taken.append(self._waiting.popleft())
         return taken
 
-    def _prefill_inputs(self, rows: list[Request]) -> dict[str, Any]:
-        """Left-padded inputs of ``rows``' contexts, after whatever prefix is cached. Rows that
-        share a prompt prefix (a group's samples) get it prefilled once, first."""
+    def _prefill_inputs(self, rows: list[Request]) -> tuple[dict[str, Any], list | None]:
+        """Left-padded inputs of ``rows``' contexts, after whatever prefix is cached, and each
+        row's cached prefix (None: none). Rows that share a prompt prefix (a group's samples)
+        get it prefilled once, first."""
         if self.prefixes is None:
-            return RunningBatch.prefill_inputs(rows)
+            return RunningBatch.prefill_inputs(rows), None
         contexts = [r.context for r in rows]
         adapter = rows[0].sampling.adapter
         shared = common_prefix(contexts) if len(rows) > 1 else 0
@@ -359,8 +360,8 @@ class Scheduler:
         pairs = zip(rows, contexts, strict=True)
         hits = [self.prefixes.lookup(r.sampling.adapter, c) for r, c in pairs]
         if all(h is None for h in hits):
-            return RunningBatch.prefill_inputs(rows)
-        return inputs_after_prefixes(contexts, hits, RoomyCache(self.model.config))
+            return RunningBatch.prefill_inputs(rows), None
+        return inputs_after_prefixes(contexts, hits, RoomyCache(self.model.config)), hits
 
     def _remember(self, batch: RunningBatch, index: int, row: Request) -> None:
         """Keep a finished row's keys and values: the next call of its tool loop extends it."""

@@ -18,13 +18,16 @@ import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from agentrl_sdk.engines.torch.prefix_cache import PrefixHit
+
 __all__ = [
     "PromptView", "SharedPrompts", "attend_with_shared_prompts", "cat_left_padded",
-    "serving_prompts",
+    "serving_prompts", "split_at_sources",
 ]
 
 
@@ -35,7 +38,9 @@ class SharedPrompts:
     ``keys``/``values``: per layer ``(G, KV, P, D)``, left-padded; ``mask``: ``(G, P)``, True
     where a prompt has a token. ``groups``: ``(B,)`` each row's group, -1 for a row whose whole
     context is in its own cache; ``members``: ``(B,)`` each row's place within its group
-    (distinct among the rows of a group).
+    (distinct among the rows of a group). ``sources``: per prompt, what it is a copy of (a
+    prefix-cache entry and its columns, `split_at_sources`; None: a prefill of its own), so
+    rows that join with a prompt the table holds use that one.
     """
 
     keys: list[torch.Tensor]
@@ -43,20 +48,25 @@ class SharedPrompts:
     mask: torch.Tensor
     groups: torch.Tensor
     members: torch.Tensor
+    sources: list[Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.sources is None:
+            self.sources = [None] * int(self.mask.shape[0])
 
     @classmethod
     def of_prefill(
         cls, keys: list[torch.Tensor], values: list[torch.Tensor], mask: torch.Tensor,
-        groups: list[int],
+        groups: list[int], sources: list[Any] | None = None,
     ) -> SharedPrompts:
         """Prompts prefilled once each (``mask``: their ``(G, P)`` attention mask), shared by
         rows whose prompt is ``groups[b]``."""
         members, seen = [], [0] * int(mask.shape[0])
-        for group in groups:
-            members.append(seen[group])
-            seen[group] += 1
+        for group in groups:  # -1: a row without a shared prompt
+            members.append(seen[group] if group >= 0 else 0)
+            seen[group] += group >= 0
         groups_t, members_t = torch.tensor(groups), torch.tensor(members)
-        return cls(list(keys), list(values), mask.bool(), groups_t, members_t)
+        return cls(list(keys), list(values), mask.bool(), groups_t, members_t, sources)
 
     @classmethod
     def unshared(cls, rows: int, like: SharedPrompts) -> SharedPrompts:
@@ -84,21 +94,34 @@ class SharedPrompts:
         self.keys = [t.index_select(0, used) for t in self.keys]
         self.values = [t.index_select(0, used) for t in self.values]
         self.mask = self.mask.index_select(0, used)
+        self.sources = [self.sources[g] for g in used.tolist()]
 
     def extend(self, other: SharedPrompts) -> None:
-        """Append ``other``'s rows and prompts (copies of both tables, left-padded to the wider)."""
-        width = max(self.mask.shape[1], other.mask.shape[1])
-        offset = self.mask.shape[0]
-        self.keys = [
-            cat_left_padded(a, b, width) for a, b in zip(self.keys, other.keys, strict=True)
-        ]
-        self.values = [
-            cat_left_padded(a, b, width) for a, b in zip(self.values, other.values, strict=True)
-        ]
-        self.mask = cat_left_padded(self.mask, other.mask, width)
-        shifted = torch.where(other.groups >= 0, other.groups + offset, other.groups)
-        self.groups = torch.cat([self.groups, shifted])
-        self.members = torch.cat([self.members, other.members])
+        """Append ``other``'s rows, and the prompts this table does not hold yet (the same
+        source: a group's next calls arriving a few at a time) by copying both tables,
+        left-padded to the wider."""
+        held = {source: g for g, source in enumerate(self.sources) if source is not None}
+        assert other.sources is not None
+        new = [g for g, source in enumerate(other.sources) if source is None or source not in held]
+        renumber = [held.get(source, -1) if source is not None else -1 for source in other.sources]
+        for place, g in enumerate(new):
+            renumber[g] = self.mask.shape[0] + place
+        if new:
+            index = torch.tensor(new, dtype=torch.long)
+            width = max(self.mask.shape[1], other.mask.shape[1])
+            pairs = [(self.keys, other.keys), (self.values, other.values)]
+            self.keys, self.values = (
+                [cat_left_padded(a, b.index_select(0, index), width) for a, b in zip(*pair)]
+                for pair in pairs
+            )
+            self.mask = cat_left_padded(self.mask, other.mask.index_select(0, index), width)
+            self.sources = self.sources + [other.sources[g] for g in new]
+        groups = torch.tensor(renumber + [-1])[other.groups]  # -1 picks the last: stays -1
+        taken = [int(self.members[self.groups == g].max()) + 1 if bool((self.groups == g).any())
+                 else 0 for g in renumber]  # fmt: skip
+        first = torch.tensor(taken + [0])[other.groups.clamp(min=0)]  # rows of a held prompt
+        self.members = torch.cat([self.members, other.members + first])  # go after its rows
+        self.groups = torch.cat([self.groups, groups])
 
     def row_columns(self, row: int) -> tuple[int, torch.Tensor]:
         """Row ``row``'s group (-1: none) and the prompt columns it attends to."""
@@ -203,6 +226,66 @@ def _gather(groups: torch.Tensor, view: PromptView, per_kv: int) -> torch.Tensor
     slots = groups.view(count, kv_heads, view.width, per_kv, x).transpose(1, 2)
     slots = F.pad(slots.reshape(count * view.width, kv_heads, per_kv, x), (0, 0, 0, 0, 0, 0, 0, 1))
     return slots.index_select(0, view.slots)
+
+
+def split_at_sources(
+    keys: list[torch.Tensor], values: list[torch.Tensor], mask: torch.Tensor,
+    hits: list[PrefixHit | None], contexts: list[int],
+) -> tuple[SharedPrompts, list[torch.Tensor], list[torch.Tensor], torch.Tensor] | None:
+    """Contexts prefilled after their cached prefixes (``keys``/``values`` per layer, ``mask``:
+    `inputs_after_prefixes`' layout), split where their hits' first parts end: each distinct
+    first part (the prompt's head a group's rows, or all rows, start with) stored once as a
+    shared prompt, and per row (``contexts[b]``: row b's context) the rest of its context,
+    left-padded. Returns the prompts, the rows' own keys, values and mask; None when no hit
+    has a first part to share."""
+    # Rows of one source share the first columns all of their first parts have.
+    slots: dict[Any, int] = {}
+    firsts: list[tuple[Any, tuple[list[torch.Tensor], list[torch.Tensor]]]] = []
+    groups = []
+    for hit in hits:
+        if hit is None:
+            groups.append(-1)
+            continue
+        if hit.source not in slots:
+            slots[hit.source] = len(firsts)
+            firsts.append((hit.source, hit.parts[0]))
+        elif (part := hit.parts[0])[0][0].shape[1] < firsts[slots[hit.source]][1][0][0].shape[1]:
+            firsts[slots[hit.source]] = (hit.source, part)
+        groups.append(slots[hit.source])
+    if not firsts:
+        return None
+    shared = [0 if g < 0 else firsts[g][1][0][0].shape[1] for g in groups]
+    longest = max(part[0][0].shape[1] for _, part in firsts)
+    lengths = torch.tensor([0 if h is None else h.length for h in hits])
+    start = int(lengths.max()) - lengths + torch.tensor(shared)  # (B,) first own column
+    own = mask.shape[1] - start
+    width = int(own.max())
+    columns = torch.arange(width)[None, :] + (start - width + own)[:, None]  # (B, W)
+    inside = columns >= start[:, None]
+    columns = torch.where(inside, columns, 0)  # padding reads column 0: finite, masked out
+
+    rows = torch.tensor(contexts, dtype=torch.long)
+    columns, inside = columns.index_select(0, rows), inside.index_select(0, rows)
+
+    def rest(t: torch.Tensor) -> torch.Tensor:
+        t = t if len(rows) == len(t) else t.index_select(0, rows)  # a copy per row of a context
+        return t.gather(2, columns[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
+
+    def table(layer: int, which: int) -> torch.Tensor:
+        parts = [F.pad(part[which][layer], (0, 0, longest - part[which][layer].shape[1], 0))
+                 for _, part in firsts]  # fmt: skip
+        return torch.stack(parts)  # (G, KV, P, D)
+
+    table_mask = torch.zeros(len(firsts), longest, dtype=torch.bool)
+    for g, (_, part) in enumerate(firsts):
+        table_mask[g, longest - part[0][0].shape[1] :] = True
+    prompts = SharedPrompts.of_prefill(
+        [table(i, 0) for i in range(len(keys))], [table(i, 1) for i in range(len(keys))],
+        table_mask, [groups[c] for c in contexts],
+        [(source, part[0][0].shape[1]) for source, part in firsts],
+    )
+    own_mask = mask.index_select(0, rows).gather(1, columns) * inside
+    return prompts, [rest(k) for k in keys], [rest(v) for v in values], own_mask
 
 
 def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
