@@ -11,6 +11,7 @@ from transformers import DynamicCache
 
 from agentrl_sdk.engines.stop_strings import StopStrings
 from agentrl_sdk.engines.torch.kv_cache import DECODE_ROOM, append_rows, fill_order, fits, keep_rows
+from agentrl_sdk.engines.torch.prefix_cache import PrefixHit
 from agentrl_sdk.engines.torch.sampling import SamplingBuffers, sample_next
 from agentrl_sdk.engines.torch.shared_prompts import (
     PromptView, SharedPrompts, cat_left_padded, split_at_sources,
@@ -109,7 +110,8 @@ class RunningBatch:
     @classmethod
     def of_prefill(
         cls, rows: list[Any], prefill: DynamicCache, mask: torch.Tensor, groups: list[int],
-        positions: torch.Tensor, own: DynamicCache | None, hits: list | None = None,
+        positions: torch.Tensor, own: DynamicCache | None,
+        hits: list[PrefixHit | None] | None = None,
     ) -> RunningBatch:
         """Rows whose contexts were prefilled once per distinct context (``prefill``, ``mask``:
         their cache and attention mask; ``groups[b]``: row b's). Where rows share a context and
@@ -120,7 +122,9 @@ class RunningBatch:
         instead (`split_at_sources`), and each row keeps the rest."""
         layers = list(prefill.layers)
         keys, values = [la.keys for la in layers], [la.values for la in layers]
-        split = split_at_sources(keys, values, mask, hits, groups) if own and hits else None
+        split = None if own is None or not hits else split_at_sources(
+            keys, values, mask, hits, groups
+        )
         if split is not None:
             shared, own_keys, own_values, own_mask = split
             for index, (k, v) in enumerate(zip(own_keys, own_values, strict=True)):
