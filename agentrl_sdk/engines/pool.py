@@ -256,8 +256,9 @@ class EnginePool:
 
     async def check_health(self) -> list[int]:
         """Health-check every replica, drain the failing ones; returns the healthy indices."""
-        checks = await asyncio.gather(*(self._is_healthy(i) for i in self.healthy))
-        for index, ok in zip(self.healthy, checks, strict=True):
+        checked = list(self.healthy)  # a rebuilt replica may rejoin while the checks run
+        checks = await asyncio.gather(*(self._is_healthy(i) for i in checked))
+        for index, ok in zip(checked, checks, strict=True):
             if not ok:
                 self._drain(index, "failed its health check")
         return self.healthy
