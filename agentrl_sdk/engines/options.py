@@ -69,6 +69,11 @@ class TorchOptions(EngineOptions):
         None, description="Keep a prompt the rows of a group share once in the decode cache "
         "and read it once a step for all of them (default true; false: a copy per row)."
     )
+    pack_weights: bool | None = Field(
+        None, description="Serve bf16 linear layers from weights packed once into oneDNN's "
+        "layout, where this CPU's oneDNN computes bf16: faster matmuls for a second copy of "
+        "those weights in memory (default true; ignored for float32 weights)."
+    )
     max_batch_size: int | None = Field(
         None, ge=1, description="Most requests decoded at once, as vLLM's max_num_seqs; later "
         "ones wait their turn. Bounds the decode cache: rows x context x 2 x layers x KV "

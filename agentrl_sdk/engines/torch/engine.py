@@ -15,6 +15,7 @@ from transformers import DynamicCache
 from agentrl_sdk.allocator import keep_memory_lean
 from agentrl_sdk.engines.stop_strings import StopStrings
 from agentrl_sdk.engines.torch.decode_attention import use_decode_attention
+from agentrl_sdk.engines.torch.packed_linears import PackedLinears
 from agentrl_sdk.engines.torch.scheduler import (
     STOP,
     AdapterUpdate,
@@ -84,6 +85,9 @@ class TorchEngine:
             once per row: its memory is counted once and a decode step reads it once for the
             whole group (needs the engine's own decode attention, i.e. a model loaded with
             SDPA; others keep a copy per row).
+        pack_weights: Serve bf16 linear layers from copies of their weights packed once into
+            oneDNN's layout (`PackedLinears`): 25-40% faster matmuls on CPUs whose oneDNN
+            computes bf16, for a second copy of those weights in memory. Ignored elsewhere.
     """
 
     def __init__(
@@ -97,6 +101,7 @@ class TorchEngine:
         prefix_cache_mb: int = 0,
         max_prefill_tokens: int | None = MAX_PREFILL_TOKENS,
         share_prompts: bool = True,
+        pack_weights: bool = True,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -113,6 +118,7 @@ class TorchEngine:
         self._cpu_threads = cpu_threads
         keep_memory_lean()  # before its first matmul: oneDNN reads its cache size once
         decoding = use_decode_attention(model)
+        self._packed = PackedLinears(model if pack_weights else torch.nn.Module())
         self._scheduler = Scheduler(
             model.eval(), max_batch_size, prefix_cache_mb << 20, max_prefill_tokens,
             share_prompts=share_prompts and decoding,
@@ -134,6 +140,7 @@ class TorchEngine:
         prefix_cache_mb: int = 0,
         max_prefill_tokens: int | None = MAX_PREFILL_TOKENS,
         share_prompts: bool = True,
+        pack_weights: bool = True,
     ) -> TorchEngine:
         """Load a model (and its tokenizer, if saved beside it) from a local directory, never
         from the network, and serve it.
@@ -147,6 +154,7 @@ class TorchEngine:
             prefix_cache_mb: As in the constructor.
             max_prefill_tokens: As in the constructor.
             share_prompts: As in the constructor.
+            pack_weights: As in the constructor.
 
         Raises:
             FileNotFoundError: ``path`` is not a directory.
@@ -162,7 +170,7 @@ class TorchEngine:
         return cls(model, eos_token_ids=eos_token_ids, max_batch_size=max_batch_size,
                    tokenizer=_saved_tokenizer(path), cpu_threads=cpu_threads,
                    prefix_cache_mb=prefix_cache_mb, max_prefill_tokens=max_prefill_tokens,
-                   share_prompts=share_prompts)
+                   share_prompts=share_prompts, pack_weights=pack_weights)
 
     @property
     def model(self) -> PreTrainedModel:
@@ -355,7 +363,9 @@ class TorchEngine:
             self._closed = True
             thread = self._thread
             self._scheduler.inbox.put(STOP)
-        if thread is not None and thread is not threading.current_thread():
+        if thread is None:
+            self._packed.restore()  # else the engine thread does, after its last forward
+        elif thread is not threading.current_thread():
             thread.join(timeout)
 
     def _submit(self, item: Request | WeightUpdate | Control) -> None:
@@ -379,6 +389,7 @@ class TorchEngine:
             with self._lock:
                 self._closed = True
             self._scheduler.abort_all()
+            self._packed.restore()  # the model computes as it did before this engine
 
 
 def _saved_tokenizer(path: str | os.PathLike[str]) -> Any | None:
