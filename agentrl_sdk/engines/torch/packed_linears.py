@@ -65,9 +65,8 @@ class _PackedForward:
         module = self._module()
         assert module is not None  # called through the module, which is alive
         weight, bias = module.weight, module.bias
-        if not torch.is_inference_mode_enabled() or x.dtype != weight.dtype or not _packable(
-            weight
-        ):
+        plain = not torch.is_inference_mode_enabled() or x.dim() < 2 or x.dtype != weight.dtype
+        if plain or not _packable(weight):
             return F.linear(x, weight, bias)
         return torch.ops.mkldnn._linear_pointwise(x, self._packed_of(weight), bias, "none", [], "")
 

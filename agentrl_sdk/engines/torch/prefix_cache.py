@@ -62,9 +62,14 @@ class PrefixHit:
 
     length: int
     parts: list[tuple[list[torch.Tensor], list[torch.Tensor]]]
-    source: object = None
+    source: _Entry | None = None
     """The entry that holds ``parts[0]`` (the first tokens: a group's prompt, when the group's
     rows call again): hits with the same source and first part share those keys."""
+
+    @property
+    def first_width(self) -> int:
+        """How many tokens ``parts[0]`` holds."""
+        return self.parts[0][0][0].shape[1]
 
     def write(self, which: str, layer: int, out: torch.Tensor) -> None:
         """Copy layer ``layer``'s ``which`` ("keys" or "values") into the last ``length``

@@ -63,8 +63,11 @@ class SharedPrompts:
         rows whose prompt is ``groups[b]``."""
         members, seen = [], [0] * int(mask.shape[0])
         for group in groups:  # -1: a row without a shared prompt
-            members.append(seen[group] if group >= 0 else 0)
-            seen[group] += group >= 0
+            if group < 0:
+                members.append(0)
+                continue
+            members.append(seen[group])
+            seen[group] += 1
         groups_t, members_t = torch.tensor(groups), torch.tensor(members)
         return cls(list(keys), list(values), mask.bool(), groups_t, members_t, sources)
 
@@ -238,24 +241,25 @@ def split_at_sources(
     shared prompt, and per row (``contexts[b]``: row b's context) the rest of its context,
     left-padded. Returns the prompts, the rows' own keys, values and mask; None when no hit
     has a first part to share."""
-    # Rows of one source share the first columns all of their first parts have.
+    # Rows of one source share the first columns all of their first parts have: per source,
+    # the hit whose first part is the shortest.
     slots: dict[Any, int] = {}
-    firsts: list[tuple[Any, tuple[list[torch.Tensor], list[torch.Tensor]]]] = []
+    firsts: list[PrefixHit] = []
     groups = []
     for hit in hits:
         if hit is None:
             groups.append(-1)
             continue
-        if hit.source not in slots:
-            slots[hit.source] = len(firsts)
-            firsts.append((hit.source, hit.parts[0]))
-        elif (part := hit.parts[0])[0][0].shape[1] < firsts[slots[hit.source]][1][0][0].shape[1]:
-            firsts[slots[hit.source]] = (hit.source, part)
-        groups.append(slots[hit.source])
+        slot = slots.setdefault(hit.source, len(firsts))
+        if slot == len(firsts):
+            firsts.append(hit)
+        elif hit.first_width < firsts[slot].first_width:
+            firsts[slot] = hit
+        groups.append(slot)
     if not firsts:
         return None
-    shared = [0 if g < 0 else firsts[g][1][0][0].shape[1] for g in groups]
-    longest = max(part[0][0].shape[1] for _, part in firsts)
+    shared = [0 if g < 0 else firsts[g].first_width for g in groups]
+    longest = max(first.first_width for first in firsts)
     lengths = torch.tensor([0 if h is None else h.length for h in hits])
     start = int(lengths.max()) - lengths + torch.tensor(shared)  # (B,) first own column
     own = mask.shape[1] - start
@@ -272,17 +276,17 @@ def split_at_sources(
         return t.gather(2, columns[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
 
     def table(layer: int, which: int) -> torch.Tensor:
-        parts = [F.pad(part[which][layer], (0, 0, longest - part[which][layer].shape[1], 0))
-                 for _, part in firsts]  # fmt: skip
+        parts = [F.pad(first.parts[0][which][layer], (0, 0, longest - first.first_width, 0))
+                 for first in firsts]  # fmt: skip
         return torch.stack(parts)  # (G, KV, P, D)
 
     table_mask = torch.zeros(len(firsts), longest, dtype=torch.bool)
-    for g, (_, part) in enumerate(firsts):
-        table_mask[g, longest - part[0][0].shape[1] :] = True
+    for g, first in enumerate(firsts):
+        table_mask[g, longest - first.first_width :] = True
     prompts = SharedPrompts.of_prefill(
         [table(i, 0) for i in range(len(keys))], [table(i, 1) for i in range(len(keys))],
         table_mask, [groups[c] for c in contexts],
-        [(source, part[0][0].shape[1]) for source, part in firsts],
+        [(first.source, first.first_width) for first in firsts],
     )
     own_mask = mask.index_select(0, rows).gather(1, columns) * inside
     return prompts, [rest(k) for k in keys], [rest(v) for v in values], own_mask
